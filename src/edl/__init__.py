@@ -1,0 +1,3 @@
+"""edl: elastic deep learning for PaddlePaddle, as pipeline components."""
+
+__version__ = "0.1.0"

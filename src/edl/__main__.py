@@ -1,0 +1,3 @@
+from edl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,177 @@
+"""The ``edl`` command. User errors end in one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from edl.errors import EdlError, UserError
+
+
+def _token_from_env() -> str:
+    token = os.environ.get("EDL_TOKEN")
+    if not token:
+        raise UserError("EDL_TOKEN is not set (the job token comes from the environment, never from flags)")
+    return token
+
+
+def cmd_train(a: argparse.Namespace) -> int:
+    from edl.jobargs import spec_from_args
+    from edl.launcher.local import LocalLauncher
+
+    spec = spec_from_args(a)
+    return LocalLauncher(spec, Path(a.summary_out) if a.summary_out else None, a.max_trainer_failures).run()
+
+
+def cmd_master(a: argparse.Namespace) -> int:
+    from edl.jobargs import spec_from_args
+    from edl.master.main import run_master
+
+    return run_master(spec_from_args(a), a.host, a.port, _token_from_env())
+
+
+def cmd_trainer(a: argparse.Namespace) -> int:
+    from edl.trainer.worker import run_trainer
+
+    return run_trainer(a.id, a.master, _token_from_env(), a.audit_dir, a.backend)
+
+
+def _job_client(job: str):
+    import httpx
+
+    from edl.launcher.local import read_job_file
+
+    info = read_job_file(job)
+    return httpx.Client(base_url=f"http://{info['address']}", headers={"Authorization": f"Bearer {info['token']}"},
+                        timeout=5.0)
+
+
+def _call(job: str, method: str, path: str, body: dict | None = None) -> dict:
+    import httpx
+
+    try:
+        with _job_client(job) as c:
+            r = c.request(method, path, json=body)
+    except httpx.TransportError as e:
+        raise UserError(f"job {job!r} is not running (its master does not answer: {type(e).__name__})") from e
+    if r.status_code == 400:
+        raise UserError(r.json()["detail"])
+    if r.status_code != 200:
+        raise EdlError(f"master answered {r.status_code}: {r.text[:200]}")
+    return r.json()
+
+
+def cmd_status(a: argparse.Namespace) -> int:
+    st = _call(a.job, "GET", "/v1/status")
+    if a.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    c.print(f"[bold]{st['job']}[/] {st['status']} · phase {st['phase']} · generation {st['generation']} · "
+            f"{st['world_size']} trainers (desired {st['desired_trainers']}, {st['min_trainers']}..{st['max_trainers']}) · "
+            f"epoch {st['epoch'] + 1}/{st['epochs']} · step {st['step']}")
+    t = Table("trainer", "rank", "pid", "state", "step")
+    for tr in st["trainers"]:
+        t.add_row(tr["id"], str(tr["rank"]), str(tr["pid"]), tr["state"], str(tr["step"]))
+    c.print(t)
+    return 0
+
+
+def cmd_scale(a: argparse.Namespace) -> int:
+    r = _call(a.job, "POST", "/v1/scale", {"trainers": a.trainers})
+    print(f"job {a.job}: desired trainers set to {r['desired_trainers']}")
+    return 0
+
+
+def cmd_data_prepare(a: argparse.Namespace) -> int:
+    from edl.data.prepare import prepare_digits, prepare_synthetic
+
+    if a.kind == "digits":
+        info = prepare_digits(a.out, shards=a.shards, seed=a.seed)
+    else:
+        info = prepare_synthetic(a.out, a.rows, a.features, a.classes, shards=a.shards, seed=a.seed)
+    print(f"wrote {info['train_rows']} training rows to {a.out.rstrip('/')}/train and "
+          f"{info['test_rows']} held-out rows to {a.out.rstrip('/')}/test "
+          f"({info['features']} features, {info['classes']} classes)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from edl.jobargs import add_job_arguments
+
+    p = argparse.ArgumentParser(prog="edl", description="Elastic deep learning for PaddlePaddle.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    t = sub.add_parser("train", help="run an elastic training job on this machine",
+                       description="Run master and trainers as local processes until the job is done. "
+                                   "Running the same command again resumes from the newest checkpoint.")
+    add_job_arguments(t)
+    t.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
+    t.add_argument("--max-trainer-failures", type=int, default=5,
+                   help="fail the job after this many trainer crashes (default 5)")
+    t.set_defaults(fn=cmd_train)
+
+    m = sub.add_parser("master", help="run the job master (token from EDL_TOKEN)",
+                       description="Serve the job's task queue, membership and checkpoints over HTTP.")
+    add_job_arguments(m)
+    m.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    m.add_argument("--port", type=int, default=8470, help="port to listen on (default 8470)")
+    m.set_defaults(fn=cmd_master)
+
+    w = sub.add_parser("trainer", help="run one trainer (token from EDL_TOKEN)",
+                       description="Join the job at --master and train until the job ends or this trainer is drained.")
+    w.add_argument("--id", required=True, help="unique id of this trainer process")
+    w.add_argument("--master", required=True, help="master address, host:port")
+    w.add_argument("--audit-dir", default=None, help="directory for the exactly-once audit log (with --audit jobs)")
+    w.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
+                   help="collective backend: gloo on CPU (default), nccl on GPUs")
+    w.set_defaults(fn=cmd_trainer)
+
+    s = sub.add_parser("status", help="show a running job", description="Show a running local job's state.")
+    s.add_argument("job", help="job name")
+    s.add_argument("--json", action="store_true", help="print the full status as JSON")
+    s.set_defaults(fn=cmd_status)
+
+    sc = sub.add_parser("scale", help="change a running job's desired trainer count",
+                        description="Set the desired trainer count; refused outside the job's min..max.")
+    sc.add_argument("job", help="job name")
+    sc.add_argument("--trainers", type=int, required=True, help="the new desired trainer count")
+    sc.set_defaults(fn=cmd_scale)
+
+    d = sub.add_parser("data", help="data set tools")
+    dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    dp = dsub.add_parser("prepare", help="write a ready-to-train data set (train/ and test/)",
+                         description="Write Parquet shards with an integer id column: digits (scikit-learn's bundled "
+                                     "8x8 digits) or synthetic (labelled by a fixed random teacher).")
+    dp.add_argument("kind", choices=["digits", "synthetic"], help="which data set")
+    dp.add_argument("--out", required=True, help="destination: a path, file:///dir or s3://bucket/prefix")
+    dp.add_argument("--rows", type=int, default=20000, help="synthetic: number of rows (default 20000)")
+    dp.add_argument("--features", type=int, default=256, help="synthetic: input width (default 256)")
+    dp.add_argument("--classes", type=int, default=10, help="synthetic: number of classes (default 10)")
+    dp.add_argument("--shards", type=int, default=4, help="Parquet files in train/ (default 4)")
+    dp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    dp.set_defaults(fn=cmd_data_prepare)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("EDL_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    for noisy in ("httpx", "httpcore", "uvicorn.error"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except EdlError as e:
+        print(f"edl: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("edl: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,53 @@
+"""The one error hierarchy of edl.
+
+Three kinds, because callers act differently on each:
+
+- ``UserError``: the input is wrong (a flag, a URI, a model definition, a data
+  set). Print one line naming the culprit and exit 2; retrying cannot help.
+- ``TemporaryError``: the world is briefly unavailable (storage outage, a peer
+  that died mid-collective, a master that restarts). Retry, or re-form.
+- ``PermanentError``: the job cannot go on (a task that keeps failing, NaN
+  loss). Fail the job with the message; exit 1.
+"""
+
+from __future__ import annotations
+
+
+class EdlError(Exception):
+    """Base of every error edl raises on purpose."""
+
+    exit_code = 1
+
+
+class UserError(EdlError):
+    """Bad input from the user; the message names the culprit."""
+
+    exit_code = 2
+
+
+class TemporaryError(EdlError):
+    """A transient condition; retrying or re-forming may succeed."""
+
+    def __init__(self, message: str, retry_after_s: float = 0.5) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class PermanentError(EdlError):
+    """The job cannot continue."""
+
+
+class StaleError(TemporaryError):
+    """A request was fenced: it names a generation or master that is no longer current."""
+
+
+class CollectiveError(TemporaryError):
+    """A collective operation failed, usually because a peer died."""
+
+
+class StorageError(TemporaryError):
+    """An object store could not be reached or refused a request."""
+
+
+class TaskFailedError(PermanentError):
+    """A data task failed more often than the retry limit allows."""

@@ -1,0 +1,428 @@
+"""The master's whole job state: spec, task queue, membership, checkpoints, outcome.
+
+Pure and clock-injected: the HTTP layer (``server.py``) calls these methods with
+``now`` and turns their answers into responses. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from edl.errors import PermanentError, UserError
+from edl.master.membership import (
+    Formation,
+    Generation,
+    Membership,
+    MembershipConfig,
+    Phase,
+    Reason,
+    Source,
+    SyncReport,
+    TrainerState,
+)
+from edl.master.tasks import Cursor, Next, Shard, Task, TaskQueue
+
+
+class JobStatus(str, Enum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass
+class JobSpec:
+    """Everything that defines a training job; the same on every (re)start."""
+
+    job: str
+    model_def: str
+    data: str
+    epochs: int
+    batch_size: int
+    min_trainers: int
+    max_trainers: int
+    trainers: int
+    checkpoint_uri: str
+    eval_data: str | None = None
+    learning_rate: float = 0.01
+    rows_per_task: int = 0  # 0: derived from the batch size
+    checkpoint_interval_s: float = 30.0
+    keep_checkpoints: int = 3
+    max_task_failures: int = 3
+    seed: int = 0
+    audit: bool = False
+
+    def validate(self) -> None:
+        if not self.job or not all(c.isalnum() or c in "-_." for c in self.job):
+            raise UserError(f"--job-name {self.job!r}: use letters, digits, '-', '_' and '.'")
+        if self.epochs < 1:
+            raise UserError(f"--epochs must be at least 1 (got {self.epochs})")
+        if self.batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1 (got {self.batch_size})")
+        if self.min_trainers < 1:
+            raise UserError(f"--min-trainers must be at least 1 (got {self.min_trainers})")
+        if self.min_trainers > self.max_trainers:
+            raise UserError(
+                f"--min-trainers {self.min_trainers} is greater than --max-trainers {self.max_trainers}"
+            )
+        if not self.min_trainers <= self.trainers <= self.max_trainers:
+            raise UserError(
+                f"--trainers {self.trainers} is outside --min-trainers..--max-trainers "
+                f"({self.min_trainers}..{self.max_trainers})"
+            )
+        if self.learning_rate <= 0:
+            raise UserError(f"--learning-rate must be positive (got {self.learning_rate})")
+        if self.keep_checkpoints < 1:
+            raise UserError(f"--keep-checkpoints must be at least 1 (got {self.keep_checkpoints})")
+
+    @property
+    def task_rows(self) -> int:
+        return self.rows_per_task or self.batch_size * 4
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CheckpointRecord:
+    step: int
+    uri: str
+    write_s: float
+    generation: int
+
+
+@dataclass
+class Assignment:
+    """What one trainer needs to join a generation."""
+
+    generation: int
+    rank: int
+    world_size: int
+    members: list[str]
+    rendezvous: tuple[str, int]
+    base_step: int
+    source: str
+    checkpoint_uri: str | None
+    cursor: Cursor | None
+    held: list[Task]
+    held_offset: int
+
+
+class Job:
+    def __init__(
+        self,
+        spec: JobSpec,
+        shards: list[Shard],
+        master_uid: str,
+        now: float,
+        restored: dict | None = None,
+        restored_uri: str | None = None,
+    ) -> None:
+        self.spec = spec
+        self.master_uid = master_uid
+        self.status = JobStatus.RUNNING
+        self.error: str | None = None
+        self.started_at = now
+        self.finished_at: float | None = None
+        self.checkpoints: list[CheckpointRecord] = []
+        self.final_model_uri: str | None = None
+        self.metrics: dict[str, float] = {}
+        self.final_step = 0
+        self.resumed_from: str | None = None
+        self.prior_generations: list[dict] = []
+        self.prior_elapsed_s = 0.0
+        self.last_step_seen = 0
+        desired = spec.trainers
+        if restored is not None:
+            self.queue = TaskQueue.from_state(restored["queue"])
+            self.restore_step = int(restored["step"])
+            self.restore_source = Source.CHECKPOINT
+            self.restore_uri: str | None = restored_uri
+            self.resumed_from = restored_uri
+            desired = int(restored.get("desired", desired))
+            desired = min(max(desired, spec.min_trainers), spec.max_trainers)
+            self.prior_generations = list(restored.get("generations", []))
+            self.prior_elapsed_s = float(restored.get("elapsed_s", 0.0))
+            self.checkpoints = [CheckpointRecord(**c) for c in restored.get("checkpoints", [])]
+            self.last_step_seen = self.restore_step
+            self.restored_state = restored
+        else:
+            self.queue = TaskQueue(shards, spec.epochs, spec.task_rows, spec.max_task_failures, spec.seed)
+            self.restore_step = 0
+            self.restore_source = Source.INIT
+            self.restore_uri = None
+            self.restored_state = None
+        # The queue as of the last committed checkpoint (or the start): where a job
+        # whose every trainer is gone rolls back to.
+        self.restore_queue_state = self.queue.to_state()
+        self.membership = Membership(
+            MembershipConfig(spec.min_trainers, spec.max_trainers, desired)
+        )
+        if restored is not None:
+            self.membership.resume_reason = Reason.RESUME
+
+    # ----------------------------------------------------------------- helpers
+    @property
+    def desired(self) -> int:
+        return self.membership.config.desired
+
+    def _fail(self, message: str, now: float) -> None:
+        if self.status is JobStatus.RUNNING:
+            self.status = JobStatus.FAILED
+            self.error = message
+            self.finished_at = now
+
+    def _guard(self, fn, now: float):
+        try:
+            return fn()
+        except PermanentError as e:
+            self._fail(str(e), now)
+            return None
+
+    # ----------------------------------------------------------- operations
+    def scale(self, n: int) -> None:
+        lo, hi = self.spec.min_trainers, self.spec.max_trainers
+        if not lo <= n <= hi:
+            raise UserError(f"--trainers {n} is outside this job's range {lo}..{hi}")
+        self.membership.config.desired = n
+
+    def register(self, trainer: str, pid: int, host: str, store_port: int, now: float) -> None:
+        m = self.membership
+        old = m.trainers.get(trainer)
+        if old is not None:
+            if old.state is not TrainerState.WAITING:
+                raise UserError(
+                    f"trainer id {trainer!r} is already {old.state.value} in job {self.spec.job}; "
+                    "a restarted trainer needs a new id"
+                )
+            old.host, old.pid, old.store_port, old.last_seen = host, pid, store_port, now
+            return  # a retried registration
+        m.register(trainer, pid, host, store_port, now)
+        self.tick(now)
+
+    def heartbeat(self, trainer: str, step: int, safe_cursor: Cursor | None, now: float) -> dict:
+        m = self.membership
+        t = m.heartbeat(trainer, step, now)
+        if t is not None and t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING:
+            self.queue.commit(trainer, safe_cursor)
+            self.last_step_seen = max(self.last_step_seen, step)
+        self.tick(now)
+        return self.heartbeat_answer(trainer)
+
+    def heartbeat_answer(self, trainer: str) -> dict:
+        m = self.membership
+        t = m.trainers.get(trainer)
+        return {
+            "master_uid": self.master_uid,
+            "known": t is not None,
+            "state": t.state.value if t else None,
+            "generation": m.current.id if m.current else 0,
+            "stop": m.change_pending_for(trainer) or self.status is not JobStatus.RUNNING,
+            "job_status": self.status.value,
+        }
+
+    def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None, now: float) -> Task | Next:
+        t = self.membership.trainers.get(trainer)
+        if t is None or t.state is not TrainerState.ACTIVE:
+            return Next.WAIT
+        if self.membership.phase is Phase.RUNNING:
+            self.queue.commit(trainer, safe_cursor)
+        answer = self.queue.next_task(trainer, request_id)
+        return answer
+
+    def fail_task(self, trainer: str, task_id: int, reason: str, now: float) -> None:
+        self._guard(lambda: self.queue.fail_task(trainer, task_id, reason), now)
+
+    def drain(self, trainer: str, now: float) -> None:
+        if trainer not in self.membership.trainers:
+            raise UserError(f"no trainer named {trainer!r} in job {self.spec.job}")
+        self.membership.drain(trainer, now)
+        self.tick(now)
+
+    def trainer_exited(self, trainer: str, code: int, now: float) -> None:
+        m = self.membership
+        t = m.trainers.get(trainer)
+        if t is None:
+            return
+        if t.state is TrainerState.WAITING or (code == 0 and self.queue.finished):
+            # Not in a generation, or done with all the data: leaving changes nothing.
+            t.move(TrainerState.LEFT if code == 0 else TrainerState.FAILED)
+            return
+        if t.state in (TrainerState.ACTIVE, TrainerState.DRAINING):
+            m.fail(trainer, now)
+        self.tick(now)
+
+    def sync(self, report: SyncReport, now: float) -> None:
+        self.membership.report(report, now)
+        self.tick(now)
+
+    def first_step(self, generation: int, now: float) -> None:
+        self.membership.first_step(generation, now)
+
+    def fatal(self, message: str, now: float) -> None:
+        self._fail(message, now)
+
+    def finish(self, step: int, final_model_uri: str | None, metrics: dict, now: float) -> None:
+        if self.status is not JobStatus.RUNNING:
+            return
+        self.final_step = step
+        self.last_step_seen = max(self.last_step_seen, step)
+        self.final_model_uri = final_model_uri
+        self.metrics = dict(metrics)
+        self.status = JobStatus.SUCCEEDED
+        self.finished_at = now
+
+    # -------------------------------------------------------------- checkpoints
+    def checkpoint_cut(self, generation: int, step: int, cursors: dict[str, Cursor | None]) -> dict | None:
+        """The master half of a consistent cut at ``step`` of ``generation`` (fenced)."""
+        cur = self.membership.current
+        if cur is None or cur.id != generation:
+            return None
+        return {
+            "step": step,
+            "queue": self.queue.cut(cursors),
+            "desired": self.desired,
+            "generations": self.generation_summaries(),
+            "checkpoints": [asdict(c) for c in self.checkpoints],
+            "elapsed_s": self.elapsed_s(time.time()),
+            "spec": self.spec.to_dict(),
+        }
+
+    def checkpoint_committed(self, record: CheckpointRecord, queue_state: dict) -> None:
+        self.checkpoints.append(record)
+        self.restore_queue_state = queue_state
+        self.restore_step = record.step
+        self.restore_source = Source.CHECKPOINT
+        self.restore_uri = record.uri
+
+    # --------------------------------------------------------------- the clock
+    def tick(self, now: float) -> Formation | None:
+        if self.status is not JobStatus.RUNNING or self.queue.finished:
+            return None  # finishing: rank 0 writes the last checkpoint; nothing may re-form
+        m = self.membership
+        m.expire(now)
+        if not m.ready_to_form(now):
+            return None
+        formation = m.form(now, self.restore_step, self.restore_source)
+        if formation.rollback:
+            # No survivor holds the model: model and queue go back to the last checkpoint.
+            self.queue = TaskQueue.from_state(self.restore_queue_state)
+        else:
+            for trainer, failed in formation.departed.items():
+                cursor = formation.generation.cursors.get(trainer)
+                if not self._release(trainer, cursor, failed, now):
+                    return formation
+            for trainer in formation.generation.members:
+                self.queue.commit(trainer, formation.generation.cursors.get(trainer))
+        return formation
+
+    def _release(self, trainer: str, cursor: Cursor | None, failed: bool, now: float) -> bool:
+        return self._guard(lambda: self.queue.release(trainer, cursor, failed) or True, now) is True
+
+    # ------------------------------------------------------------------ views
+    def assignment(self, trainer: str) -> Assignment | None:
+        gen = self.membership.current
+        if gen is None:
+            return None
+        rank = gen.rank_of(trainer)
+        if rank is None:
+            return None
+        return Assignment(
+            generation=gen.id,
+            rank=rank,
+            world_size=gen.world_size,
+            members=list(gen.members),
+            rendezvous=gen.rendezvous,
+            base_step=gen.base_step,
+            source=gen.source.value,
+            checkpoint_uri=self.restore_uri if gen.source is Source.CHECKPOINT else None,
+            cursor=gen.cursors.get(trainer),
+            held=self.queue.held_by(trainer),
+            held_offset=self.queue.held[trainer].offset if trainer in self.queue.held else 0,
+        )
+
+    def elapsed_s(self, now: float) -> float:
+        end = self.finished_at if self.finished_at is not None else now
+        return self.prior_elapsed_s + (end - self.started_at)
+
+    def generation_summaries(self) -> list[dict]:
+        out = list(self.prior_generations)
+        for g in self.membership.history:
+            out.append(
+                {
+                    "id": len(out) + 1,
+                    "master_generation": g.id,
+                    "world_size": g.world_size,
+                    "members": list(g.members),
+                    "reason": g.reason.value,
+                    "source": g.source.value,
+                    "base_step": g.base_step,
+                    "pause_s": None if g.pause_s is None else round(g.pause_s, 3),
+                    "rolled_back_steps": g.rolled_back_steps,
+                }
+            )
+        return out
+
+    def status_view(self, now: float) -> dict:
+        m = self.membership
+        gen = m.current
+        q = self.queue
+        return {
+            "job": self.spec.job,
+            "status": self.status.value,
+            "error": self.error,
+            "master_uid": self.master_uid,
+            "phase": m.phase.value,
+            "generation": gen.id if gen else 0,
+            "world_size": gen.world_size if gen else 0,
+            "desired_trainers": self.desired,
+            "min_trainers": self.spec.min_trainers,
+            "max_trainers": self.spec.max_trainers,
+            "epoch": min(q.current_epoch, self.spec.epochs - 1),
+            "epochs": self.spec.epochs,
+            "epochs_completed": q.epochs_completed,
+            "rows_per_epoch": q.rows_per_epoch,
+            "done_rows": [q.done_rows.get(e, 0) for e in range(self.spec.epochs)],
+            "step": self.last_step_seen,
+            "trainers": [
+                {
+                    "id": t.id,
+                    "rank": gen.rank_of(t.id) if gen else None,
+                    "pid": t.pid,
+                    "state": t.state.value,
+                    "step": t.step,
+                }
+                for t in m.trainers.values()
+                if t.state not in (TrainerState.LEFT, TrainerState.FAILED)
+            ],
+            "generations": self.generation_summaries(),
+            "checkpoints": [asdict(c) for c in self.checkpoints],
+            "elapsed_s": round(self.elapsed_s(now), 3),
+        }
+
+    def summary(self, now: float) -> dict:
+        elapsed = self.elapsed_s(now)
+        q = self.queue
+        samples = sum(q.done_rows.values())
+        return {
+            "job": self.spec.job,
+            "status": self.status.value,
+            "error": self.error,
+            "epochs_completed": q.epochs_completed,
+            "steps": max(self.final_step, self.last_step_seen),
+            "elapsed_s": round(elapsed, 3),
+            "throughput_samples_per_s": round(samples / elapsed, 2) if elapsed > 0 else 0.0,
+            "samples_per_epoch": [q.done_rows.get(e, 0) for e in range(self.spec.epochs)],
+            "lost_samples": None,
+            "duplicate_samples": None,
+            "generations": [
+                {k: g[k] for k in ("id", "world_size", "reason", "pause_s", "rolled_back_steps", "base_step")}
+                for g in self.generation_summaries()
+            ],
+            "checkpoints": [{"step": c.step, "uri": c.uri, "write_s": round(c.write_s, 3)} for c in self.checkpoints],
+            "resumed_from": self.resumed_from,
+            "final_model_uri": self.final_model_uri,
+            "metrics": self.metrics,
+        }

@@ -1,0 +1,74 @@
+"""``edl master``: validate the job, restore from the newest checkpoint, serve the API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import uvicorn
+
+from edl.data.dataset import Dataset, resolve_split
+from edl.master.job import Job, JobSpec
+from edl.master.server import Master, build_app
+from edl.storage.checkpoint import CheckpointStore
+from edl.storage.store import open_store
+
+log = logging.getLogger("edl.master")
+
+
+def prepare_job(spec: JobSpec) -> tuple[JobSpec, list, CheckpointStore]:
+    """Checks that fail fast with a ``UserError``: data set, checkpoint store."""
+    spec.data = resolve_split(spec.data, "train")
+    if spec.eval_data is None:
+        candidate = resolve_split(spec.data.rsplit("/train", 1)[0], "test") if spec.data.endswith("/train") else None
+        if candidate and candidate.endswith("/test"):
+            spec.eval_data = candidate
+    shards = Dataset(spec.data).shards()
+    if spec.eval_data:
+        Dataset(spec.eval_data, "--eval-data").shards()
+    store = open_store(spec.checkpoint_uri, "--checkpoint-uri")
+    store.check()
+    return spec, shards, CheckpointStore(store, spec.keep_checkpoints)
+
+
+def restore(ckpts: CheckpointStore) -> tuple[dict | None, str | None]:
+    found = ckpts.latest(warn=log.warning)
+    if found is None:
+        return None, None
+    ckpt, files = found
+    state = json.loads(files["master.json"])
+    log.info("resuming from %s (step %d)", ckpt.uri, ckpt.step)
+    return state, ckpt.uri
+
+
+async def serve(master: Master, host: str, port: int) -> None:
+    config = uvicorn.Config(build_app(master), host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    ticker = asyncio.create_task(master.ticker())
+
+    async def watch_shutdown() -> None:
+        await master.shutdown_requested.wait()
+        server.should_exit = True
+
+    watcher = asyncio.create_task(watch_shutdown())
+    try:
+        await server.serve()
+    finally:
+        ticker.cancel()
+        watcher.cancel()
+
+
+def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
+    spec, shards, ckpts = prepare_job(spec)
+    state, uri = restore(ckpts)
+    job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.time(), restored=state, restored_uri=uri)
+    master = Master(job, token)
+    log.info(
+        "master for job %s on %s:%d: %d shards, %d rows per epoch, %d epochs, trainers %d..%d (desired %d)",
+        spec.job, host, port, len(shards), job.queue.rows_per_epoch, spec.epochs,
+        spec.min_trainers, spec.max_trainers, job.desired,
+    )
+    asyncio.run(serve(master, host, port))
+    return 0

@@ -1,0 +1,399 @@
+"""The master's HTTP+JSON API (FastAPI), its Prometheus metrics and its clock.
+
+Every route but ``/healthz`` and ``/metrics`` needs the job's token
+(``Authorization: Bearer TOKEN``); without it the answer is 401 and nothing
+changes. The job state lives in one ``Job`` object that only the event loop
+touches, so no locks are needed; long polls wait on one ``asyncio.Condition``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from pydantic import BaseModel
+
+from edl.errors import UserError
+from edl.master.job import CheckpointRecord, Job, JobStatus
+from edl.master.membership import SyncReport
+from edl.master.tasks import Cursor, Next, Task
+
+log = logging.getLogger("edl.master")
+
+CursorJSON = list[int] | None
+
+
+def cursor_in(c: CursorJSON) -> Cursor | None:
+    return None if c is None else Cursor(int(c[0]), int(c[1]))
+
+
+def cursor_out(c: Cursor | None) -> CursorJSON:
+    return None if c is None else [c.task_id, c.offset]
+
+
+def task_out(t: Task) -> dict:
+    return asdict(t)
+
+
+class RegisterBody(BaseModel):
+    pid: int
+    host: str
+    store_port: int
+
+
+class HeartbeatBody(BaseModel):
+    generation: int = 0
+    step: int = 0
+    safe_cursor: CursorJSON = None
+    wait_s: float = 0.0
+
+
+class TaskBody(BaseModel):
+    request_id: str
+    safe_cursor: CursorJSON = None
+
+
+class TaskFailedBody(BaseModel):
+    task_id: int
+    reason: str
+
+
+class SyncBody(BaseModel):
+    generation: int
+    step: int
+    cursors: dict[str, CursorJSON]
+    store_port: int
+    failed: bool = False
+
+
+class StepBody(BaseModel):
+    generation: int
+
+
+class ScaleBody(BaseModel):
+    trainers: int
+
+
+class ExitBody(BaseModel):
+    code: int
+
+
+class FatalBody(BaseModel):
+    message: str
+
+
+class CutBody(BaseModel):
+    generation: int
+    step: int
+    cursors: dict[str, CursorJSON]
+
+
+class CommittedBody(BaseModel):
+    generation: int
+    step: int
+    uri: str
+    write_s: float
+
+
+class FinishBody(BaseModel):
+    step: int
+    final_model_uri: str | None = None
+    metrics: dict[str, float] = {}
+
+
+class _JobCollector:
+    """Prometheus metrics read from the job state at scrape time (no double bookkeeping)."""
+
+    def __init__(self, master: "Master") -> None:
+        self.master = master
+
+    def collect(self):
+        job = self.master.job
+        v = job.status_view(time.time())
+        labels = ["job"]
+        for name, doc, value in (
+            ("edl_world_size", "Trainers in the current generation", v["world_size"]),
+            ("edl_desired_trainers", "Desired trainer count", v["desired_trainers"]),
+            ("edl_generation", "Current generation id", v["generation"]),
+            ("edl_epoch", "Oldest epoch not yet done", v["epoch"]),
+            ("edl_step", "Last completed training step seen by the master", v["step"]),
+            ("edl_todo_tasks", "Tasks waiting to be handed out", len(job.queue.todo)),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=labels)
+            g.add_metric([job.spec.job], value)
+            yield g
+        done = CounterMetricFamily("edl_samples_done", "Samples committed, all epochs", labels=labels)
+        done.add_metric([job.spec.job], sum(v["done_rows"]))
+        yield done
+        gens = CounterMetricFamily("edl_generation_changes", "Generations formed, by reason", labels=["job", "reason"])
+        counts: dict[str, int] = {}
+        for g in v["generations"]:
+            counts[g["reason"]] = counts.get(g["reason"], 0) + 1
+        for reason, n in counts.items():
+            gens.add_metric([job.spec.job, reason], n)
+        yield gens
+        pause = GaugeMetricFamily("edl_last_pause_seconds", "Pause of the newest generation change", labels=labels)
+        paused = [g["pause_s"] for g in v["generations"] if g["pause_s"] is not None]
+        pause.add_metric([job.spec.job], paused[-1] if paused else 0.0)
+        yield pause
+        ck = CounterMetricFamily("edl_checkpoints", "Checkpoints committed", labels=labels)
+        ck.add_metric([job.spec.job], len(v["checkpoints"]))
+        yield ck
+
+
+class Master:
+    """Binds a ``Job`` to the event loop: clock, notifications, pending cuts, logging."""
+
+    def __init__(self, job: Job, token: str, clock: Callable[[], float] = time.time) -> None:
+        self.job = job
+        self.token = token
+        self.clock = clock
+        self.changed = asyncio.Condition()
+        self.cuts: dict[tuple[int, int], dict] = {}
+        self.shutdown_requested = asyncio.Event()
+        self._logged_generations = 0
+        self._logged_status = JobStatus.RUNNING
+
+    async def notify(self) -> None:
+        self._log_events()
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        async with self.changed:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(self.changed.wait(), left)
+                except TimeoutError:
+                    return predicate()
+        return True
+
+    def _log_events(self) -> None:
+        hist = self.job.membership.history
+        while self._logged_generations < len(hist):
+            g = hist[self._logged_generations]
+            self._logged_generations += 1
+            log.info(
+                "generation %d formed: world size %d (%s), base step %d, state from %s, rank 0 %s",
+                g.id, g.world_size, g.reason.value, g.base_step, g.source.value, g.members[0],
+            )
+        if self.job.status is not self._logged_status:
+            self._logged_status = self.job.status
+            if self.job.status is JobStatus.FAILED:
+                log.error("job failed: %s", self.job.error)
+            else:
+                log.info("job %s", self.job.status.value)
+
+    async def ticker(self, period: float = 0.1) -> None:
+        while True:
+            await asyncio.sleep(period)
+            before = (self.job.membership.phase, len(self.job.membership.history), self.job.status)
+            self.job.tick(self.clock())
+            after = (self.job.membership.phase, len(self.job.membership.history), self.job.status)
+            if before != after:
+                await self.notify()
+
+
+def build_app(master: Master) -> FastAPI:
+    app = FastAPI(title="edl master", docs_url=None, redoc_url=None, openapi_url=None)
+    job = master.job
+
+    def authorized(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), master.token.encode()):
+            raise HTTPException(status_code=401, detail="missing or wrong job token")
+
+    @app.exception_handler(UserError)
+    async def user_error(_: Request, exc: UserError) -> JSONResponse:
+        return JSONResponse(status_code=400, content={"detail": str(exc)})
+
+    auth = [Depends(authorized)]
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"ok": True, "master_uid": job.master_uid}
+
+    registry = CollectorRegistry()
+    registry.register(_JobCollector(master))
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(registry).decode(), media_type="text/plain; version=0.0.4")
+
+    @app.post("/v1/trainers/{trainer}/register", dependencies=auth)
+    async def register(trainer: str, body: RegisterBody) -> dict:
+        if job.status is not JobStatus.RUNNING:
+            return {"master_uid": job.master_uid, "job_status": job.status.value}
+        job.register(trainer, body.pid, body.host, body.store_port, master.clock())
+        log.info("trainer %s registered (pid %d)", trainer, body.pid)
+        await master.notify()
+        return {"master_uid": job.master_uid, "job_status": job.status.value}
+
+    @app.post("/v1/trainers/{trainer}/heartbeat", dependencies=auth)
+    async def heartbeat(trainer: str, body: HeartbeatBody) -> dict:
+        answer = job.heartbeat(trainer, body.step, cursor_in(body.safe_cursor), master.clock())
+        await master.notify()
+        if body.wait_s > 0 and not answer["stop"]:
+            await master.wait_for(
+                lambda: job.heartbeat_answer(trainer)["stop"], min(body.wait_s, 5.0)
+            )
+            job.membership.heartbeat(trainer, body.step, master.clock())
+            answer = job.heartbeat_answer(trainer)
+        return answer
+
+    @app.post("/v1/trainers/{trainer}/task", dependencies=auth)
+    async def next_task(trainer: str, body: TaskBody) -> dict:
+        answer = job.next_task(trainer, body.request_id, cursor_in(body.safe_cursor), master.clock())
+        if isinstance(answer, Next):
+            return {"status": answer.value}
+        return {"status": "task", "task": task_out(answer)}
+
+    @app.post("/v1/trainers/{trainer}/task-failed", dependencies=auth)
+    async def task_failed(trainer: str, body: TaskFailedBody) -> dict:
+        log.warning("trainer %s could not process task %d: %s", trainer, body.task_id, body.reason)
+        job.fail_task(trainer, body.task_id, body.reason, master.clock())
+        await master.notify()
+        return {"ok": True}
+
+    @app.post("/v1/trainers/{trainer}/sync", dependencies=auth)
+    async def sync(trainer: str, body: SyncBody) -> dict:
+        report = SyncReport(
+            trainer,
+            body.generation,
+            body.step,
+            {k: cursor_in(v) for k, v in body.cursors.items()},
+            body.store_port,
+            body.failed,
+        )
+        if body.failed:
+            log.warning("trainer %s lost a peer in generation %d after step %d", trainer, body.generation, body.step)
+        job.sync(report, master.clock())
+        await master.notify()
+        return {"ok": True}
+
+    @app.get("/v1/trainers/{trainer}/assignment", dependencies=auth)
+    async def assignment(trainer: str, after: int = 0, wait_s: float = 10.0) -> dict:
+        def ready() -> bool:
+            t = job.membership.trainers.get(trainer)
+            if job.status is not JobStatus.RUNNING or t is None:
+                return True
+            if t.state.value in ("left", "failed"):
+                return True
+            a = job.assignment(trainer)
+            return a is not None and a.generation > after
+
+        await master.wait_for(ready, min(wait_s, 30.0))
+        t = job.membership.trainers.get(trainer)
+        if job.status is not JobStatus.RUNNING:
+            return {"status": "finished", "job_status": job.status.value}
+        if t is None:
+            return {"status": "unknown", "master_uid": job.master_uid}
+        if t.state.value in ("left", "failed"):
+            return {"status": t.state.value}
+        a = job.assignment(trainer)
+        if a is None or a.generation <= after:
+            return {"status": "wait"}
+        out = asdict(a)
+        out["cursor"] = cursor_out(a.cursor)
+        out["held"] = [task_out(x) for x in a.held]
+        out["status"] = "assigned"
+        out["master_uid"] = job.master_uid
+        return out
+
+    @app.post("/v1/trainers/{trainer}/first-step", dependencies=auth)
+    async def first_step(trainer: str, body: StepBody) -> dict:
+        job.first_step(body.generation, master.clock())
+        g = job.membership.current
+        if g is not None and g.id == body.generation and g.pause_s is not None and g.reason.value != "start":
+            log.info("generation %d running: pause %.2f s", g.id, g.pause_s)
+        await master.notify()
+        return {"ok": True}
+
+    @app.post("/v1/trainers/{trainer}/exited", dependencies=auth)
+    async def exited(trainer: str, body: ExitBody) -> dict:
+        job.trainer_exited(trainer, body.code, master.clock())
+        if body.code != 0:
+            log.warning("trainer %s exited with code %d", trainer, body.code)
+        await master.notify()
+        return {"ok": True}
+
+    @app.post("/v1/trainers/{trainer}/drain", dependencies=auth)
+    async def drain(trainer: str) -> dict:
+        job.drain(trainer, master.clock())
+        log.info("draining trainer %s", trainer)
+        await master.notify()
+        return {"ok": True}
+
+    @app.post("/v1/scale", dependencies=auth)
+    async def scale(body: ScaleBody) -> dict:
+        job.scale(body.trainers)
+        log.info("desired trainers set to %d", body.trainers)
+        await master.notify()
+        return {"desired_trainers": job.desired}
+
+    @app.post("/v1/fatal", dependencies=auth)
+    async def fatal(body: FatalBody) -> dict:
+        job.fatal(body.message, master.clock())
+        await master.notify()
+        return {"ok": True}
+
+    @app.post("/v1/checkpoints/cut", dependencies=auth)
+    async def cut(body: CutBody) -> Any:
+        state = job.checkpoint_cut(body.generation, body.step, {k: cursor_in(v) for k, v in body.cursors.items()})
+        if state is None:
+            return JSONResponse(status_code=409, content={"detail": "stale generation"})
+        master.cuts[(body.generation, body.step)] = state
+        return state
+
+    @app.post("/v1/checkpoints/committed", dependencies=auth)
+    async def committed(body: CommittedBody) -> dict:
+        state = master.cuts.pop((body.generation, body.step), None)
+        if state is None:
+            return {"ok": False}
+        # Older cuts can never commit now.
+        for key in [k for k in master.cuts if k[1] < body.step]:
+            master.cuts.pop(key)
+        job.checkpoint_committed(
+            CheckpointRecord(body.step, body.uri, body.write_s, body.generation), state["queue"]
+        )
+        log.info("checkpoint committed at step %d: %s (%.2f s)", body.step, body.uri, body.write_s)
+        return {"ok": True}
+
+    @app.post("/v1/finish", dependencies=auth)
+    async def finish(body: FinishBody) -> dict:
+        job.finish(body.step, body.final_model_uri, body.metrics, master.clock())
+        await master.notify()
+        return {"ok": True}
+
+    @app.get("/v1/spec", dependencies=auth)
+    async def spec() -> dict:
+        return job.spec.to_dict()
+
+    @app.get("/v1/status", dependencies=auth)
+    async def status() -> dict:
+        return job.status_view(master.clock())
+
+    @app.get("/v1/summary", dependencies=auth)
+    async def summary() -> dict:
+        return job.summary(master.clock())
+
+    @app.post("/v1/shutdown", dependencies=auth)
+    async def shutdown() -> dict:
+        master.shutdown_requested.set()
+        return {"ok": True}
+
+    return app

@@ -1,0 +1,280 @@
+"""Dynamic data sharding: the task queue of the master, as a pure state machine.
+
+A *task* is a range of rows of one Parquet shard in one epoch. Tasks move
+todo -> held (by one trainer, in the order handed out) -> done. A trainer
+consumes its held tasks strictly in order, so its whole data position is one
+``Cursor`` (task id, rows consumed of that task): every held task before the
+cursor's task is fully consumed, every one after is untouched.
+
+Exactly-once rests on that: given a trainer's cursor at a committed step, the
+queue can mark what it consumed as done and return exactly the rest, splitting
+a partly consumed task into a *remainder* task. No clock is needed here.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+from edl.errors import TaskFailedError
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One Parquet file of the data set."""
+
+    name: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class Task:
+    """Rows ``[start, end)`` of ``shard`` for ``epoch``."""
+
+    id: int
+    epoch: int
+    shard: str
+    start: int
+    end: int
+    failures: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def describe(self) -> str:
+        return f"task {self.id} (shard {self.shard} rows {self.start}-{self.end}, epoch {self.epoch})"
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A trainer's data position: ``offset`` rows of task ``task_id`` consumed."""
+
+    task_id: int
+    offset: int
+
+
+class Next(Enum):
+    """What ``next_task`` answers besides a task."""
+
+    WAIT = "wait"  # nothing to hand out now; held tasks may still come back
+    FINISHED = "finished"  # every epoch is done
+
+
+@dataclass
+class _Held:
+    """Tasks one trainer holds, in the order it consumes them, and its progress."""
+
+    tasks: list[Task] = field(default_factory=list)
+    offset: int = 0  # rows consumed of tasks[0]
+    last_request: str | None = None
+    last_answer: list[Task] = field(default_factory=list)
+
+
+class TaskQueue:
+    """todo / held / done accounting for all epochs of one job."""
+
+    def __init__(
+        self,
+        shards: list[Shard],
+        epochs: int,
+        rows_per_task: int,
+        max_task_failures: int = 3,
+        seed: int = 0,
+    ) -> None:
+        if rows_per_task <= 0:
+            raise ValueError("rows_per_task must be positive")
+        self.shards = list(shards)
+        self.epochs = epochs
+        self.rows_per_task = rows_per_task
+        self.max_task_failures = max_task_failures
+        self.seed = seed
+        self.todo: deque[Task] = deque()
+        self.held: dict[str, _Held] = {}
+        self.done_rows: dict[int, int] = {e: 0 for e in range(epochs)}
+        self.materialized_epochs = 0
+        self.next_id = 0
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def rows_per_epoch(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+    def epoch_done(self, epoch: int) -> bool:
+        return self.done_rows.get(epoch, 0) >= self.rows_per_epoch
+
+    @property
+    def epochs_completed(self) -> int:
+        n = 0
+        while n < self.epochs and self.epoch_done(n):
+            n += 1
+        return n
+
+    @property
+    def finished(self) -> bool:
+        return self.epochs_completed == self.epochs
+
+    @property
+    def current_epoch(self) -> int:
+        """The oldest epoch that is not done yet (``epochs`` once finished)."""
+        return self.epochs_completed
+
+    def held_by(self, trainer: str) -> list[Task]:
+        h = self.held.get(trainer)
+        return list(h.tasks) if h else []
+
+    # -------------------------------------------------------------- transitions
+    def _materialize(self, epoch: int) -> None:
+        tasks: list[Task] = []
+        for shard in self.shards:
+            for start in range(0, shard.rows, self.rows_per_task):
+                end = min(start + self.rows_per_task, shard.rows)
+                tasks.append(Task(self.next_id, epoch, shard.name, start, end))
+                self.next_id += 1
+        # Shuffle the order of tasks per epoch, reproducibly (one generator per epoch).
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(tasks)
+        self.todo.extend(tasks)
+        self.materialized_epochs = epoch + 1
+
+    def next_task(self, trainer: str, request_id: str | None = None) -> Task | Next:
+        """Hand the next task to ``trainer``.
+
+        ``request_id`` makes the call idempotent: a retried request (the answer was
+        lost on the wire) gets the same task again instead of a second one.
+        """
+        h = self.held.setdefault(trainer, _Held())
+        if request_id is not None and request_id == h.last_request:
+            return h.last_answer[0] if h.last_answer else Next.WAIT
+        if not self.todo and self.materialized_epochs < self.epochs:
+            self._materialize(self.materialized_epochs)
+        if not self.todo:
+            answer: Task | Next = Next.FINISHED if self.finished else Next.WAIT
+            h.last_request, h.last_answer = request_id, []
+            return answer
+        task = self.todo.popleft()
+        h.tasks.append(task)
+        h.last_request, h.last_answer = request_id, [task]
+        return task
+
+    def _find(self, h: _Held, task_id: int) -> int:
+        for i, t in enumerate(h.tasks):
+            if t.id == task_id:
+                return i
+        return -1
+
+    def commit(self, trainer: str, cursor: Cursor | None) -> None:
+        """Record that ``trainer`` consumed everything before ``cursor`` (idempotent).
+
+        Cursors only move forward; an older or unknown cursor changes nothing.
+        """
+        h = self.held.get(trainer)
+        if h is None or cursor is None:
+            return
+        i = self._find(h, cursor.task_id)
+        if i < 0:
+            return
+        if i == 0 and cursor.offset <= h.offset:
+            return
+        # Tasks before the cursor's task are fully consumed.
+        for t in h.tasks[:i]:
+            self.done_rows[t.epoch] += t.size - (h.offset if t is h.tasks[0] else 0)
+        if i > 0:
+            h.offset = 0
+        cur = h.tasks[i]
+        self.done_rows[cur.epoch] += cursor.offset - h.offset
+        h.tasks = h.tasks[i:]
+        h.offset = cursor.offset
+        if h.offset >= cur.size:
+            h.tasks.pop(0)
+            h.offset = 0
+
+    def release(self, trainer: str, cursor: Cursor | None, failed: bool) -> None:
+        """``trainer`` leaves: commit up to ``cursor``, return the rest to the front of todo.
+
+        With ``failed`` the task in progress counts a failure; past the limit the
+        job fails with an error naming the shard.
+        """
+        self.commit(trainer, cursor)
+        h = self.held.pop(trainer, None)
+        if h is None:
+            return
+        returned: list[Task] = []
+        for i, t in enumerate(h.tasks):
+            start = t.start + (h.offset if i == 0 else 0)
+            in_progress = i == 0 and cursor is not None and cursor.task_id == t.id
+            failures = t.failures + (1 if failed and in_progress else 0)
+            if failures > self.max_task_failures:
+                raise TaskFailedError(
+                    f"{t.describe()} failed {failures} times (limit {self.max_task_failures}); "
+                    f"check shard {t.shard}"
+                )
+            if start == t.start and failures == t.failures:
+                returned.append(t)
+            else:
+                returned.append(Task(self.next_id, t.epoch, t.shard, start, t.end, failures))
+                self.next_id += 1
+        self.todo.extendleft(reversed(returned))
+
+    def fail_task(self, trainer: str, task_id: int, reason: str) -> None:
+        """A trainer could not process a task (e.g. unreadable rows): count it and return it."""
+        h = self.held.get(trainer)
+        if h is None:
+            return
+        i = self._find(h, task_id)
+        if i < 0:
+            return
+        t = h.tasks[i]
+        failures = t.failures + 1
+        if failures > self.max_task_failures:
+            raise TaskFailedError(f"{t.describe()} failed {failures} times: {reason}")
+        start = t.start + (h.offset if i == 0 else 0)
+        if i == 0:
+            h.offset = 0
+        del h.tasks[i]
+        self.todo.appendleft(Task(self.next_id, t.epoch, t.shard, start, t.end, failures))
+        self.next_id += 1
+
+    # ------------------------------------------------------------ persistence
+    def cut(self, cursors: dict[str, Cursor | None]) -> dict:
+        """The queue as it stands if every holder stopped at ``cursors``: a checkpoint's view.
+
+        Non-destructive. Holders not in ``cursors`` are treated as having consumed
+        only what they already committed.
+        """
+        probe = copy.deepcopy(self)
+        for trainer in list(probe.held):
+            probe.release(trainer, cursors.get(trainer), failed=False)
+        return probe.to_state()
+
+    def to_state(self) -> dict:
+        if any(h.tasks for h in self.held.values()):
+            raise ValueError("to_state() needs a queue with no held tasks; use cut()")
+        return {
+            "epochs": self.epochs,
+            "rows_per_task": self.rows_per_task,
+            "max_task_failures": self.max_task_failures,
+            "seed": self.seed,
+            "shards": [asdict(s) for s in self.shards],
+            "todo": [asdict(t) for t in self.todo],
+            "done_rows": {str(k): v for k, v in self.done_rows.items()},
+            "materialized_epochs": self.materialized_epochs,
+            "next_id": self.next_id,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> "TaskQueue":
+        q = cls(
+            [Shard(**s) for s in state["shards"]],
+            state["epochs"],
+            state["rows_per_task"],
+            state["max_task_failures"],
+            state["seed"],
+        )
+        q.todo = deque(Task(**t) for t in state["todo"])
+        q.done_rows = {int(k): v for k, v in state["done_rows"].items()}
+        q.materialized_epochs = state["materialized_epochs"]
+        q.next_id = state["next_id"]
+        return q

@@ -1,0 +1,78 @@
+"""The user's model definition: a module or a ``.py`` file given by ``--model-def``.
+
+Inspired by ElasticDL's model-zoo contract, made plain Python. The module defines:
+
+``model() -> paddle.nn.Layer``
+    Build the network. Called once per trainer, after ``paddle.seed``.
+``loss(outputs, labels) -> paddle.Tensor``
+    The mean loss of a batch.
+``optimizer(parameters, learning_rate) -> paddle.optimizer.Optimizer``
+``collate(table: pyarrow.Table) -> (inputs, labels)``
+    Turn a batch of records into numpy arrays (``inputs`` may be a tuple of arrays).
+``metrics(outputs, labels) -> dict[str, float]`` (optional)
+    Held-out metrics; the default reports ``loss`` and, when the outputs are
+    class scores, ``accuracy``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from edl.errors import UserError
+
+REQUIRED = ("model", "loss", "optimizer", "collate")
+
+
+@dataclass(frozen=True)
+class ModelDef:
+    name: str
+    module: ModuleType
+    model: Callable[[], Any]
+    loss: Callable[[Any, Any], Any]
+    optimizer: Callable[[Any, float], Any]
+    collate: Callable[[Any], tuple[Any, Any]]
+    metrics: Callable[[Any, Any], dict] | None
+
+
+def _import(spec: str) -> ModuleType:
+    if spec.endswith(".py") or "/" in spec:
+        path = Path(spec)
+        if not path.is_file():
+            raise UserError(f"--model-def {spec!r}: no such file")
+        name = f"edl_user_model_{abs(hash(str(path.resolve())))}"
+        mspec = importlib.util.spec_from_file_location(name, path)
+        if mspec is None or mspec.loader is None:
+            raise UserError(f"--model-def {spec!r}: cannot be loaded as Python")
+        module = importlib.util.module_from_spec(mspec)
+        sys.modules[name] = module
+        mspec.loader.exec_module(module)
+        return module
+    return importlib.import_module(spec)
+
+
+def load_model_def(spec: str) -> ModelDef:
+    """Import and check a model definition; any problem is a one-line ``UserError``."""
+    try:
+        module = _import(spec)
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's import can raise anything
+        raise UserError(f"--model-def {spec!r} cannot be imported: {type(e).__name__}: {e}") from e
+    missing = [f for f in REQUIRED if not callable(getattr(module, f, None))]
+    if missing:
+        raise UserError(f"--model-def {spec!r} does not define {', '.join(missing)} (see `edl train --help`)")
+    return ModelDef(
+        name=spec,
+        module=module,
+        model=module.model,
+        loss=module.loss,
+        optimizer=module.optimizer,
+        collate=module.collate,
+        metrics=getattr(module, "metrics", None),
+    )

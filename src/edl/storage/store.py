@@ -1,0 +1,291 @@
+"""Object stores behind one small interface: ``file://`` (and plain paths) and ``s3://``.
+
+S3 goes through the ``minio`` client, configured the way MinIO's and KFP's own
+tooling are: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``
+(and optionally ``AWS_REGION``) from the environment, never from arguments.
+Transient failures are retried with backoff by ``tenacity``; what is left over
+surfaces as ``StorageError``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from pathlib import Path
+from urllib.parse import urlparse
+
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
+
+from edl.errors import StorageError, UserError
+
+SCHEMES = ("file", "s3")
+
+
+class ObjectStore(ABC):
+    """Keys are '/'-separated paths relative to the store's root URI."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri.rstrip("/")
+
+    def child(self, key: str) -> str:
+        return f"{self.uri}/{key.lstrip('/')}"
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def get(self, key: str) -> bytes: ...
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Every key under ``prefix``, recursively, sorted."""
+
+    @abstractmethod
+    def delete(self, keys: list[str]) -> None: ...
+
+    @abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def check(self) -> None:
+        """Raise ``StorageError`` (or ``UserError``) if the store cannot be used."""
+
+    def put_file(self, key: str, path: Path) -> None:
+        self.put(key, path.read_bytes())
+
+    def get_to_file(self, key: str, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self.get(key))
+
+
+class FileStore(ObjectStore):
+    def __init__(self, uri: str, root: Path) -> None:
+        super().__init__(uri)
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        return self.root / key
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write-then-rename so that a reader never sees half a file.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError as e:
+            raise StorageError(f"{self.child(key)} does not exist") from e
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        if not base.exists():
+            return []
+        if base.is_file():
+            return [prefix]
+        return sorted(
+            str(p.relative_to(self.root)).replace(os.sep, "/")
+            for p in base.rglob("*")
+            if p.is_file() and not p.name.startswith(".tmp-")
+        )
+
+    def delete(self, keys: list[str]) -> None:
+        for k in keys:
+            self._path(k).unlink(missing_ok=True)
+        # Remove directories left empty.
+        for k in keys:
+            parent = self._path(k).parent
+            while parent != self.root and parent.exists() and not any(parent.iterdir()):
+                parent.rmdir()
+                parent = parent.parent
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).exists()
+
+    def check(self) -> None:
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(f"{self.uri} is a file, not a directory")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create {self.uri}: {e.strerror}") from e
+        if not os.access(self.root, os.W_OK):
+            raise UserError(f"{self.uri} is not writable")
+
+    def local_dir(self) -> Path:
+        return self.root
+
+
+def _transient(fn):
+    """Retry transient storage failures with exponential backoff (bounded)."""
+    return retry(
+        retry=retry_if_exception_type(StorageError),
+        wait=wait_exponential(multiplier=0.2, max=5),
+        stop=stop_after_delay(float(os.environ.get("EDL_STORAGE_RETRY_S", "60"))) | stop_after_attempt(50),
+        reraise=True,
+    )(fn)
+
+
+class S3Store(ObjectStore):
+    def __init__(self, uri: str, bucket: str, prefix: str) -> None:
+        super().__init__(uri)
+        import urllib3
+        from minio import Minio
+
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+        if not endpoint:
+            raise UserError(f"{uri}: set AWS_ENDPOINT_URL to the S3/MinIO endpoint (e.g. http://minio:9000)")
+        parsed = urlparse(endpoint)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise UserError(f"AWS_ENDPOINT_URL {endpoint!r} must look like http://host:port")
+        access = os.environ.get("AWS_ACCESS_KEY_ID")
+        secret = os.environ.get("AWS_SECRET_ACCESS_KEY")
+        if not access or not secret:
+            raise UserError(f"{uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        self.endpoint = endpoint
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        # No retries inside urllib3: tenacity owns retrying, so the policy lives in one place.
+        http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=3.0, read=30.0), retries=False, maxsize=8
+        )
+        self.client = Minio(
+            parsed.netloc,
+            access_key=access,
+            secret_key=secret,
+            secure=parsed.scheme == "https",
+            region=os.environ.get("AWS_REGION", "us-east-1"),
+            http_client=http,
+        )
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _call(self, what: str, fn):
+        from minio.error import S3Error
+
+        try:
+            return fn()
+        except S3Error as e:
+            if e.code in ("NoSuchKey", "NoSuchBucket"):
+                raise FileNotFoundError(what) from e
+            if e.code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                raise UserError(f"S3 refused {what}: {e.code} (check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)") from e
+            raise StorageError(f"S3 error on {what}: {e.code}") from e
+        except (OSError, Exception) as e:  # urllib3 connection errors and friends
+            if isinstance(e, (UserError, FileNotFoundError)):
+                raise
+            raise StorageError(f"cannot reach S3 endpoint {self.endpoint} for {what}: {type(e).__name__}") from e
+
+    @_transient
+    def put(self, key: str, data: bytes) -> None:
+        self._call(
+            self.child(key),
+            lambda: self.client.put_object(self.bucket, self._key(key), io.BytesIO(data), len(data)),
+        )
+
+    @_transient
+    def _get(self, key: str) -> bytes:
+        def fetch() -> bytes:
+            resp = self.client.get_object(self.bucket, self._key(key))
+            try:
+                return resp.read()
+            finally:
+                resp.close()
+                resp.release_conn()
+
+        return self._call(self.child(key), fetch)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._get(key)
+        except FileNotFoundError as e:
+            raise StorageError(f"{self.child(key)} does not exist") from e
+
+    @_transient
+    def list(self, prefix: str = "") -> list[str]:
+        full = self._key(prefix)
+        cut = len(self.prefix) + 1 if self.prefix else 0
+
+        def run() -> list[str]:
+            try:
+                objs = self.client.list_objects(self.bucket, prefix=full, recursive=True)
+                return sorted(o.object_name[cut:] for o in objs)
+            except Exception as e:  # noqa: BLE001 - mapped below
+                if getattr(e, "code", None) == "NoSuchBucket":
+                    return []
+                raise
+
+        return self._call(f"listing {self.child(prefix)}", run)
+
+    @_transient
+    def delete(self, keys: list[str]) -> None:
+        for k in keys:
+            self._call(self.child(k), lambda k=k: self.client.remove_object(self.bucket, self._key(k)))
+
+    @_transient
+    def exists(self, key: str) -> bool:
+        try:
+            self._call(self.child(key), lambda: self.client.stat_object(self.bucket, self._key(key)))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def check(self) -> None:
+        """Reach the endpoint once (a few quick retries), create the bucket if missing."""
+
+        @retry(
+            retry=retry_if_exception_type(StorageError),
+            wait=wait_exponential(multiplier=0.2, max=1),
+            stop=stop_after_attempt(3),
+            reraise=True,
+        )
+        def probe() -> None:
+            if not self._call(f"bucket {self.bucket}", lambda: self.client.bucket_exists(self.bucket)):
+                self._call(f"bucket {self.bucket}", lambda: self.client.make_bucket(self.bucket))
+
+        probe()
+
+
+def open_store(uri: str, what: str = "URI") -> ObjectStore:
+    """Open the store for ``uri``; a bad URI is a ``UserError`` naming ``what``."""
+    if not uri:
+        raise UserError(f"{what} is empty")
+    parsed = urlparse(uri)
+    scheme = parsed.scheme
+    if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
+        path = Path(uri).expanduser().resolve()
+        return FileStore(path.as_uri(), path)
+    if scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise UserError(f"{what} {uri!r}: file URIs take an absolute path, e.g. file:///data/x")
+        path = Path(parsed.path)
+        return FileStore(f"file://{parsed.path.rstrip('/')}", path)
+    if scheme == "s3":
+        if not parsed.netloc:
+            raise UserError(f"{what} {uri!r} names no bucket (s3://BUCKET/prefix)")
+        return S3Store(uri, parsed.netloc, parsed.path)
+    raise UserError(f"{what} {uri!r} has unknown URI scheme {scheme!r}; use one of: file://, s3://, or a path")
+
+
+def local_copy(store: ObjectStore, key_prefix: str, dest: Path) -> Path:
+    """Materialise ``key_prefix`` of ``store`` under ``dest`` (a no-op for local files)."""
+    if isinstance(store, FileStore):
+        return store.root / key_prefix
+    target = dest / key_prefix
+    if target.exists():
+        shutil.rmtree(target)
+    for key in store.list(key_prefix):
+        store.get_to_file(key, dest / key)
+    return target

@@ -1,0 +1,112 @@
+"""Process groups for one generation: the only module that touches ``paddle.base.core``.
+
+Paddle's public ``init_parallel_env`` cannot be called twice in a process, but a
+process group built directly on a fresh ``TCPStore`` can be created and dropped
+at will. That is what lets survivors re-form the group in-process when the
+membership changes. Gloo serves CPUs; NCCL serves GPUs through the same calls
+(the NCCL branch needs a CUDA build of Paddle; it is untested on this CPU-only
+machine).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import time
+from itertools import count
+
+import paddle
+
+from edl.errors import CollectiveError
+
+_group_ids = count(1)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free now, for this trainer's TCPStore if it becomes rank 0."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _wait_listening(host: str, port: int, deadline: float) -> None:
+    # Paddle's TCPStore client retries every 3 s when the server is not up yet;
+    # probing the port ourselves keeps the rendezvous in the tens of milliseconds.
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.01)
+    raise CollectiveError(f"rendezvous {host}:{port} did not come up")
+
+
+class Group:
+    """One generation's collective: all-reduce (sum), broadcast, and a small key-value store."""
+
+    def __init__(self, host: str, port: int, rank: int, world: int, backend: str = "gloo", timeout_s: int = 20) -> None:
+        self.rank, self.world, self.backend = rank, world, backend
+        self._pg = None
+        self._store = None
+        if world == 1:
+            return
+        from paddle.base import core
+
+        os.environ["PADDLE_TRAINER_ID"] = str(rank)  # read by the C++ side
+        os.environ["PADDLE_TRAINERS_NUM"] = str(world)
+        deadline = time.monotonic() + timeout_s
+        try:
+            if rank != 0:
+                _wait_listening(host, port, deadline)
+            self._store = core.TCPStore(host, port, rank == 0, world, timeout_s)
+            gid = next(_group_ids)
+            if backend == "gloo":
+                self._pg = core.ProcessGroupGloo.create(self._store, rank, world, gid)
+            elif backend == "nccl":
+                self._pg = core.ProcessGroupNCCL.create(self._store, rank, world, gid, timeout_s * 1000, 0, None)
+            else:
+                raise ValueError(f"unknown collective backend {backend!r}")
+        except CollectiveError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Paddle raises RuntimeError/OSError subclasses
+            self.close()
+            raise CollectiveError(f"forming group at {host}:{port} failed: {e}") from e
+
+    def all_reduce_sum(self, t: paddle.Tensor) -> None:
+        if self._pg is None:
+            return
+        from paddle.base import core
+
+        try:
+            self._pg.all_reduce(t, core.ReduceOp.SUM, True)
+        except Exception as e:  # noqa: BLE001
+            self.close()  # closing our sockets makes peers blocked on us fail fast too
+            raise CollectiveError(f"all-reduce failed: {str(e).splitlines()[0][:200]}") from e
+
+    def broadcast(self, t: paddle.Tensor, src: int = 0) -> None:
+        if self._pg is None:
+            return
+        try:
+            self._pg.broadcast(t, src, True)
+        except Exception as e:  # noqa: BLE001
+            self.close()
+            raise CollectiveError(f"broadcast failed: {str(e).splitlines()[0][:200]}") from e
+
+    def put(self, key: str, value: bytes) -> None:
+        if self._store is not None:
+            self._store.set(key, value)
+
+    def get(self, key: str) -> bytes:
+        if self._store is None:
+            raise KeyError(key)
+        try:
+            return bytes(self._store.get(key))
+        except Exception as e:  # noqa: BLE001
+            self.close()
+            raise CollectiveError(f"store get {key!r} failed: {e}") from e
+
+    def close(self) -> None:
+        self._pg = None
+        self._store = None
+        gc.collect()

@@ -1,0 +1,438 @@
+"""``edl trainer``: one elastic PaddlePaddle data-parallel worker.
+
+The loop, per generation: get the assignment from the master, form the
+collective in-process, take model state from rank 0 (its replica, the
+checkpoint, or a fresh seeded init), then step. Each step's all-reduce carries
+the gradients *and* one slot per rank with its data cursor, sample count, loss
+sum and two flags (stop, finished). So every rank that completes a step knows
+every rank's position at that step, and all ranks agree, through the collective
+itself, on the step at which a generation ends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import paddle
+
+from edl.data.dataset import Dataset
+from edl.errors import CollectiveError, EdlError, UserError
+from edl.master.job import JobSpec
+from edl.master.tasks import Cursor, Task
+from edl.modeldef import ModelDef, load_model_def
+from edl.storage.checkpoint import AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays, encode_arrays
+from edl.storage.store import open_store
+from edl.trainer import state as mstate
+from edl.trainer.audit import AuditLog
+from edl.trainer.client import MasterClient
+from edl.trainer.collective import Group, free_port
+from edl.trainer.data import TaskBuffer, read_slices
+
+log = logging.getLogger("edl.trainer")
+
+SLOT = 8  # task_hi, task_lo, off_hi, off_lo, count, loss_sum, stop, finished
+_BASE = float(1 << 20)
+
+EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_EXCLUDED = 0, 1, 2, 3
+
+
+def _split(v: int) -> tuple[float, float]:
+    return float(v // (1 << 20)), float(v % (1 << 20))
+
+
+def encode_slot(cursor: Cursor | None, count: int, loss_sum: float, stop: bool, finished: bool) -> list[float]:
+    tid = 0 if cursor is None else cursor.task_id + 1
+    off = 0 if cursor is None else cursor.offset
+    return [*_split(tid), *_split(off), float(count), loss_sum, float(stop), float(finished)]
+
+
+def decode_cursor(slot: np.ndarray) -> Cursor | None:
+    tid = int(round(slot[0] * _BASE + slot[1]))
+    if tid == 0:
+        return None
+    return Cursor(tid - 1, int(round(slot[2] * _BASE + slot[3])))
+
+
+@dataclass
+class Control:
+    """What the heartbeat thread learned, read by the training loop at step boundaries."""
+
+    stop_generation: int = -1  # stop at the next boundary if in this generation
+    master_uid: str | None = None
+    master_changed: bool = False
+    job_done: bool = False
+
+
+class Trainer:
+    def __init__(self, trainer_id: str, master: str, token: str, host: str, audit_dir: Path | None,
+                 backend: str = "gloo") -> None:
+        self.id = trainer_id
+        self.master_addr = master
+        self.token = token
+        self.host = host
+        self.backend = backend
+        self.client = MasterClient(master, token)
+        spec = self.client.call("GET", "/v1/spec")
+        self.spec = JobSpec(**spec)
+        self.md: ModelDef = load_model_def(self.spec.model_def)
+        self._build()
+        self.dataset = Dataset(self.spec.data)
+        self.ckpts = CheckpointStore(open_store(self.spec.checkpoint_uri, "--checkpoint-uri"), self.spec.keep_checkpoints)
+        self.buffer = TaskBuffer()
+        self.ctl = Control()
+        self.ctl_lock = threading.Lock()
+        self.generation = 0
+        self.step = 0
+        self.safe_cursor: Cursor | None = None
+        self.finished_tasks = False
+        self.store_port = free_port(host)
+        self.audit = AuditLog(audit_dir / f"{trainer_id}.jsonl") if (self.spec.audit and audit_dir) else None
+        self.sample_input: np.ndarray | None = None
+        self.writer: AsyncCheckpointWriter | None = None
+        self._last_ckpt = time.monotonic()
+        self._alive = True
+
+    # ------------------------------------------------------------ model state
+    def _build(self) -> None:
+        paddle.seed(self.spec.seed)
+        np.random.seed(self.spec.seed)
+        self.model = self.md.model()
+        self.opt = self.md.optimizer(self.model.parameters(), self.spec.learning_rate)
+        self.params = [p for p in self.model.parameters() if not p.stop_gradient]
+        self.dirty = False
+
+    # ------------------------------------------------------------ background
+    def _heartbeat_loop(self) -> None:
+        client = MasterClient(self.master_addr, self.token, timeout_s=10)
+        while self._alive:
+            body = {"generation": self.generation, "step": self.step, "wait_s": 1.0,
+                    "safe_cursor": None if self.safe_cursor is None else [self.safe_cursor.task_id, self.safe_cursor.offset]}
+            try:
+                r = client.try_call("POST", f"/v1/trainers/{self.id}/heartbeat", json=body)
+            except EdlError:
+                r = None
+            if r is None:
+                time.sleep(0.2)
+                continue
+            with self.ctl_lock:
+                if self.ctl.master_uid is not None and r["master_uid"] != self.ctl.master_uid:
+                    self.ctl.master_changed = True
+                if r.get("stop"):
+                    self.ctl.stop_generation = r["generation"]
+                if r.get("job_status") != "running":
+                    self.ctl.job_done = True
+            if not r.get("known"):
+                time.sleep(0.1)
+        client.close()
+
+    def _prefetch_loop(self) -> None:
+        client = MasterClient(self.master_addr, self.token, timeout_s=10)
+        request_id = uuid.uuid4().hex
+        while self._alive:
+            if self.finished_tasks or self.buffer.remaining() >= 2 * self.spec.batch_size or self.generation == 0:
+                time.sleep(0.01)
+                continue
+            body = {"request_id": request_id,
+                    "safe_cursor": None if self.safe_cursor is None else [self.safe_cursor.task_id, self.safe_cursor.offset]}
+            try:
+                r = client.try_call("POST", f"/v1/trainers/{self.id}/task", json=body)
+            except EdlError:
+                r = None
+            if r is None:
+                time.sleep(0.2)
+                continue  # same request id: a lost answer is handed out again, not twice
+            request_id = uuid.uuid4().hex
+            if r["status"] == "task":
+                self.buffer.add(Task(**r["task"]))
+            elif r["status"] == "finished":
+                self.finished_tasks = True
+            else:
+                time.sleep(0.05)
+        client.close()
+
+    # ------------------------------------------------------------ main loop
+    def run(self) -> int:
+        r = self.client.call("POST", f"/v1/trainers/{self.id}/register",
+                             json={"pid": os.getpid(), "host": self.host, "store_port": self.store_port})
+        self.ctl.master_uid = r["master_uid"]
+        log.info("trainer %s registered with master %s", self.id, self.master_addr)
+        threading.Thread(target=self._heartbeat_loop, name="edl-heartbeat", daemon=True).start()
+        threading.Thread(target=self._prefetch_loop, name="edl-prefetch", daemon=True).start()
+        try:
+            while True:
+                a = self.client.call("GET", f"/v1/trainers/{self.id}/assignment",
+                                     params={"after": self.generation, "wait_s": 10.0})
+                status = a["status"]
+                if status == "wait":
+                    continue
+                if status == "finished":
+                    return EXIT_OK if a.get("job_status") == "succeeded" else EXIT_FAILED
+                if status == "left":
+                    log.info("trainer %s drained; leaving", self.id)
+                    return EXIT_OK
+                if status == "failed":
+                    log.warning("trainer %s was dropped from the job", self.id)
+                    return EXIT_EXCLUDED
+                if status == "unknown":
+                    self._reregister()
+                    continue
+                done = self._run_generation(a)
+                if done:
+                    return EXIT_OK
+        finally:
+            self._alive = False
+            if self.writer is not None:
+                self.writer.flush(60)
+
+    def _reregister(self) -> None:
+        """The master restarted and lost us: join it afresh."""
+        self.store_port = free_port(self.host)
+        self.generation = 0
+        self.buffer.clear()
+        self.finished_tasks = False
+        r = self.client.call("POST", f"/v1/trainers/{self.id}/register",
+                             json={"pid": os.getpid(), "host": self.host, "store_port": self.store_port})
+        with self.ctl_lock:
+            self.ctl = Control(master_uid=r["master_uid"])
+        log.info("trainer %s re-registered with restarted master", self.id)
+
+    def _run_generation(self, a: dict) -> bool:
+        gen, rank, world = a["generation"], a["rank"], a["world_size"]
+        members: list[str] = a["members"]
+        key = (int(a["master_uid"]), gen)
+        source = a["source"]
+        if source == "peer":
+            cursor = None if a["cursor"] is None else Cursor(*a["cursor"])
+            self.buffer.reposition(cursor, [Task(**t) for t in a["held"]], a["held_offset"])
+        else:
+            self.buffer.clear()
+            self.finished_tasks = False
+        self.generation = gen
+        host, port = a["rendezvous"]
+        try:
+            group = Group(host, port, rank, world, self.backend)
+            if source == "init" and self.dirty:
+                self._build()
+            if source == "checkpoint" and rank == 0:
+                self.step = self._load_checkpoint(a["checkpoint_uri"])
+            elif source != "peer":
+                self.step = a["base_step"]
+            self.step, _ = mstate.broadcast_state(group, self.model, self.opt, self.step if rank == 0 else a["base_step"])
+        except CollectiveError as e:
+            log.warning("trainer %s: generation %d did not form: %s", self.id, gen, e)
+            self._report(gen, self.step, {}, failed=True)
+            return False
+        if self.audit:
+            self.audit.generation(key, self.step)
+        log.info("trainer %s: generation %d, rank %d of %d, step %d", self.id, gen, rank, world, self.step)
+        if self.writer is None and rank == 0:
+            self.writer = AsyncCheckpointWriter(self.ckpts, on_error=lambda m: log.warning("%s", m))
+        cursors: dict[str, Cursor | None] = {m: None for m in members}
+        if a["cursor"] is not None:
+            cursors[self.id] = Cursor(*a["cursor"])
+        first = True
+        prev_own = self.buffer.cursor
+        while True:
+            with self.ctl_lock:
+                stop = self.ctl.stop_generation == gen or self.ctl.master_changed or self.ctl.job_done
+            n_rows = self.spec.batch_size
+            slices = self.buffer.take(n_rows)
+            finished = not slices and self.finished_tasks and self.buffer.remaining() == 0
+            count, loss_sum = 0, 0.0
+            if slices:
+                try:
+                    table = read_slices(self.dataset, slices)
+                    x, y = self.md.collate(table)
+                except UserError as e:
+                    # Unreadable rows: give the task back (counted) and leave; the job retries it.
+                    self.client.call("POST", f"/v1/trainers/{self.id}/task-failed",
+                                     json={"task_id": slices[0].task.id, "reason": str(e)})
+                    raise
+                count = len(y)
+                if self.sample_input is None:
+                    self.sample_input = x[:1]
+                if self.audit:
+                    recs: dict[int, list[int]] = {}
+                    for s in slices:
+                        ids = self.dataset.rows(s.task.shard, s.start, s.end).column("id").to_pylist()
+                        recs.setdefault(s.task.epoch, []).extend(ids)
+                    self.audit.step(key, self.step + 1, recs)
+                out = self.model(paddle.to_tensor(x))
+                loss = self.md.loss(out, paddle.to_tensor(y))
+                loss_sum = float(loss) * count
+                (loss * count).backward()
+            grads = [
+                (p.grad.reshape([-1]) if p.grad is not None else paddle.zeros([int(np.prod(p.shape))], p.dtype))
+                for p in self.params
+            ]
+            slots = np.zeros(world * SLOT, dtype=np.float32)
+            slots[rank * SLOT : (rank + 1) * SLOT] = encode_slot(self.buffer.cursor, count, loss_sum, stop, finished)
+            flat = paddle.concat(grads + [paddle.to_tensor(slots)])
+            try:
+                group.all_reduce_sum(flat)
+            except CollectiveError as e:
+                log.warning("trainer %s: step %d failed: %s", self.id, self.step + 1, e)
+                self._report(gen, self.step, cursors, failed=True)
+                return False
+            tail = flat[-world * SLOT :].numpy().reshape(world, SLOT)
+            total = float(tail[:, 4].sum())
+            total_loss = float(tail[:, 5].sum())
+            if total > 0:
+                if not math.isfinite(total_loss):
+                    msg = f"loss is {total_loss} at step {self.step + 1}; stopping the job"
+                    if rank == 0:
+                        self.client.call("POST", "/v1/fatal", json={"message": msg})
+                    raise SystemExit(EXIT_FAILED)
+                scaled = flat[: -world * SLOT] / total
+                off = 0
+                for p in self.params:
+                    n = int(np.prod(p.shape))
+                    g = scaled[off : off + n].reshape(p.shape)
+                    off += n
+                    if p.grad is None:
+                        p._set_grad_ivar(g)
+                    else:
+                        p.grad.set_value(g)
+                self.opt.step()
+                self.dirty = True
+            self.opt.clear_grad()
+            self.step += 1
+            # Cursors of every rank at this step; our own at the previous step is now safe
+            # to commit (any rank finishing step s implies every rank finished s-1).
+            self.safe_cursor = prev_own
+            cursors = {m: decode_cursor(tail[i]) for i, m in enumerate(members)}
+            prev_own = cursors[self.id]
+            if first and rank == 0:
+                first = False
+                self.client.try_call("POST", f"/v1/trainers/{self.id}/first-step", json={"generation": gen})
+            if total == 0:
+                time.sleep(0.02)  # nobody had data this step: don't spin
+            if rank == 0 and time.monotonic() - self._last_ckpt >= self.spec.checkpoint_interval_s:
+                self._checkpoint(gen, cursors)
+            if tail[:, 7].sum() >= world:
+                self.safe_cursor = prev_own
+                if rank == 0:
+                    self._finish(gen, cursors)
+                return True
+            if tail[:, 6].sum() > 0:
+                self._report(gen, self.step, cursors, failed=False)
+                return False
+
+    def _report(self, gen: int, step: int, cursors: dict[str, Cursor | None], failed: bool) -> None:
+        body = {"generation": gen, "step": step, "store_port": self.store_port, "failed": failed,
+                "cursors": {k: (None if c is None else [c.task_id, c.offset]) for k, c in cursors.items()}}
+        self.client.call("POST", f"/v1/trainers/{self.id}/sync", json=body)
+
+    # ------------------------------------------------------------ checkpoints
+    def _checkpoint(self, gen: int, cursors: dict[str, Cursor | None], wait: bool = False) -> None:
+        """Snapshot now (numpy copies); cut, serialise and upload on the writer thread."""
+        self._last_ckpt = time.monotonic()
+        params, opt_arrays, extra = mstate.snapshot(self.model, self.opt)
+        step = self.step
+        enc = {k: (None if c is None else [c.task_id, c.offset]) for k, c in cursors.items()}
+        client = MasterClient(self.master_addr, self.token, give_up_s=120)
+        committed: list[Checkpoint] = []
+
+        def build() -> dict[str, bytes]:
+            cut = client.call("POST", "/v1/checkpoints/cut", json={"generation": gen, "step": step, "cursors": enc})
+            if cut.get("status") == "stale":
+                raise RuntimeError("generation changed before the checkpoint was cut; skipped")
+            trainer_meta = {"step": step, "opt_extra": extra, "model_def": self.spec.model_def}
+            return {
+                "model.npz": encode_arrays(params),
+                "optimizer.npz": encode_arrays(opt_arrays),
+                "trainer.json": json.dumps(trainer_meta, default=str).encode(),
+                "master.json": json.dumps(cut).encode(),
+            }
+
+        def on_commit(ckpt: Checkpoint, seconds: float) -> None:
+            committed.append(ckpt)
+            client.call("POST", "/v1/checkpoints/committed",
+                        json={"generation": gen, "step": step, "uri": ckpt.uri, "write_s": seconds})
+            log.info("trainer %s: checkpoint at step %d committed in %.2f s", self.id, step, seconds)
+
+        assert self.writer is not None
+        self.writer.submit(WriteJob(step, build, {"generation": gen}, on_commit))
+        if wait:
+            self.writer.flush(300)
+
+    def _load_checkpoint(self, uri: str) -> int:
+        name = uri.rstrip("/").rsplit("/", 1)[-1]
+        ckpt, files = self.ckpts.read(name)
+        meta = json.loads(files["trainer.json"])
+        try:
+            mstate.restore(self.model, self.opt, decode_arrays(files["model.npz"]),
+                           decode_arrays(files["optimizer.npz"]), meta["opt_extra"])
+        except ValueError as e:
+            raise UserError(f"checkpoint {ckpt.uri} does not match --model-def {self.spec.model_def}: {e}") from e
+        log.info("trainer %s: loaded %s (step %d)", self.id, ckpt.uri, ckpt.step)
+        self.dirty = True
+        return ckpt.step
+
+    def _finish(self, gen: int, cursors: dict[str, Cursor | None]) -> None:
+        self._checkpoint(gen, cursors, wait=True)
+        final_uri = self._export()
+        metrics = self._evaluate()
+        self.client.call("POST", "/v1/finish",
+                         json={"step": self.step, "final_model_uri": final_uri, "metrics": metrics})
+        log.info("trainer %s: training finished at step %d; metrics %s", self.id, self.step, metrics)
+
+    def _export(self) -> str | None:
+        if self.sample_input is None:
+            return None
+        from paddle.static import InputSpec
+
+        store = self.ckpts.store
+        with tempfile.TemporaryDirectory() as tmp:
+            prefix = Path(tmp) / "inference"
+            self.model.eval()
+            spec = [InputSpec([None, *self.sample_input.shape[1:]], str(self.sample_input.dtype), "x")]
+            paddle.jit.save(self.model, str(prefix), input_spec=spec)
+            self.model.train()
+            for f in sorted(Path(tmp).iterdir()):
+                store.put(f"model/{f.name}", f.read_bytes())
+        return store.child("model")
+
+    def _evaluate(self) -> dict[str, float]:
+        if not self.spec.eval_data:
+            return {}
+        ds = Dataset(self.spec.eval_data, "--eval-data")
+        table = ds.read_all()
+        x, y = self.md.collate(table)
+        self.model.eval()
+        with paddle.no_grad():
+            outs = [self.model(paddle.to_tensor(x[i : i + 1024])) for i in range(0, len(x), 1024)]
+            out = paddle.concat(outs)
+            loss = float(self.md.loss(out, paddle.to_tensor(y)))
+        self.model.train()
+        if self.md.metrics is not None:
+            return {k: float(v) for k, v in self.md.metrics(out.numpy(), y).items()}
+        result = {"loss": loss}
+        o = out.numpy()
+        if o.ndim == 2 and y.ndim == 1 and np.issubdtype(y.dtype, np.integer):
+            result["accuracy"] = float((o.argmax(axis=1) == y).mean())
+        return result
+
+
+def run_trainer(trainer_id: str, master: str, token: str, audit_dir: str | None, backend: str) -> int:
+    host = os.environ.get("EDL_TRAINER_HOST") or socket.gethostbyname(socket.gethostname())
+    if master.startswith(("127.", "localhost", "http://127.", "http://localhost")):
+        host = "127.0.0.1"
+    try:
+        trainer = Trainer(trainer_id, master, token, host, Path(audit_dir) if audit_dir else None, backend)
+    except UserError as e:
+        # Tell the master so the job fails with the reason, not just an exit code.
+        MasterClient(master, token, give_up_s=10).try_call("POST", "/v1/fatal", json={"message": str(e)})
+        raise
+    return trainer.run()

@@ -1,0 +1,1 @@
+"""Model definitions that ship with edl (see ``edl.modeldef`` for the contract)."""
