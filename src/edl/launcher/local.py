@@ -27,7 +27,7 @@ from edl.cluster.local import LocalProcesses, Proc
 from edl.master.job import JobSpec
 from edl.master.main import prepare_job
 from edl.trainer.audit import audit
-from edl.trainer.collective import free_port
+from edl.net import free_port
 
 
 def edl_home() -> Path:
@@ -207,8 +207,11 @@ class LocalLauncher:
         for _ in range(desired - len(live)):
             self._spawn_trainer()
         if len(live) > desired and st["phase"] == "running":
-            # Drain the youngest first: it has the least warmed-up state and cache.
-            victims = sorted(live, key=lambda t: self.trainers[t].started_at, reverse=True)[: len(live) - desired]
+            # Drain trainers that are not in a generation yet first, then the youngest:
+            # it has the least warmed-up state and cache.
+            states = {t["id"]: t["state"] for t in st["trainers"]}
+            victims = sorted(live, key=lambda t: (states.get(t) == "waiting", self.trainers[t].started_at),
+                             reverse=True)[: len(live) - desired]
             for tid in victims:
                 if self._post(f"/v1/trainers/{tid}/drain") is not None:
                     self.draining.add(tid)

@@ -14,20 +14,10 @@ import gc
 import os
 import socket
 import time
-from itertools import count
 
 import paddle
 
 from edl.errors import CollectiveError
-
-_group_ids = count(1)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free now, for this trainer's TCPStore if it becomes rank 0."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _wait_listening(host: str, port: int, deadline: float) -> None:
@@ -45,7 +35,8 @@ def _wait_listening(host: str, port: int, deadline: float) -> None:
 class Group:
     """One generation's collective: all-reduce (sum), broadcast, and a small key-value store."""
 
-    def __init__(self, host: str, port: int, rank: int, world: int, backend: str = "gloo", timeout_s: int = 20) -> None:
+    def __init__(self, host: str, port: int, rank: int, world: int, group_id: int, backend: str = "gloo",
+                 timeout_s: int = 10) -> None:
         self.rank, self.world, self.backend = rank, world, backend
         self._pg = None
         self._store = None
@@ -60,7 +51,7 @@ class Group:
             if rank != 0:
                 _wait_listening(host, port, deadline)
             self._store = core.TCPStore(host, port, rank == 0, world, timeout_s)
-            gid = next(_group_ids)
+            gid = group_id  # must be the same on every rank: derived from the generation
             if backend == "gloo":
                 self._pg = core.ProcessGroupGloo.create(self._store, rank, world, gid)
             elif backend == "nccl":

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,8 @@ from edl.storage.store import open_store
 from edl.trainer import state as mstate
 from edl.trainer.audit import AuditLog
 from edl.trainer.client import MasterClient
-from edl.trainer.collective import Group, free_port
+from edl.net import free_port
+from edl.trainer.collective import Group
 from edl.trainer.data import TaskBuffer, read_slices
 
 log = logging.getLogger("edl.trainer")
@@ -45,6 +47,8 @@ SLOT = 8  # task_hi, task_lo, off_hi, off_lo, count, loss_sum, stop, finished
 _BASE = float(1 << 20)
 
 EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_EXCLUDED = 0, 1, 2, 3
+COLLECTIVE_HANG_S = 15.0  # stuck this long while the master has moved on: give up
+COLLECTIVE_DEADLINE_S = float(os.environ.get("EDL_COLLECTIVE_DEADLINE_S", "300"))  # stuck this long: give up
 
 
 def _split(v: int) -> tuple[float, float]:
@@ -102,6 +106,7 @@ class Trainer:
         self.writer: AsyncCheckpointWriter | None = None
         self._last_ckpt = time.monotonic()
         self._alive = True
+        self._in_collective: float | None = None  # since when the main loop is inside a collective
 
     # ------------------------------------------------------------ model state
     def _build(self) -> None:
@@ -125,6 +130,14 @@ class Trainer:
             if r is None:
                 time.sleep(0.2)
                 continue
+            since = self._in_collective
+            stuck = time.monotonic() - since if since is not None else 0.0
+            if stuck > COLLECTIVE_DEADLINE_S or (stuck > COLLECTIVE_HANG_S and r["generation"] != self.generation):
+                # The master moved on while we are stuck in a collective that can no longer
+                # complete (a peer vanished mid-rendezvous). Exit; the launcher replaces us.
+                log.error("trainer %s stuck in generation %d for %.0f s; exiting", self.id, self.generation,
+                          time.monotonic() - since)
+                os._exit(EXIT_EXCLUDED)
             with self.ctl_lock:
                 if self.ctl.master_uid is not None and r["master_uid"] != self.ctl.master_uid:
                     self.ctl.master_changed = True
@@ -221,7 +234,9 @@ class Trainer:
         self.generation = gen
         host, port = a["rendezvous"]
         try:
-            group = Group(host, port, rank, world, self.backend)
+            group_id = zlib.crc32(f"{a['master_uid']}:{gen}".encode()) & 0x7FFFFFFF
+            self._in_collective = time.monotonic()
+            group = Group(host, port, rank, world, group_id, self.backend)
             if source == "init" and self.dirty:
                 self._build()
             if source == "checkpoint" and rank == 0:
@@ -279,12 +294,14 @@ class Trainer:
             slots = np.zeros(world * SLOT, dtype=np.float32)
             slots[rank * SLOT : (rank + 1) * SLOT] = encode_slot(self.buffer.cursor, count, loss_sum, stop, finished)
             flat = paddle.concat(grads + [paddle.to_tensor(slots)])
+            self._in_collective = time.monotonic()
             try:
                 group.all_reduce_sum(flat)
             except CollectiveError as e:
                 log.warning("trainer %s: step %d failed: %s", self.id, self.step + 1, e)
                 self._report(gen, self.step, cursors, failed=True)
                 return False
+            self._in_collective = None
             tail = flat[-world * SLOT :].numpy().reshape(world, SLOT)
             total = float(tail[:, 4].sum())
             total_loss = float(tail[:, 5].sum())
@@ -330,6 +347,8 @@ class Trainer:
                 return False
 
     def _report(self, gen: int, step: int, cursors: dict[str, Cursor | None], failed: bool) -> None:
+        self._in_collective = None
+        self.store_port = free_port(self.host)  # a fresh port per generation: the old store may linger
         body = {"generation": gen, "step": step, "store_port": self.store_port, "failed": failed,
                 "cursors": {k: (None if c is None else [c.task_id, c.offset]) for k, c in cursors.items()}}
         self.client.call("POST", f"/v1/trainers/{self.id}/sync", json=body)
