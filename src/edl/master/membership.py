@@ -269,7 +269,8 @@ class Membership:
                 return False
             if n >= min(cfg.desired, cfg.max_trainers):
                 return True
-            waited = now - (self.first_registration_at or now)
+            first = self.first_registration_at if self.first_registration_at is not None else now
+            waited = now - first
             return n >= cfg.min_trainers and waited >= cfg.start_grace_s
         if self.phase is Phase.SYNCING:
             for m in self.members():

@@ -40,32 +40,13 @@ from edl.trainer.client import MasterClient
 from edl.net import free_port
 from edl.trainer.collective import Group
 from edl.trainer.data import TaskBuffer, read_slices
+from edl.trainer.slots import COUNT, FINISHED, LOSS, SLOT, STOP, decode_cursor, encode_slot
 
 log = logging.getLogger("edl.trainer")
-
-SLOT = 8  # task_hi, task_lo, off_hi, off_lo, count, loss_sum, stop, finished
-_BASE = float(1 << 20)
 
 EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_EXCLUDED = 0, 1, 2, 3
 COLLECTIVE_HANG_S = 15.0  # stuck this long while the master has moved on: give up
 COLLECTIVE_DEADLINE_S = float(os.environ.get("EDL_COLLECTIVE_DEADLINE_S", "300"))  # stuck this long: give up
-
-
-def _split(v: int) -> tuple[float, float]:
-    return float(v // (1 << 20)), float(v % (1 << 20))
-
-
-def encode_slot(cursor: Cursor | None, count: int, loss_sum: float, stop: bool, finished: bool) -> list[float]:
-    tid = 0 if cursor is None else cursor.task_id + 1
-    off = 0 if cursor is None else cursor.offset
-    return [*_split(tid), *_split(off), float(count), loss_sum, float(stop), float(finished)]
-
-
-def decode_cursor(slot: np.ndarray) -> Cursor | None:
-    tid = int(round(slot[0] * _BASE + slot[1]))
-    if tid == 0:
-        return None
-    return Cursor(tid - 1, int(round(slot[2] * _BASE + slot[3])))
 
 
 @dataclass
@@ -303,8 +284,8 @@ class Trainer:
                 return False
             self._in_collective = None
             tail = flat[-world * SLOT :].numpy().reshape(world, SLOT)
-            total = float(tail[:, 4].sum())
-            total_loss = float(tail[:, 5].sum())
+            total = float(tail[:, COUNT].sum())
+            total_loss = float(tail[:, LOSS].sum())
             if total > 0:
                 if not math.isfinite(total_loss):
                     msg = f"loss is {total_loss} at step {self.step + 1}; stopping the job"
@@ -337,12 +318,12 @@ class Trainer:
                 time.sleep(0.02)  # nobody had data this step: don't spin
             if rank == 0 and time.monotonic() - self._last_ckpt >= self.spec.checkpoint_interval_s:
                 self._checkpoint(gen, cursors)
-            if tail[:, 7].sum() >= world:
+            if tail[:, FINISHED].sum() >= world:
                 self.safe_cursor = prev_own
                 if rank == 0:
                     self._finish(gen, cursors)
                 return True
-            if tail[:, 6].sum() > 0:
+            if tail[:, STOP].sum() > 0:
                 self._report(gen, self.step, cursors, failed=False)
                 return False
 

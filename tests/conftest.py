@@ -1,0 +1,122 @@
+"""Shared fixtures: an isolated EDL_HOME, prepared data sets, and a job runner that cleans up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def edl_home(tmp_path, monkeypatch):
+    home = tmp_path / "edl-home"
+    monkeypatch.setenv("EDL_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory) -> Path:
+    from edl.data.prepare import prepare_digits
+
+    out = tmp_path_factory.mktemp("digits")
+    prepare_digits(str(out))
+    return out
+
+
+def edl_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "edl", *args]
+
+
+def run_edl(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(edl_cmd(*args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+class RunningJob:
+    """``edl train`` in the background, with helpers to watch and disturb it."""
+
+    def __init__(self, name: str, args: list[str], home: Path, log: Path, env: dict | None = None) -> None:
+        self.name, self.args, self.home, self.log_path = name, args, home, log
+        self.env = {**os.environ, "EDL_HOME": str(home), **(env or {})}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "RunningJob":
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(edl_cmd("train", *self.args), stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=self.env, start_new_session=True)
+        return self
+
+    def info(self) -> dict:
+        return json.loads((self.home / "jobs" / self.name / "job.json").read_text())
+
+    def status(self) -> dict | None:
+        try:
+            info = self.info()
+            r = httpx.get(f"http://{info['address']}/v1/status",
+                          headers={"Authorization": f"Bearer {info['token']}"}, timeout=2)
+            return r.json() if r.status_code == 200 else None
+        except (OSError, ValueError, KeyError, httpx.HTTPError):
+            return None
+
+    def wait_for(self, predicate, timeout: float = 90, what: str = "condition") -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.status()
+            if st is not None and predicate(st):
+                return st
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"job ended (code {self.proc.returncode}) before {what}:\n{self.output()}")
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; last status {self.status()}\n{self.output()[-3000:]}")
+
+    def wait(self, timeout: float = 180) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"job did not finish in {timeout} s:\n{self.output()[-3000:]}")
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL the launcher and every process of the job."""
+        pids = []
+        try:
+            info = self.info()
+            pids = [info["master_pid"], *info["trainers"].values()]
+        except (OSError, ValueError, KeyError):
+            pass
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def job_runner(tmp_path, edl_home):
+    jobs: list[RunningJob] = []
+
+    def make(name: str, args: list[str], env: dict | None = None) -> RunningJob:
+        j = RunningJob(name, ["--job-name", name, *args], edl_home, tmp_path / f"{name}-{len(jobs)}.log", env)
+        jobs.append(j)
+        return j
+
+    yield make
+    for j in jobs:
+        j.kill()
