@@ -120,3 +120,54 @@ def job_runner(tmp_path, edl_home):
     yield make
     for j in jobs:
         j.kill()
+
+
+def _start_moto(port: int) -> subprocess.Popen:
+    import socket
+
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("moto server did not start")
+
+
+class S3Server:
+    """A real S3 endpoint on loopback (moto's server mode), restartable to simulate outages."""
+
+    def __init__(self) -> None:
+        from edl.net import free_port
+
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.proc = _start_moto(self.port)
+        self.env = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                    "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+    def start(self) -> None:
+        self.proc = _start_moto(self.port)
+
+    def client(self):
+        from minio import Minio
+
+        return Minio(f"127.0.0.1:{self.port}", access_key="testing", secret_key="testing", secure=False,
+                     region="us-east-1")
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    server = S3Server()
+    for k, v in server.env.items():
+        monkeypatch.setenv(k, v)
+    yield server
+    server.stop()

@@ -60,6 +60,8 @@ def _call(job: str, method: str, path: str, body: dict | None = None) -> dict:
         raise UserError(f"job {job!r} is not running (its master does not answer: {type(e).__name__})") from e
     if r.status_code == 400:
         raise UserError(r.json()["detail"])
+    if r.status_code == 401:
+        raise UserError(f"the master of job {job!r} refused our job token (401); is {job!r} the job you meant?")
     if r.status_code != 200:
         raise EdlError(f"master answered {r.status_code}: {r.text[:200]}")
     return r.json()

@@ -12,7 +12,7 @@ import uvicorn
 from edl.data.dataset import Dataset, resolve_split
 from edl.master.job import Job, JobSpec
 from edl.master.server import Master, build_app
-from edl.storage.checkpoint import CheckpointStore
+from edl.storage.checkpoint import FINAL, CheckpointStore
 from edl.storage.store import open_store
 
 log = logging.getLogger("edl.master")
@@ -64,6 +64,12 @@ def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
     spec, shards, ckpts = prepare_job(spec)
     state, uri = restore(ckpts)
     job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.time(), restored=state, restored_uri=uri)
+    if job.queue.finished:
+        # Every epoch was already trained: report the recorded outcome instead of training again.
+        final = json.loads(ckpts.store.get(FINAL)) if ckpts.store.exists(FINAL) else {}
+        job.finish(int(final.get("step", job.restore_step)), final.get("final_model_uri"), final.get("metrics", {}),
+                   time.time())
+        log.info("job %s was already complete at step %d", spec.job, job.final_step)
     master = Master(job, token)
     log.info(
         "master for job %s on %s:%d: %d shards, %d rows per epoch, %d epochs, trainers %d..%d (desired %d)",

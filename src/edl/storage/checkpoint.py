@@ -8,6 +8,7 @@ Layout under the checkpoint URI::
     ckpt-000000000120/master.json      the master's queue cut at the same step
     ckpt-000000000120/MANIFEST.json    written last: the commit point
     model/                             the final inference model (paddle.jit.save)
+    final.json                         the finished job's outcome (written after model/)
 
 A directory without a manifest is an uncommitted write and is never read; one
 whose checksums do not match is skipped with a warning. The newest valid one
@@ -36,6 +37,7 @@ log = logging.getLogger("edl.checkpoint")
 
 PREFIX = "ckpt-"
 MANIFEST = "MANIFEST.json"
+FINAL = "final.json"  # outcome of a finished job: step, final model URI, held-out metrics
 FORMAT = 1
 
 

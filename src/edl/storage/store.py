@@ -17,11 +17,15 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from urllib.parse import urlparse
 
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
+import logging
+
+from tenacity import before_sleep_log, retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from edl.errors import StorageError, UserError
 
 SCHEMES = ("file", "s3")
+
+log = logging.getLogger("edl.storage")
 
 
 class ObjectStore(ABC):
@@ -133,6 +137,7 @@ def _transient(fn):
         retry=retry_if_exception_type(StorageError),
         wait=wait_exponential(multiplier=0.2, max=5),
         stop=stop_after_delay(float(os.environ.get("EDL_STORAGE_RETRY_S", "60"))) | stop_after_attempt(50),
+        before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )(fn)
 

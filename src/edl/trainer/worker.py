@@ -32,7 +32,7 @@ from edl.errors import CollectiveError, EdlError, UserError
 from edl.master.job import JobSpec
 from edl.master.tasks import Cursor, Task
 from edl.modeldef import ModelDef, load_model_def
-from edl.storage.checkpoint import AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays, encode_arrays
+from edl.storage.checkpoint import FINAL, AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays, encode_arrays
 from edl.storage.store import open_store
 from edl.trainer import state as mstate
 from edl.trainer.audit import AuditLog
@@ -305,7 +305,8 @@ class Trainer:
                 self.opt.step()
                 self.dirty = True
             self.opt.clear_grad()
-            self.step += 1
+            if total > 0:
+                self.step += 1  # a round in which nobody had data leaves the model as it was
             # Cursors of every rank at this step; our own at the previous step is now safe
             # to commit (any rank finishing step s implies every rank finished s-1).
             self.safe_cursor = prev_own
@@ -384,6 +385,8 @@ class Trainer:
         self._checkpoint(gen, cursors, wait=True)
         final_uri = self._export()
         metrics = self._evaluate()
+        outcome = {"step": self.step, "final_model_uri": final_uri, "metrics": metrics}
+        self.ckpts.store.put(FINAL, json.dumps(outcome).encode())
         self.client.call("POST", "/v1/finish",
                          json={"step": self.step, "final_model_uri": final_uri, "metrics": metrics})
         log.info("trainer %s: training finished at step %d; metrics %s", self.id, self.step, metrics)

@@ -1,0 +1,129 @@
+"""Bad input: one clear line on stderr, a non-zero exit, no stack trace, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import run_edl
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def train(tmp_path, digits, *extra: str, env=None, **over):
+    args = {
+        "--model-def": "edl.zoo.digits", "--data": str(digits), "--epochs": "1", "--batch-size": "32",
+        "--min-trainers": "1", "--max-trainers": "2", "--trainers": "1",
+        "--checkpoint-uri": str(tmp_path / "ckpt"), "--job-name": "bad",
+    }
+    args.update(over)
+    argv = ["train"]
+    for k, v in args.items():
+        argv += [k, v]
+    return run_edl(*argv, *extra, env=env)
+
+
+def assert_one_line_error(r, *needles: str) -> None:
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("edl: error:")]
+    assert len(errors) == 1, r.stderr
+    for n in needles:
+        assert n in errors[0], errors[0]
+
+
+def assert_no_checkpoint(tmp_path) -> None:
+    ckpt = tmp_path / "ckpt"
+    assert not ckpt.exists() or not any(p.name == "MANIFEST.json" for p in ckpt.rglob("*"))
+
+
+def test_unimportable_model_definition(tmp_path, digits):
+    r = train(tmp_path, digits, **{"--model-def": "no_such_pkg.model"})
+    assert_one_line_error(r, "no_such_pkg.model", "cannot be imported")
+    assert_no_checkpoint(tmp_path)
+
+
+def test_model_definition_missing_functions(tmp_path, digits):
+    f = tmp_path / "m.py"
+    f.write_text("def model():\n    return None\n")
+    r = train(tmp_path, digits, **{"--model-def": str(f)})
+    assert_one_line_error(r, "does not define", "loss")
+
+
+def test_missing_data_set(tmp_path, digits):
+    r = train(tmp_path, digits, **{"--data": str(tmp_path / "nowhere")})
+    assert_one_line_error(r, "--data", "nowhere")
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_empty_data_set(tmp_path, digits):
+    (tmp_path / "empty").mkdir()
+    r = train(tmp_path, digits, **{"--data": str(tmp_path / "empty")})
+    assert_one_line_error(r, "no .parquet files")
+    t = pa.table({"id": pa.array([], pa.int64()), "label": pa.array([], pa.int64())})
+    pq.write_table(t, tmp_path / "empty" / "part-0.parquet")
+    r = train(tmp_path, digits, **{"--data": str(tmp_path / "empty")})
+    assert_one_line_error(r, "empty")
+
+
+def test_corrupt_parquet_shard(tmp_path, digits):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(digits / "train", data)
+    (data / "part-00001.parquet").write_bytes(b"PAR1 this is not parquet")
+    r = train(tmp_path, digits, **{"--data": str(data)})
+    assert_one_line_error(r, "corrupt Parquet shard", "part-00001.parquet")
+    assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.parametrize("over, needle", [
+    ({"--min-trainers": "3", "--max-trainers": "2"}, "--min-trainers 3 is greater than --max-trainers 2"),
+    ({"--trainers": "5"}, "--trainers 5 is outside"),
+    ({"--checkpoint-uri": "gs://bucket/x"}, "unknown URI scheme 'gs'"),
+    ({"--data": "ftp://host/x"}, "unknown URI scheme 'ftp'"),
+])
+def test_bad_flags(tmp_path, digits, over, needle):
+    r = train(tmp_path, digits, **over)
+    assert_one_line_error(r, needle)
+    assert r.returncode == 2
+
+
+def test_unreachable_s3_endpoint_at_start(tmp_path, digits):
+    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    r = train(tmp_path, digits, env=env, **{"--checkpoint-uri": "s3://bucket/ckpt"})
+    assert_one_line_error(r, "cannot reach S3 endpoint http://127.0.0.1:9")
+
+
+def test_nan_loss_stops_the_job_naming_the_step(tmp_path, digits):
+    f = tmp_path / "nan_model.py"
+    f.write_text(
+        "from edl.zoo.digits import model, optimizer, collate\n"
+        "from edl.zoo._classifier import loss as _loss\n"
+        "def loss(outputs, labels):\n"
+        "    return _loss(outputs, labels) * float('nan')\n"
+    )
+    r = train(tmp_path, digits, "--summary-out", str(tmp_path / "s.json"), **{"--model-def": str(f)})
+    assert_one_line_error(r, "loss is nan at step 1")
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["status"] == "failed" and "step 1" in s["error"]
+    assert_no_checkpoint(tmp_path)
+
+
+def test_wrong_token_is_refused(tmp_path, digits, job_runner, edl_home):
+    job = job_runner("tok", [
+        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", "200", "--batch-size", "16",
+        "--checkpoint-uri", str(tmp_path / "ck"),
+    ]).start()
+    job.wait_for(lambda s: s["world_size"] == 1, what="a running job")
+    path = edl_home / "jobs" / "tok" / "job.json"
+    info = json.loads(path.read_text())
+    info["token"] = "not-the-token"
+    path.write_text(json.dumps(info))
+    r = run_edl("scale", "tok", "--trainers", "2")
+    assert_one_line_error(r, "refused our job token (401)")
+    r = run_edl("status", "tok", "--json")
+    assert_one_line_error(r, "401")

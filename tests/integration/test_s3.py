@@ -1,0 +1,86 @@
+"""Checkpoints and data on a real S3 endpoint (moto's server on loopback), through the minio client."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+
+from edl.errors import StorageError
+from edl.storage.checkpoint import CheckpointStore
+from edl.storage.store import S3Store, open_store
+from tests.conftest import run_edl
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_s3_store_round_trip_and_corrupt_checkpoint_skipped(s3):
+    store = open_store("s3://ckpts/job-a", "--checkpoint-uri")
+    assert isinstance(store, S3Store)
+    store.check()  # creates the bucket
+    ck = CheckpointStore(store, keep=2)
+    for step in (5, 6, 7):
+        ck.write(step, {"x.json": json.dumps({"step": step}).encode()})
+    names = sorted({o.object_name.split("/")[1] for o in s3.client().list_objects("ckpts", "job-a/", recursive=True)})
+    assert names == ["ckpt-000000000006", "ckpt-000000000007"]
+    s3.client().put_object("ckpts", "job-a/ckpt-000000000007/x.json", io.BytesIO(b"tampered"), 8)
+    warned: list[str] = []
+    found = ck.latest(warn=warned.append)
+    assert found[0].step == 6 and "checksum mismatch" in warned[0]
+
+
+def test_training_with_s3_data_and_checkpoints(s3, digits, tmp_path):
+    r = run_edl("data", "prepare", "digits", "--out", "s3://data/digits")
+    assert r.returncode == 0, r.stderr
+    args = ["train", "--model-def", "edl.zoo.digits", "--data", "s3://data/digits", "--epochs", "3",
+            "--batch-size", "32", "--min-trainers", "1", "--max-trainers", "2", "--trainers", "2",
+            "--checkpoint-uri", "s3://ckpts/digits-job", "--checkpoint-interval", "0.5", "--job-name", "s3job",
+            "--audit", "--summary-out", str(tmp_path / "s.json")]
+    r = run_edl(*args, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+    assert s["final_model_uri"] == "s3://ckpts/digits-job/model"
+    keys = {o.object_name for o in s3.client().list_objects("ckpts", "digits-job/", recursive=True)}
+    assert any(k.endswith("MANIFEST.json") for k in keys)
+    assert any(k.startswith("digits-job/model/inference") for k in keys)
+    assert s["metrics"]["accuracy"] > 0.5
+    # Running the same command again resumes from the final checkpoint and has nothing left to do.
+    r = run_edl(*args, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s2 = json.loads((tmp_path / "s.json").read_text())
+    assert s2["resumed_from"].startswith("s3://ckpts/digits-job/ckpt-")
+
+
+def test_storage_outage_is_retried_while_training_continues(s3, digits, tmp_path, job_runner, monkeypatch):
+    job = job_runner("outage", [
+        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", "60", "--batch-size", "16",
+        "--trainers", "1", "--checkpoint-uri", "s3://ckpts/outage", "--checkpoint-interval", "0.5",
+        "--summary-out", str(tmp_path / "s.json"),
+    ], env=s3.env).start()
+    job.wait_for(lambda s: len(s["checkpoints"]) >= 1, what="a first checkpoint")
+    s3.stop()
+    st = job.wait_for(lambda s: True, what="status")
+    step_at_outage = st["step"]
+    n_ckpt = len(st["checkpoints"])
+    time.sleep(3)
+    during = job.status()
+    assert during["step"] > step_at_outage + 20  # training did not wait for storage
+    assert len(during["checkpoints"]) == n_ckpt
+    s3.start()
+    s3.client().make_bucket("ckpts")  # moto keeps nothing across restarts
+    job.wait_for(lambda s: len(s["checkpoints"]) > n_ckpt, what="checkpoints after the outage")
+    assert job.wait() == 0, job.output()
+    assert "cannot reach S3 endpoint" in (job.home / "jobs" / "outage" / "logs" / "outage-t1.log").read_text()
+
+
+def test_s3_errors_are_storage_errors(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("EDL_STORAGE_RETRY_S", "0.5")
+    store = open_store("s3://b/p")
+    with pytest.raises(StorageError, match="cannot reach S3 endpoint"):
+        store.check()
