@@ -360,6 +360,8 @@ class Job:
                     "source": g.source.value,
                     "base_step": g.base_step,
                     "pause_s": None if g.pause_s is None else round(g.pause_s, 3),
+                    "triggered_at": g.triggered_at,
+                    "first_step_at": g.first_step_at,
                     "rolled_back_steps": g.rolled_back_steps,
                 }
             )

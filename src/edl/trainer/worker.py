@@ -156,7 +156,19 @@ class Trainer:
         client.close()
 
     # ------------------------------------------------------------ main loop
+    def _warm_up(self) -> None:
+        """One forward/backward on real rows before registering, so that Paddle's first-call
+        costs (kernel selection, allocations) are not paid inside the generation change."""
+        shard = self.dataset.shards()[0]
+        table = self.dataset.rows(shard.name, 0, min(shard.rows, self.spec.batch_size))
+        x, y = self.md.collate(table)
+        self.sample_input = x[:1]
+        loss = self.md.loss(self.model(paddle.to_tensor(x)), paddle.to_tensor(y))
+        loss.backward()
+        self.opt.clear_grad()
+
     def run(self) -> int:
+        self._warm_up()
         r = self.client.call("POST", f"/v1/trainers/{self.id}/register",
                              json={"pid": os.getpid(), "host": self.host, "store_port": self.store_port})
         self.ctl.master_uid = r["master_uid"]
@@ -214,6 +226,7 @@ class Trainer:
             self.finished_tasks = False
         self.generation = gen
         host, port = a["rendezvous"]
+        t0 = time.monotonic()
         try:
             group_id = zlib.crc32(f"{a['master_uid']}:{gen}".encode()) & 0x7FFFFFFF
             self._in_collective = time.monotonic()
@@ -224,14 +237,17 @@ class Trainer:
                 self.step = self._load_checkpoint(a["checkpoint_uri"])
             elif source != "peer":
                 self.step = a["base_step"]
+            t1 = time.monotonic()
             self.step, _ = mstate.broadcast_state(group, self.model, self.opt, self.step if rank == 0 else a["base_step"])
+            t2 = time.monotonic()
         except CollectiveError as e:
             log.warning("trainer %s: generation %d did not form: %s", self.id, gen, e)
             self._report(gen, self.step, {}, failed=True)
             return False
         if self.audit:
             self.audit.generation(key, self.step)
-        log.info("trainer %s: generation %d, rank %d of %d, step %d", self.id, gen, rank, world, self.step)
+        log.info("trainer %s: generation %d, rank %d of %d, step %d (group formed in %.3f s, state in %.3f s)",
+                 self.id, gen, rank, world, self.step, t1 - t0, t2 - t1)
         if self.writer is None and rank == 0:
             self.writer = AsyncCheckpointWriter(self.ckpts, on_error=lambda m: log.warning("%s", m))
         cursors: dict[str, Cursor | None] = {m: None for m in members}
