@@ -59,12 +59,23 @@ def restore(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, params: dic
         opt.set_state_dict(state)
 
 
+def _broadcast_json(group: Group, obj: dict | None) -> dict:
+    """Rank 0's JSON to every rank, through the collective (length first, then bytes)."""
+    raw = json.dumps(obj).encode() if group.rank == 0 else b""
+    size = paddle.to_tensor(np.array([len(raw)], dtype=np.int64))
+    group.broadcast(size, 0)
+    n = int(size.numpy()[0])
+    buf = paddle.to_tensor(np.frombuffer(raw, dtype=np.uint8) if group.rank == 0 else np.zeros(n, dtype=np.uint8))
+    group.broadcast(buf, 0)
+    return obj if group.rank == 0 else json.loads(buf.numpy().tobytes())
+
+
 def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, step: int,
                     extra_meta: dict | None = None) -> tuple[int, dict]:
     """Rank 0 sends its model, optimizer state and step; every rank ends up identical.
 
-    Layout and scalars travel as JSON through the generation's store, tensors as
-    one flat buffer per dtype through the collective. Returns (step, extra_meta).
+    Layout and scalars travel as JSON, tensors as one flat buffer per dtype, all
+    through the collective. Returns (step, extra_meta).
     """
     if group.world == 1:
         return step, extra_meta or {}
@@ -77,9 +88,9 @@ def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.
             "opt_extra": extra,
             "extra": extra_meta or {},
         }
-        group.put("state-meta", json.dumps(meta).encode())
+        _broadcast_json(group, meta)
     else:
-        meta = json.loads(group.get("state-meta"))
+        meta = _broadcast_json(group, None)
         arrays = {k: np.zeros(shape, dtype=dt) for k, shape, dt in meta["layout"]}
     by_dtype: dict[str, list[str]] = {}
     for k, _, dt in meta["layout"]:

@@ -256,8 +256,6 @@ class Trainer:
         first = True
         prev_own = self.buffer.cursor
         while True:
-            with self.ctl_lock:
-                stop = self.ctl.stop_generation == gen or self.ctl.master_changed or self.ctl.job_done
             n_rows = self.spec.batch_size
             slices = self.buffer.take(n_rows)
             finished = not slices and self.finished_tasks and self.buffer.remaining() == 0
@@ -284,22 +282,19 @@ class Trainer:
                 loss = self.md.loss(out, paddle.to_tensor(y))
                 loss_sum = float(loss) * count
                 (loss * count).backward()
-            grads = [
-                (p.grad.reshape([-1]) if p.grad is not None else paddle.zeros([int(np.prod(p.shape))], p.dtype))
-                for p in self.params
-            ]
+            # Read the stop request as late as possible: it rides in this step's all-reduce.
+            with self.ctl_lock:
+                stop = self.ctl.stop_generation == gen or self.ctl.master_changed or self.ctl.job_done
             slots = np.zeros(world * SLOT, dtype=np.float32)
             slots[rank * SLOT : (rank + 1) * SLOT] = encode_slot(self.buffer.cursor, count, loss_sum, stop, finished)
-            flat = paddle.concat(grads + [paddle.to_tensor(slots)])
             self._in_collective = time.monotonic()
             try:
-                group.all_reduce_sum(flat)
+                tail = self._all_reduce(group, slots).reshape(world, SLOT)
             except CollectiveError as e:
                 log.warning("trainer %s: step %d failed: %s", self.id, self.step + 1, e)
                 self._report(gen, self.step, cursors, failed=True)
                 return False
             self._in_collective = None
-            tail = flat[-world * SLOT :].numpy().reshape(world, SLOT)
             total = float(tail[:, COUNT].sum())
             total_loss = float(tail[:, LOSS].sum())
             if total > 0:
@@ -308,16 +303,9 @@ class Trainer:
                     if rank == 0:
                         self.client.call("POST", "/v1/fatal", json={"message": msg})
                     raise SystemExit(EXIT_FAILED)
-                scaled = flat[: -world * SLOT] / total
-                off = 0
-                for p in self.params:
-                    n = int(np.prod(p.shape))
-                    g = scaled[off : off + n].reshape(p.shape)
-                    off += n
-                    if p.grad is None:
-                        p._set_grad_ivar(g)
-                    else:
-                        p.grad.set_value(g)
+                with paddle.no_grad():
+                    for p in self.params:
+                        p.grad.scale_(1.0 / total)  # summed per-sample gradients -> the mean
                 self.opt.step()
                 self.dirty = True
             self.opt.clear_grad()
@@ -343,6 +331,20 @@ class Trainer:
             if tail[:, STOP].sum() > 0:
                 self._report(gen, self.step, cursors, failed=False)
                 return False
+
+    def _all_reduce(self, group: Group, slots: np.ndarray) -> np.ndarray:
+        """Sum every gradient in place, then the slots, and return the summed slots.
+
+        The slots go last: a rank that holds the summed slots of step s knows every
+        gradient of s was summed too, so "committed" and "every cursor known" coincide.
+        """
+        for p in self.params:
+            if p.grad is None:  # no data this step, or a parameter the batch did not touch
+                p._set_grad_ivar(paddle.zeros(p.shape, p.dtype))
+            group.all_reduce_sum(p.grad)
+        t = paddle.to_tensor(slots)
+        group.all_reduce_sum(t)
+        return t.numpy()
 
     def _report(self, gen: int, step: int, cursors: dict[str, Cursor | None], failed: bool) -> None:
         self._in_collective = None

@@ -1,0 +1,70 @@
+"""Helpers for the benchmarks: run edl jobs in the background and read their status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+class EdlJob:
+    def __init__(self, name: str, args: list[str], home: Path, log: Path) -> None:
+        self.name = name
+        self.home = home
+        env = {**os.environ, "EDL_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+        self.log = log.open("wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "edl", "train", "--job-name", name, *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def info(self) -> dict:
+        return json.loads((self.home / "jobs" / self.name / "job.json").read_text())
+
+    def status(self) -> dict | None:
+        try:
+            info = self.info()
+            r = httpx.get(f"http://{info['address']}/v1/status",
+                          headers={"Authorization": f"Bearer {info['token']}"}, timeout=3)
+            return r.json() if r.status_code == 200 else None
+        except (OSError, ValueError, KeyError, httpx.HTTPError):
+            return None
+
+    def wait_for(self, pred, timeout: float = 300) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.status()
+            if st is not None and pred(st):
+                return st
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"job {self.name} ended early (code {self.proc.returncode})")
+            time.sleep(0.05)
+        raise TimeoutError(f"job {self.name}: condition not reached")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def samples_done(st: dict) -> int:
+    return sum(st["done_rows"])
+
+
+def write_result(name: str, data: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path

@@ -1,0 +1,77 @@
+"""The torchrun peer: the same MLP trained with DistributedDataParallel under torchrun's
+restart-all elasticity. Rank 0 logs the wall time of every completed step; every rank
+writes its pid so the benchmark can kill one. Resumes from a snapshot after a restart,
+as torchrun's documentation recommends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def load(data: Path) -> tuple[np.ndarray, np.ndarray]:
+    tables = [pq.read_table(p) for p in sorted(data.glob("*.parquet"))]
+    feats = np.concatenate([np.asarray(t.column("features").combine_chunks().values).reshape(len(t), -1) for t in tables])
+    labels = np.concatenate([t.column("label").to_numpy() for t in tables])
+    return feats.astype(np.float32), labels.astype(np.int64)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", required=True)
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--steps", type=int, default=100000)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # One key prefix per restart round: the agent's store outlives the workers, and gloo's
+    # rendezvous keys from the previous round would otherwise point at dead workers.
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False)
+    store = dist.PrefixStore(f"round-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    work = Path(a.workdir)
+    (work / f"pid-{rank}").write_text(str(os.getpid()))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                          nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    step = 0
+    snap = work / "snapshot.pt"
+    if snap.exists():
+        state = torch.load(snap)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step = state["step"]
+    ddp = nn.parallel.DistributedDataParallel(model)
+    x, y = load(Path(a.data))
+    x, y = torch.from_numpy(x[rank::world]), torch.from_numpy(y[rank::world])
+    b = a.batch_size
+    log = (work / "steps.log").open("a", buffering=1) if rank == 0 else None
+    while step < a.steps:
+        lo = (step * b) % (len(x) - b)
+        loss = nn.functional.cross_entropy(ddp(x[lo : lo + b]), y[lo : lo + b])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if log:
+            log.write(f"{step} {time.time()}\n")
+            if step % 20 == 0:
+                tmp = work / "snapshot.tmp"
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+                os.replace(tmp, snap)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
