@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+from edl.launcher.local import local_job_status
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -29,13 +29,7 @@ class EdlJob:
         return json.loads((self.home / "jobs" / self.name / "job.json").read_text())
 
     def status(self) -> dict | None:
-        try:
-            info = self.info()
-            r = httpx.get(f"http://{info['address']}/v1/status",
-                          headers={"Authorization": f"Bearer {info['token']}"}, timeout=3)
-            return r.json() if r.status_code == 200 else None
-        except (OSError, ValueError, KeyError, httpx.HTTPError):
-            return None
+        return local_job_status(self.name, self.home)
 
     def wait_for(self, pred, timeout: float = 300) -> dict:
         deadline = time.monotonic() + timeout

@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 from rich.console import Console
 from rich.table import Table
+
+from edl.launcher.local import local_job_status
 
 
 def edl(*args: str, **kw) -> subprocess.CompletedProcess:
@@ -44,21 +45,15 @@ def main() -> int:
         "--checkpoint-uri", str(out / "checkpoints" / job), "--checkpoint-interval", "5",
         "--audit", "--summary-out", str(out / "summary.json"),
     ])
-    info_path = Path(os.environ["EDL_HOME"]) / "jobs" / job / "job.json"
 
-    def status() -> dict:
-        info = json.loads(info_path.read_text())
-        return httpx.get(f"http://{info['address']}/v1/status",
-                         headers={"Authorization": f"Bearer {info['token']}"}, timeout=3).json()
+    def status() -> dict | None:
+        return local_job_status(job)
 
     def wait(pred, what: str) -> dict:
         while train.poll() is None:
-            try:
-                st = status()
-                if pred(st):
-                    return st
-            except (OSError, ValueError, httpx.HTTPError):
-                pass
+            st = status()
+            if st is not None and pred(st):
+                return st
             time.sleep(0.2)
         raise SystemExit(f"the job ended before {what}")
 

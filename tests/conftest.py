@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from edl.launcher.local import local_job_status
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,13 +60,7 @@ class RunningJob:
         return json.loads((self.home / "jobs" / self.name / "job.json").read_text())
 
     def status(self) -> dict | None:
-        try:
-            info = self.info()
-            r = httpx.get(f"http://{info['address']}/v1/status",
-                          headers={"Authorization": f"Bearer {info['token']}"}, timeout=2)
-            return r.json() if r.status_code == 200 else None
-        except (OSError, ValueError, KeyError, httpx.HTTPError):
-            return None
+        return local_job_status(self.name, self.home)
 
     def wait_for(self, predicate, timeout: float = 90, what: str = "condition") -> dict:
         deadline = time.monotonic() + timeout

@@ -1,79 +1,80 @@
-"""The job options shared by ``edl train``, ``edl master`` (and later ``edl k8s render``)."""
+"""The job options shared by ``edl train``, ``edl master`` (and later ``edl k8s render``).
+
+One table maps each flag to a ``JobSpec`` field, so parsing a command line,
+building a spec and turning a spec back into flags (to spawn ``edl master``)
+cannot drift apart.
+"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, fields
+from typing import Any
 
 from edl.master.job import JobSpec
 
 
+@dataclass(frozen=True)
+class Flag:
+    flag: str
+    field: str
+    type: Any
+    help: str
+    default: Any = None
+    required: bool = False
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--job-name", "job", str, "name of the job; also names its state directory and objects", required=True),
+    Flag("--model-def", "model_def", str,
+         "module path (edl.zoo.digits) or .py file defining model/loss/optimizer/collate", required=True),
+    Flag("--data", "data", str,
+         "training data: a directory or s3:// prefix of Parquet files with an integer 'id' column "
+         "(or a prepared set with train/ and test/ below it)", required=True),
+    Flag("--eval-data", "eval_data", str, "held-out data for the final metrics (default: DATA/test when DATA has one)"),
+    Flag("--epochs", "epochs", int, "passes over the training data", required=True),
+    Flag("--batch-size", "batch_size", int, "records per trainer per step", required=True),
+    Flag("--learning-rate", "learning_rate", float, "passed to the model's optimizer() (default 0.01)", 0.01),
+    Flag("--min-trainers", "min_trainers", int, "never scale below this (default 1)", 1),
+    Flag("--max-trainers", "max_trainers", int, "never scale above this (default 4)", 4),
+    Flag("--trainers", "trainers", int, "initial desired trainer count (default: --min-trainers)"),
+    Flag("--checkpoint-uri", "checkpoint_uri", str,
+         "file:///dir, a path, or s3://bucket/prefix (S3 endpoint and keys from AWS_ENDPOINT_URL, "
+         "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)", required=True),
+    Flag("--checkpoint-interval", "checkpoint_interval_s", float, "seconds between checkpoints (default 30)", 30.0),
+    Flag("--keep-checkpoints", "keep_checkpoints", int, "committed checkpoints to keep (default 3)", 3),
+    Flag("--rows-per-task", "rows_per_task", int, "rows per data task (default: 4 x batch size)", 0),
+    Flag("--max-task-failures", "max_task_failures", int,
+         "fail the job when one data task fails more often than this (default 3)", 3),
+    Flag("--seed", "seed", int, "seed for model initialisation and task order (default 0)", 0),
+)
+AUDIT_HELP = "log every record id that enters the model and report lost/duplicate samples"
+
+
 def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("job")
-    g.add_argument("--job-name", required=True, help="name of the job; also names its state directory and objects")
-    g.add_argument("--model-def", required=True,
-                   help="module path (edl.zoo.digits) or .py file defining model/loss/optimizer/collate")
-    g.add_argument("--data", required=True,
-                   help="training data: a directory or s3:// prefix of Parquet files with an integer 'id' column "
-                        "(or a prepared set with train/ and test/ below it)")
-    g.add_argument("--eval-data", default=None,
-                   help="held-out data for the final metrics (default: DATA/test when DATA has one)")
-    g.add_argument("--epochs", type=int, required=True, help="passes over the training data")
-    g.add_argument("--batch-size", type=int, required=True, help="records per trainer per step")
-    g.add_argument("--learning-rate", type=float, default=0.01, help="passed to the model's optimizer() (default 0.01)")
-    g.add_argument("--min-trainers", type=int, default=1, help="never scale below this (default 1)")
-    g.add_argument("--max-trainers", type=int, default=4, help="never scale above this (default 4)")
-    g.add_argument("--trainers", type=int, default=None, help="initial desired trainer count (default: --min-trainers)")
-    g.add_argument("--checkpoint-uri", required=True,
-                   help="file:///dir, a path, or s3://bucket/prefix (S3 endpoint and keys from AWS_ENDPOINT_URL, "
-                        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")
-    g.add_argument("--checkpoint-interval", type=float, default=30.0, help="seconds between checkpoints (default 30)")
-    g.add_argument("--keep-checkpoints", type=int, default=3, help="committed checkpoints to keep (default 3)")
-    g.add_argument("--rows-per-task", type=int, default=0, help="rows per data task (default: 4 x batch size)")
-    g.add_argument("--max-task-failures", type=int, default=3,
-                   help="fail the job when one data task fails more often than this (default 3)")
-    g.add_argument("--seed", type=int, default=0, help="seed for model initialisation and task order (default 0)")
-    g.add_argument("--audit", action="store_true",
-                   help="log every record id that enters the model and report lost/duplicate samples")
+    for f in FLAGS:
+        g.add_argument(f.flag, dest=f.field, type=f.type, default=f.default, required=f.required, help=f.help,
+                       metavar=f.flag.lstrip("-").split("-")[-1].upper())
+    g.add_argument("--audit", dest="audit", action="store_true", help=AUDIT_HELP)
 
 
 def spec_from_args(a: argparse.Namespace) -> JobSpec:
-    spec = JobSpec(
-        job=a.job_name,
-        model_def=a.model_def,
-        data=a.data,
-        eval_data=a.eval_data,
-        epochs=a.epochs,
-        batch_size=a.batch_size,
-        learning_rate=a.learning_rate,
-        min_trainers=a.min_trainers,
-        max_trainers=a.max_trainers,
-        trainers=a.trainers if a.trainers is not None else a.min_trainers,
-        checkpoint_uri=a.checkpoint_uri,
-        checkpoint_interval_s=a.checkpoint_interval,
-        keep_checkpoints=a.keep_checkpoints,
-        rows_per_task=a.rows_per_task,
-        max_task_failures=a.max_task_failures,
-        seed=a.seed,
-        audit=a.audit,
-    )
+    values = {f.name: getattr(a, f.name) for f in fields(JobSpec) if hasattr(a, f.name)}
+    if values.get("trainers") is None:
+        values["trainers"] = values["min_trainers"]
+    spec = JobSpec(**values)
     spec.validate()
     return spec
 
 
 def spec_to_argv(spec: JobSpec) -> list[str]:
     """The same spec as command-line flags (for spawning ``edl master``)."""
-    argv = [
-        "--job-name", spec.job, "--model-def", spec.model_def, "--data", spec.data,
-        "--epochs", str(spec.epochs), "--batch-size", str(spec.batch_size),
-        "--learning-rate", repr(spec.learning_rate),
-        "--min-trainers", str(spec.min_trainers), "--max-trainers", str(spec.max_trainers),
-        "--trainers", str(spec.trainers), "--checkpoint-uri", spec.checkpoint_uri,
-        "--checkpoint-interval", repr(spec.checkpoint_interval_s),
-        "--keep-checkpoints", str(spec.keep_checkpoints), "--rows-per-task", str(spec.rows_per_task),
-        "--max-task-failures", str(spec.max_task_failures), "--seed", str(spec.seed),
-    ]
-    if spec.eval_data:
-        argv += ["--eval-data", spec.eval_data]
+    argv: list[str] = []
+    for f in FLAGS:
+        value = getattr(spec, f.field)
+        if value is not None:
+            argv += [f.flag, repr(value) if isinstance(value, float) else str(value)]
     if spec.audit:
         argv.append("--audit")
     return argv

@@ -34,15 +34,26 @@ def edl_home() -> Path:
     return Path(os.environ.get("EDL_HOME", Path.home() / ".edl"))
 
 
-def job_dir(job: str) -> Path:
-    return edl_home() / "jobs" / job
+def job_dir(job: str, home: Path | None = None) -> Path:
+    return (home or edl_home()) / "jobs" / job
 
 
-def read_job_file(job: str) -> dict:
-    path = job_dir(job) / "job.json"
+def read_job_file(job: str, home: Path | None = None) -> dict:
+    path = job_dir(job, home) / "job.json"
     if not path.exists():
         raise UserError(f"no local job named {job!r} (looked for {path})")
     return json.loads(path.read_text())
+
+
+def local_job_status(job: str, home: Path | None = None, timeout_s: float = 3.0) -> dict | None:
+    """A running local job's status, or ``None`` while it cannot be read (starting, restarting, gone)."""
+    try:
+        info = read_job_file(job, home)
+        r = httpx.get(f"http://{info['address']}/v1/status",
+                      headers={"Authorization": f"Bearer {info['token']}"}, timeout=timeout_s)
+        return r.json() if r.status_code == 200 else None
+    except (UserError, OSError, ValueError, KeyError, httpx.HTTPError):
+        return None
 
 
 def write_json_atomic(path: Path, data: dict, mode: int = 0o644) -> None:

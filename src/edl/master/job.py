@@ -6,6 +6,7 @@ Pure and clock-injected: the HTTP layer (``server.py``) calls these methods with
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -157,9 +158,11 @@ class Job:
         # The queue as of the last committed checkpoint (or the start): where a job
         # whose every trainer is gone rolls back to.
         self.restore_queue_state = self.queue.to_state()
-        self.membership = Membership(
-            MembershipConfig(spec.min_trainers, spec.max_trainers, desired)
-        )
+        self.membership = Membership(MembershipConfig(
+            spec.min_trainers, spec.max_trainers, desired,
+            lease_s=float(os.environ.get("EDL_LEASE_S", "10")),
+            sync_timeout_s=float(os.environ.get("EDL_SYNC_TIMEOUT_S", "15")),
+        ))
         if restored is not None:
             self.membership.resume_reason = Reason.RESUME
 

@@ -49,6 +49,10 @@ COLLECTIVE_HANG_S = 15.0  # stuck this long while the master has moved on: give 
 COLLECTIVE_DEADLINE_S = float(os.environ.get("EDL_COLLECTIVE_DEADLINE_S", "300"))  # stuck this long: give up
 
 
+def cursor_json(c: Cursor | None) -> list[int] | None:
+    return None if c is None else [c.task_id, c.offset]
+
+
 @dataclass
 class Control:
     """What the heartbeat thread learned, read by the training loop at step boundaries."""
@@ -103,7 +107,7 @@ class Trainer:
         client = MasterClient(self.master_addr, self.token, timeout_s=10)
         while self._alive:
             body = {"generation": self.generation, "step": self.step, "wait_s": 1.0,
-                    "safe_cursor": None if self.safe_cursor is None else [self.safe_cursor.task_id, self.safe_cursor.offset]}
+                    "safe_cursor": cursor_json(self.safe_cursor)}
             try:
                 r = client.try_call("POST", f"/v1/trainers/{self.id}/heartbeat", json=body)
             except EdlError:
@@ -138,7 +142,7 @@ class Trainer:
                 time.sleep(0.01)
                 continue
             body = {"request_id": request_id,
-                    "safe_cursor": None if self.safe_cursor is None else [self.safe_cursor.task_id, self.safe_cursor.offset]}
+                    "safe_cursor": cursor_json(self.safe_cursor)}
             try:
                 r = client.try_call("POST", f"/v1/trainers/{self.id}/task", json=body)
             except EdlError:
@@ -350,7 +354,7 @@ class Trainer:
         self._in_collective = None
         self.store_port = free_port(self.host)  # a fresh port per generation: the old store may linger
         body = {"generation": gen, "step": step, "store_port": self.store_port, "failed": failed,
-                "cursors": {k: (None if c is None else [c.task_id, c.offset]) for k, c in cursors.items()}}
+                "cursors": {k: cursor_json(c) for k, c in cursors.items()}}
         self.client.call("POST", f"/v1/trainers/{self.id}/sync", json=body)
 
     # ------------------------------------------------------------ checkpoints
@@ -359,7 +363,7 @@ class Trainer:
         self._last_ckpt = time.monotonic()
         params, opt_arrays, extra = mstate.snapshot(self.model, self.opt)
         step = self.step
-        enc = {k: (None if c is None else [c.task_id, c.offset]) for k, c in cursors.items()}
+        enc = {k: cursor_json(c) for k, c in cursors.items()}
         client = MasterClient(self.master_addr, self.token, give_up_s=120)
         committed: list[Checkpoint] = []
 

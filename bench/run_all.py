@@ -1,0 +1,13 @@
+"""Run every benchmark in turn (``./dev bench``); each prints its table and writes bench/results/*.json."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+for script in ("throughput.py", "checkpoint_cost.py", "recovery.py", "accuracy.py"):
+    print(f"\n=== bench/{script}", flush=True)
+    subprocess.run([sys.executable, str(HERE / script)], check=True)

@@ -1,0 +1,59 @@
+"""The master's HTTP API in-process (FastAPI's test client): token, refusals, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi.testclient import TestClient
+
+from edl.master.job import Job, JobSpec
+from edl.master.server import Master, build_app
+from edl.master.tasks import Shard
+
+TOKEN = "s3cret"
+
+
+def make_client() -> tuple[TestClient, Job]:
+    spec = JobSpec(job="api", model_def="m", data="d", epochs=1, batch_size=4, min_trainers=1, max_trainers=3,
+                   trainers=1, checkpoint_uri="/tmp/x")
+    job = Job(spec, [Shard("a.parquet", 40)], master_uid="1", now=0.0)
+    loop = asyncio.new_event_loop()
+    master = loop.run_until_complete(_make_master(job))
+    return TestClient(build_app(master)), job
+
+
+async def _make_master(job: Job) -> Master:
+    return Master(job, TOKEN)
+
+
+def test_requests_without_the_token_get_401_and_change_nothing():
+    client, job = make_client()
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        r = client.post("/v1/scale", json={"trainers": 3}, headers=headers)
+        assert r.status_code == 401
+        r = client.post("/v1/trainers/t1/register", json={"pid": 1, "host": "h", "store_port": 1}, headers=headers)
+        assert r.status_code == 401
+    assert job.desired == 1 and not job.membership.trainers
+
+
+def test_scale_outside_range_is_refused_with_the_reason():
+    client, job = make_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post("/v1/scale", json={"trainers": 7}, headers=auth)
+    assert r.status_code == 400 and "outside this job's range 1..3" in r.json()["detail"]
+    assert client.post("/v1/scale", json={"trainers": 2}, headers=auth).json() == {"desired_trainers": 2}
+
+
+def test_status_and_metrics():
+    client, job = make_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post("/v1/trainers/t1/register", json={"pid": 11, "host": "127.0.0.1", "store_port": 5}, headers=auth)
+    assert r.status_code == 200
+    st = client.get("/v1/status", headers=auth).json()
+    for key in ("job", "generation", "world_size", "desired_trainers", "epoch", "trainers"):
+        assert key in st
+    assert st["generation"] == 1 and st["world_size"] == 1
+    assert st["trainers"] == [{"id": "t1", "rank": 0, "pid": 11, "state": "active", "step": 0}]
+    text = client.get("/metrics").text
+    assert 'edl_world_size{job="api"} 1.0' in text
+    assert 'edl_generation_changes_total{job="api",reason="start"} 1.0' in text
