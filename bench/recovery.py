@@ -4,7 +4,7 @@
 
 1. edl, edl.zoo.mlp: 1 trainer -> scale to 2 (scale-up pause) -> scale to 1 (drain
    pause) -> scale to 2 -> SIGKILL one trainer (failure pause, kill to next step).
-2. torchrun --nproc_per_node 2 --max-restarts 3 with the same MLP in DDP: SIGKILL one
+2. torchrun --standalone --nproc_per_node 2 (restart-all) with the same MLP in DDP: SIGKILL one
    worker; time from the kill to the next completed step after the restart.
 Prints a table and writes bench/results/recovery.json.
 """
