@@ -103,17 +103,24 @@ class Trainer:
         self.dirty = False
 
     # ------------------------------------------------------------ background
+    @staticmethod
+    def _background_call(client: MasterClient, path: str, body: dict) -> dict | None:
+        """One POST from a background thread; on any failure wait a little and answer ``None``."""
+        try:
+            r = client.try_call("POST", path, json=body)
+        except EdlError:
+            r = None
+        if r is None:
+            time.sleep(0.2)
+        return r
+
     def _heartbeat_loop(self) -> None:
         client = MasterClient(self.master_addr, self.token, timeout_s=10)
         while self._alive:
             body = {"generation": self.generation, "step": self.step, "wait_s": 1.0,
                     "safe_cursor": cursor_json(self.safe_cursor)}
-            try:
-                r = client.try_call("POST", f"/v1/trainers/{self.id}/heartbeat", json=body)
-            except EdlError:
-                r = None
+            r = self._background_call(client, f"/v1/trainers/{self.id}/heartbeat", body)
             if r is None:
-                time.sleep(0.2)
                 continue
             since = self._in_collective
             stuck = time.monotonic() - since if since is not None else 0.0
@@ -143,12 +150,8 @@ class Trainer:
                 continue
             body = {"request_id": request_id,
                     "safe_cursor": cursor_json(self.safe_cursor)}
-            try:
-                r = client.try_call("POST", f"/v1/trainers/{self.id}/task", json=body)
-            except EdlError:
-                r = None
+            r = self._background_call(client, f"/v1/trainers/{self.id}/task", body)
             if r is None:
-                time.sleep(0.2)
                 continue  # same request id: a lost answer is handed out again, not twice
             request_id = uuid.uuid4().hex
             if r["status"] == "task":
