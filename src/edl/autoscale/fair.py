@@ -1,0 +1,118 @@
+"""``edl``: our policy. Priorities first, then proportional fairness, with hysteresis.
+
+1. What must run comes first, by strict priority: tier by tier (descending),
+   pods waiting for a node that are not our trainers (a service scaling up)
+   are placed, then every elastic job of the tier gets its min. Capacity held by
+   lower-priority trainers is therefore handed back in the same decision that
+   sees the higher-priority demand: within one period.
+2. Spare capacity is shared fairly, and where it speeds things up most: the
+   next trainer goes to the job with the largest weighted gain in log
+   throughput, ``w * (log T(n+1) - log T(n))``. This maximises the weighted sum
+   of log throughputs (weighted proportional fairness, the idea behind Pollux's
+   goodput fairness): with no measured curves, equal-priority jobs get equal
+   trainer counts and each priority level above doubles a job's share; with
+   curves, a job that stops scaling stops getting trainers.
+3. No thrash: growth must pay for itself: the throughput gained over a horizon
+   must exceed what the rescale pause costs (measured ``rescale_cost_s``); ties
+   favour the job that already holds the trainer, so equal shares stay put.
+4. Real placement: every trainer is bound to a node that can hold it (best fit
+   on CPU, memory and GPU), so the plan never exceeds what the cluster holds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from edl.autoscale.accounting import Capacity, capacity
+from edl.autoscale.model import JobDemand, Pod, PodPhase, Snapshot
+
+
+def log_gain(j: JobDemand, n: int) -> float:
+    """The gain in log throughput from trainer n+1."""
+    a, b = j.speed(n), j.speed(n + 1)
+    if b <= 0:
+        return -math.inf
+    if a <= 0:
+        return math.inf
+    return math.log(b / a)
+
+
+class EdlPolicy:
+    name = "edl"
+
+    def __init__(self, horizon_s: float = 120.0) -> None:
+        self.horizon_s = horizon_s
+
+    def decide(self, snapshot: Snapshot) -> dict[str, int]:
+        planned = {j.name for j in snapshot.jobs}
+
+        def background(p: Pod) -> bool:
+            # Everything except the trainers we are planning, and pods still waiting for a node.
+            return not (p.role == "trainer" and p.job in planned) and p.phase is not PodPhase.PENDING
+
+        cap = capacity(snapshot, background)
+        pending = [p for p in snapshot.pods if p.phase is PodPhase.PENDING
+                   and not (p.role == "trainer" and p.job in planned)]
+        tiers = sorted({j.priority for j in snapshot.jobs} | {p.priority for p in pending}, reverse=True)
+        alloc = {j.name: 0 for j in snapshot.jobs}
+        # Strict priority for what must run: waiting pods and every job's minimum, tier by tier.
+        for tier in tiers:
+            for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
+                cap.place(p.requests)  # a pod that fits nowhere stays pending either way
+            for j in sorted((j for j in snapshot.jobs if j.priority == tier), key=lambda j: j.name):
+                self._place_min(cap, j, alloc)
+        # Spare capacity: weighted proportional fairness; each priority level doubles the weight.
+        levels = sorted({j.priority for j in snapshot.jobs})
+        weight = {j.name: float(2 ** levels.index(j.priority)) for j in snapshot.jobs}
+        self._grow(cap, sorted(snapshot.jobs, key=lambda j: j.name), alloc, weight)
+        return {j.name: self._settle(j, alloc[j.name]) for j in snapshot.jobs}
+
+    @staticmethod
+    def _place_min(cap: Capacity, j: JobDemand, alloc: dict[str, int]) -> None:
+        placed = []
+        for _ in range(j.min):
+            node = cap.place(j.trainer)
+            if node is None:
+                break
+            placed.append(node)
+        if len(placed) < j.min:
+            for node in placed:  # all or nothing: a partial minimum helps nobody
+                cap.release(node, j.trainer)
+        else:
+            alloc[j.name] = j.min
+
+    @staticmethod
+    def _grow(cap: Capacity, jobs: list[JobDemand], alloc: dict[str, int], weight: dict[str, float]) -> None:
+        heap: list[tuple[float, int, str]] = []
+        by_name = {j.name: j for j in jobs}
+
+        def push(j: JobDemand) -> None:
+            n = alloc[j.name]
+            if j.min <= n < j.max and n > 0:
+                # Larger weighted gain first; on a tie the job that already holds the trainer keeps it.
+                heapq.heappush(heap, (-weight[j.name] * log_gain(j, n), 0 if j.current > n else 1, j.name))
+
+        for j in jobs:
+            push(j)
+        while heap:
+            _, _, name = heapq.heappop(heap)
+            j = by_name[name]
+            if cap.place(j.trainer) is None:
+                continue  # no node holds another trainer of this shape
+            alloc[name] += 1
+            push(j)
+
+    def _settle(self, j: JobDemand, fair: int) -> int:
+        """Apply hysteresis: shrink at once; grow only when the gain pays for the pause."""
+        fair = min(fair, j.max)
+        if fair < j.min:
+            return j.min  # its minimum does not fit: it waits, as pending pods do
+        if fair <= j.current:
+            return fair  # shrinking hands capacity back now
+        if j.rescale_cost_s > 0 and j.current >= 1:
+            gained = (j.speed(fair) - j.speed(j.current)) * self.horizon_s
+            lost = j.speed(j.current) * j.rescale_cost_s
+            if gained <= lost:
+                return max(j.current, j.min)
+        return fair

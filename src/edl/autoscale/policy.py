@@ -1,0 +1,31 @@
+"""The scaling policy interface: ``decide(snapshot) -> {job: target trainers}``.
+
+Policies are pure and deterministic: the same snapshot gives the same plan, so
+the sidecars of different jobs agree without a central controller, and the
+simulator runs exactly the code the sidecar runs.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from edl.autoscale.model import Snapshot
+from edl.errors import UserError
+
+
+class Policy(Protocol):
+    name: str
+
+    def decide(self, snapshot: Snapshot) -> dict[str, int]:
+        """Target trainer count for every job in ``snapshot.jobs``, each within its min..max."""
+        ...
+
+
+def get_policy(name: str) -> Policy:
+    from edl.autoscale.edl2017 import Edl2017
+    from edl.autoscale.fair import EdlPolicy
+
+    policies: dict[str, type] = {"edl2017": Edl2017, "edl": EdlPolicy}
+    if name not in policies:
+        raise UserError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(policies))}")
+    return policies[name]()

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
+from edl.autoscale.policy import get_policy
+
+T = Resources(cpu=1, memory=1)
+
+
+def job(name: str, current: int, lo: int = 1, hi: int = 20, prio: int = 0, trainer: Resources = T, **kw) -> JobDemand:
+    return JobDemand(name, lo, hi, current, trainer, prio, **kw)
+
+
+def trainers(j: JobDemand, node: str = "n0", phase: PodPhase = PodPhase.RUNNING) -> list[Pod]:
+    return [Pod(f"{j.name}-t{i}", j.trainer, phase, j.priority, node if phase is PodPhase.RUNNING else None,
+                j.name, "trainer") for i in range(j.current)]
+
+
+def snap(nodes: list[Node], jobs: list[JobDemand], other: list[Pod] = (), placement: dict | None = None) -> Snapshot:
+    pods = list(other)
+    for j in jobs:
+        pods += trainers(j, (placement or {}).get(j.name, nodes[0].name))
+    return Snapshot(tuple(nodes), tuple(pods), tuple(jobs))
+
+
+def nodes(n: int, cpu: float = 10, mem: float = 100, gpu: float = 0) -> list[Node]:
+    return [Node(f"n{i}", Resources(cpu, mem, gpu)) for i in range(n)]
+
+
+# ------------------------------------------------------------------ edl2017
+def test_edl2017_grows_to_97_percent_of_cpu():
+    plan = get_policy("edl2017").decide(snap(nodes(1), [job("a", 1)]))
+    assert plan == {"a": 9}  # 9 of 10 cores: a 10th would pass 97 %
+
+
+def test_edl2017_least_fulfilled_first_and_min_equals_max():
+    s = snap(nodes(1), [job("a", 3, 1, 20), job("b", 1, 1, 20), job("c", 2, 2, 2)])
+    plan = get_policy("edl2017").decide(s)
+    assert plan["c"] == 2
+    assert plan["a"] + plan["b"] + plan["c"] == 9
+    assert plan["b"] >= plan["a"] - 1
+
+
+def test_edl2017_scales_down_above_max_and_when_overloaded():
+    web = [Pod(f"w{i}", Resources(1, 1), PodPhase.RUNNING, 1000, "n0") for i in range(6)]
+    s = snap(nodes(1), [job("a", 8, 2, 5)], web)
+    assert get_policy("edl2017").decide(s) == {"a": 3}  # above max, then 97 % forces it down to 3
+
+
+def test_edl2017_ignores_priorities_and_jobs_in_transition():
+    s = Snapshot(tuple(nodes(1)), tuple(trainers(job("a", 2), phase=PodPhase.RUNNING) +
+                                        [Pod("b-t0", T, PodPhase.RUNNING, 0, "n0", "b", "trainer"),
+                                         Pod("b-t1", T, PodPhase.PENDING, 0, None, "b", "trainer")]),
+                 (job("a", 2), job("b", 2)))
+    plan = get_policy("edl2017").decide(s)
+    assert plan["b"] == 2  # b is half running: not considered
+
+
+def test_edl2017_gpu_jobs_are_bounded_by_gpus():
+    g = Resources(cpu=1, memory=1, gpu=1)
+    plan = get_policy("edl2017").decide(snap(nodes(1, gpu=4), [job("g", 1, trainer=g)]))
+    # GPUs may fill to 100 % on the way up, but the way down shrinks anything past 97 %.
+    assert plan == {"g": 3}
+
+
+# --------------------------------------------------------------------- edl
+def test_edl_hands_capacity_back_to_pending_higher_priority_pods_at_once():
+    a = job("a", 10, 1, 20)
+    web = [Pod(f"w{i}", Resources(1, 1), PodPhase.PENDING, 1000) for i in range(4)]
+    plan = get_policy("edl").decide(snap(nodes(1), [a], web))
+    assert plan == {"a": 6}
+
+
+def test_edl_shares_fairly_between_equal_jobs():
+    s = snap(nodes(2), [job("a", 12), job("b", 2), job("c", 1)])
+    plan = get_policy("edl").decide(s)
+    assert sorted(plan.values()) == [6, 7, 7]
+
+
+def test_edl_shares_by_priority_between_training_jobs():
+    s = snap(nodes(3), [job("lo", 20, prio=0), job("hi", 1, prio=10)])
+    plan = get_policy("edl").decide(s)
+    assert plan["hi"] + plan["lo"] == 30
+    assert plan == {"hi": 20, "lo": 10}  # a level of priority doubles the share
+
+
+def test_edl_min_is_all_or_nothing_and_never_violated():
+    s = snap(nodes(1, cpu=3), [job("a", 1, 2, 4), job("b", 0, 2, 4)], placement={})
+    plan = get_policy("edl").decide(s)
+    assert plan["a"] >= 2 and plan["b"] >= 2
+
+
+def test_edl_growth_must_pay_for_the_rescale_pause():
+    cheap = job("a", 4, 1, 5, throughput=(0, 100, 190, 270, 340, 345), rescale_cost_s=1)
+    costly = job("a", 4, 1, 5, throughput=(0, 100, 190, 270, 340, 345), rescale_cost_s=1000)
+    assert get_policy("edl").decide(snap(nodes(1), [cheap])) == {"a": 5}
+    assert get_policy("edl").decide(snap(nodes(1), [costly])) == {"a": 4}
+
+
+def test_edl_puts_trainers_where_they_speed_a_job_up_most():
+    flat = job("flat", 2, 1, 20, throughput=(0, 100, 120, 125, 126, 126, 126, 126, 126, 126, 126))
+    linear = job("lin", 2, 1, 20, throughput=tuple(100.0 * n for n in range(11)))
+    plan = get_policy("edl").decide(snap(nodes(1), [flat, linear]))
+    assert plan["lin"] > plan["flat"]
+    assert plan["lin"] + plan["flat"] == 10
+
+
+def test_edl_gpu_trainers_only_on_gpu_nodes():
+    g = Resources(cpu=1, memory=1, gpu=1)
+    s = snap([Node("cpu0", Resources(32, 100, 0)), Node("gpu0", Resources(8, 100, 2))], [job("g", 1, trainer=g)],
+             placement={"g": "gpu0"})
+    assert get_policy("edl").decide(s) == {"g": 2}
+
+
+def test_unknown_policy_is_a_user_error():
+    import pytest
+
+    from edl.errors import UserError
+
+    with pytest.raises(UserError, match="unknown policy 'nope'"):
+        get_policy("nope")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4), st.integers(0, 8), st.integers(0, 2),
+                       st.sampled_from([0.5, 1, 2])), min_size=1, max_size=5),
+    st.integers(1, 4), st.integers(0, 12), st.sampled_from(["edl", "edl2017"]),
+)
+def test_plans_respect_bounds_and_capacity(specs, n_nodes, n_web, policy):
+    js = []
+    for i, (cur, lo, extra, prio, cpu) in enumerate(specs):
+        js.append(JobDemand(f"j{i}", lo, lo + extra, min(cur, lo + extra), Resources(cpu, 1), prio))
+    web = [Pod(f"w{i}", Resources(1, 1), PodPhase.PENDING if i % 2 else PodPhase.RUNNING, 100,
+               None if i % 2 else "n0") for i in range(n_web)]
+    ns = nodes(n_nodes, cpu=8, mem=64)
+    plan = get_policy(policy).decide(snap(ns, js, web))
+    for j in js:
+        assert j.min <= plan[j.name] <= j.max
+    if policy == "edl":
+        # Beyond the minimums (which may wait pending), the plan fits next to the running web pods.
+        running_web = sum(1 for p in web if p.phase is PodPhase.RUNNING)
+        extra_cpu = sum((plan[j.name]) * j.trainer.cpu for j in js if plan[j.name] > j.min)
+        assert extra_cpu + running_web <= 8 * n_nodes + 1e-9
