@@ -105,6 +105,46 @@ def cmd_data_prepare(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_simulate(a: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from edl.sim.report import plot, simulate, write_json
+    from edl.sim.scenario import load
+
+    if a.runs < 1:
+        raise UserError(f"--runs must be at least 1 (got {a.runs})")
+    scenario = load(a.scenario)
+    policies = [p.strip() for p in a.compare.split(",")] if a.compare else [a.policy]
+    for p in policies:
+        if p not in ("off", "edl2017", "edl"):
+            raise UserError(f"unknown policy {p!r}; choose from off, edl2017, edl")
+    reports = []
+    for p in policies:
+        report, sim = simulate(scenario, p, a.runs, a.seed)
+        reports.append(report)
+        if a.plot:
+            path = Path(a.plot)
+            if len(policies) > 1:
+                path = path.with_name(f"{path.stem}-{p}{path.suffix}")
+            plot(sim, path, f"{scenario.name} · policy {p}")
+    t = Table(title=f"{scenario.name}: {a.runs} run(s) per policy")
+    for c in ("policy", "util mean", "util off-peak", "pending s", "JCT s", "Jain", "service lag max s", "rescales"):
+        t.add_column(c, justify="right")
+    for r in reports:
+        u = r["utilization"]
+        t.add_row(r["policy"], f"{100 * u['mean']:.1f} %",
+                  "-" if u["offpeak_mean"] is None else f"{100 * u['offpeak_mean']:.1f} %",
+                  f"{r['pending_s_mean']:.1f}", "-" if r["jct_s_mean"] is None else f"{r['jct_s_mean']:.0f}",
+                  f"{r['fairness_jain']:.2f}",
+                  "-" if not r["services"] else f"{max(s['lag_s_max'] for s in r['services']):.0f}",
+                  f"{r['rescale_events']:.0f}")
+    Console().print(t)
+    if a.out:
+        write_json(Path(a.out), reports[0] if len(reports) == 1 else {"compare": reports})
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from edl.jobargs import add_job_arguments
 
@@ -146,6 +186,17 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("job", help="job name")
     sc.add_argument("--trainers", type=int, required=True, help="the new desired trainer count")
     sc.set_defaults(fn=cmd_scale)
+
+    sim = sub.add_parser("simulate", help="simulate a cluster with elastic jobs under a scaling policy",
+                         description="Run a scenario in virtual time with the same policy code the sidecar runs.")
+    sim.add_argument("--scenario", required=True, help="a scenario YAML file, or seed-case1 / seed-case2")
+    sim.add_argument("--policy", default="edl", help="off (static trainer counts), edl2017 or edl (default edl)")
+    sim.add_argument("--compare", default=None, help="comma-separated policies to run side by side, e.g. off,edl2017,edl")
+    sim.add_argument("--runs", type=int, default=1, help="runs with consecutive seeds, averaged (default 1)")
+    sim.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    sim.add_argument("--out", default=None, help="write the JSON report here")
+    sim.add_argument("--plot", default=None, help="write a PNG of utilization, trainers, pending jobs and services")
+    sim.set_defaults(fn=cmd_simulate)
 
     d = sub.add_parser("data", help="data set tools")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")

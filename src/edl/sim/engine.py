@@ -1,0 +1,302 @@
+"""A Kubernetes cluster in virtual time, driven by the same policy code as the sidecar.
+
+Time advances in ticks (1 s by default). Each tick, in order: controllers make
+pods match their owners' wishes (service replica schedules, each job's fixed
+pods and trainer target), the autoscaler decides every ``period_s`` from a
+snapshot exactly as the sidecar would, the scheduler binds pending pods
+(priority first; spreading score like kube-scheduler's LeastAllocated; priority
+preemption of strictly lower-priority pods), bound pods start after their
+start-up latency, and jobs make progress at their modelled throughput, pausing
+for ``rescale_cost_s`` whenever their running trainer count changes.
+
+Ground truth (true throughput, start-up jitter) stays in here; the policy sees
+only the snapshot and each job's demand. Invariants are checked every tick.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
+from edl.autoscale.policy import get_policy
+from edl.sim.scenario import JobSpec, Scenario
+
+EPS = 1e-9
+
+
+@dataclass
+class SimPod:
+    id: int
+    owner: str
+    kind: str  # "service" or "job"
+    role: str  # "trainer", a fixed role, or "replica"
+    req: np.ndarray
+    priority: int
+    created: float
+    startup: float
+    node: int | None = None
+    bound_at: float | None = None
+    running: bool = False
+
+
+@dataclass
+class JobState:
+    spec: JobSpec
+    submitted: bool = False
+    target: int = 0
+    done: float = 0.0
+    completed_at: float | None = None
+    first_running_at: float | None = None
+    paused_until: float = 0.0
+    last_running: int = 0
+    trainer_samples: list[int] = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, policy: str, seed: int = 0, check_invariants: bool = True) -> None:
+        self.sc = scenario
+        self.policy_name = policy
+        self.policy = None if policy == "off" else get_policy(policy)
+        self.rng_startup = random.Random(seed * 7919 + 1)  # one generator per stream
+        self.rng_sched = random.Random(seed * 7919 + 2)
+        self.check = check_invariants
+        allocs = []
+        for g in scenario.nodes:
+            allocs += [[g.allocatable.cpu, g.allocatable.memory, g.allocatable.gpu]] * g.count
+        self.alloc = np.array(allocs, dtype=float)
+        self.used = np.zeros_like(self.alloc)
+        self.total_cpu = float(self.alloc[:, 0].sum())
+        self.node_names = [f"node-{i:05d}" for i in range(len(self.alloc))]
+        self.pods: dict[int, SimPod] = {}
+        self.next_id = 0
+        self.jobs = {j.name: JobState(j) for j in scenario.jobs}
+        self.service_lags: dict[str, list[float]] = {s.name: [] for s in scenario.services}
+        self._open_increase: dict[str, tuple[float, int] | None] = {s.name: None for s in scenario.services}
+        self._last_target: dict[str, int] = {s.name: 0 for s in scenario.services}
+        self.rescale_events = 0
+        self.timeline: list[dict] = []
+
+    # ------------------------------------------------------------------ pods
+    def _create(self, owner: str, kind: str, role: str, req: Resources, priority: int, t: float, startup: float) -> None:
+        jitter = startup * self.rng_startup.uniform(0.8, 1.2)
+        self.pods[self.next_id] = SimPod(self.next_id, owner, kind, role, np.array([req.cpu, req.memory, req.gpu]),
+                                         priority, t, jitter)
+        self.next_id += 1
+
+    def _delete(self, pod: SimPod) -> None:
+        if pod.node is not None:
+            self.used[pod.node] -= pod.req
+        del self.pods[pod.id]
+
+    def _owned(self, owner: str, role: str | None = None) -> list[SimPod]:
+        return [p for p in self.pods.values() if p.owner == owner and (role is None or p.role == role)]
+
+    def _reconcile(self, owner: str, kind: str, role: str, want: int, req: Resources, prio: int, t: float,
+                   startup: float) -> None:
+        have = self._owned(owner, role)
+        for _ in range(want - len(have)):
+            self._create(owner, kind, role, req, prio, t, startup)
+        if len(have) > want:
+            # Remove unscheduled pods first, then the youngest (as a ReplicaSet does).
+            have.sort(key=lambda p: (p.node is not None, p.running, -p.created, -p.id))
+            for p in have[: len(have) - want]:
+                self._delete(p)
+
+    # ------------------------------------------------------------ controllers
+    def _controllers(self, t: float) -> None:
+        for s in self.sc.services:
+            target = s.target(t)
+            if target > self._last_target[s.name]:
+                self._open_increase[s.name] = (t, target)
+            self._last_target[s.name] = target
+            self._reconcile(s.name, "service", "replica", target, s.pod, s.priority, t, s.startup_s)
+        for js in self.jobs.values():
+            j = js.spec
+            if js.completed_at is not None or t < j.submit_at:
+                continue
+            if not js.submitted:
+                js.submitted = True
+                js.target = j.static if self.policy is None else j.min
+            for f in j.fixed_pods:
+                self._reconcile(j.name, "job", f.role, f.count, f.pod, j.priority, t, j.startup_s)
+            self._reconcile(j.name, "job", "trainer", js.target, j.trainer, j.priority, t, j.startup_s)
+
+    # ------------------------------------------------------------- autoscaler
+    def snapshot(self, t: float) -> Snapshot:
+        nodes = tuple(Node(n, Resources(*a)) for n, a in zip(self.node_names, self.alloc))
+        pods = tuple(
+            Pod(f"p{p.id}", Resources(*p.req), PodPhase.RUNNING if p.running else PodPhase.PENDING, p.priority,
+                None if p.node is None else self.node_names[p.node], p.owner if p.kind == "job" else None,
+                "trainer" if p.role == "trainer" else ("fixed" if p.kind == "job" else "other"))
+            for p in self.pods.values())
+        jobs = tuple(
+            JobDemand(js.spec.name, js.spec.min, js.spec.max, js.target, js.spec.trainer, js.spec.priority,
+                      tuple(js.spec.throughput(n) for n in range(js.spec.max + 1)), js.spec.rescale_cost_s)
+            for js in self.jobs.values() if js.submitted and js.completed_at is None)
+        return Snapshot(nodes, pods, jobs, t)
+
+    def _autoscale(self, t: float) -> None:
+        if self.policy is None:
+            return
+        snap = self.snapshot(t)
+        if not snap.jobs:
+            return
+        plan = self.policy.decide(snap)
+        for name, n in plan.items():
+            js = self.jobs[name]
+            if not js.spec.min <= n <= js.spec.max:
+                raise AssertionError(f"policy planned {n} trainers for {name} outside {js.spec.min}..{js.spec.max}")
+            js.target = n
+
+    # -------------------------------------------------------------- scheduler
+    def _schedule(self, t: float) -> None:
+        pending = sorted((p for p in self.pods.values() if p.node is None), key=lambda p: (-p.priority, p.created, p.id))
+        for p in pending:
+            if p.id not in self.pods:
+                continue  # preempted while we went
+            free = self.alloc - self.used
+            fits = np.all(free + EPS >= p.req, axis=1)
+            if fits.any():
+                after = (free[:, :2] - p.req[:2]) / np.maximum(self.alloc[:, :2], EPS)
+                score = np.where(fits, after.mean(axis=1), -np.inf)
+                best = np.flatnonzero(score >= score.max() - 1e-12)
+                node = int(best[self.rng_sched.randrange(len(best))])
+            else:
+                node = self._preempt(p) if self.sc.preemption else None
+                if node is None:
+                    continue
+            p.node, p.bound_at = node, t
+            self.used[node] += p.req
+
+    def _preempt(self, p: SimPod) -> int | None:
+        """Evict strictly lower-priority pods from the node where the fewest must go."""
+        best: tuple[int, int, list[SimPod]] | None = None
+        by_node: dict[int, list[SimPod]] = {}
+        for q in self.pods.values():
+            if q.node is not None and q.priority < p.priority:
+                by_node.setdefault(q.node, []).append(q)
+        for node, victims in by_node.items():
+            free = self.alloc[node] - self.used[node]
+            chosen = []
+            for q in sorted(victims, key=lambda q: (q.priority, -q.created)):
+                if np.all(free + EPS >= p.req):
+                    break
+                chosen.append(q)
+                free = free + q.req
+            if np.all(free + EPS >= p.req) and (best is None or len(chosen) < best[0]):
+                best = (len(chosen), node, chosen)
+        if best is None:
+            return None
+        for q in best[2]:
+            self._delete(q)
+        return best[1]
+
+    # ------------------------------------------------------------- the clock
+    def _start_and_progress(self, t: float, dt: float) -> None:
+        for p in self.pods.values():
+            if p.node is not None and not p.running and t >= p.bound_at + p.startup:
+                p.running = True
+        for js in self.jobs.values():
+            if not js.submitted or js.completed_at is not None:
+                continue
+            pods = self._owned(js.spec.name)
+            if js.first_running_at is None and any(p.running for p in pods):
+                js.first_running_at = t
+            running = sum(1 for p in pods if p.role == "trainer" and p.running)
+            fixed_ok = all(p.running for p in pods if p.role != "trainer")
+            js.trainer_samples.append(running)
+            if running != js.last_running:
+                if js.last_running > 0 and running > 0:
+                    self.rescale_events += 1
+                    js.paused_until = t + js.spec.rescale_cost_s
+                js.last_running = running
+            if js.spec.work is not None and fixed_ok and running > 0 and t >= js.paused_until:
+                js.done += js.spec.throughput(running) * dt
+                if js.done >= js.spec.work:
+                    js.completed_at = t + dt
+                    for p in pods:
+                        self._delete(p)
+
+    def _observe(self, t: float) -> None:
+        running_cpu = sum(p.req[0] for p in self.pods.values() if p.running)
+        svc = {}
+        for s in self.sc.services:
+            n = sum(1 for p in self._owned(s.name) if p.running)
+            svc[s.name] = (n, s.target(t))
+            inc = self._open_increase[s.name]
+            if inc is not None and n >= min(inc[1], s.target(t)):
+                self.service_lags[s.name].append(t - inc[0])
+                self._open_increase[s.name] = None
+        active = {name: js.last_running for name, js in self.jobs.items()
+                  if js.submitted and js.completed_at is None and js.last_running > 0}
+        pending_jobs = sum(1 for js in self.jobs.values() if js.submitted and js.first_running_at is None)
+        self.timeline.append({"t": t, "util": running_cpu / self.total_cpu, "trainers": active,
+                              "pending_jobs": pending_jobs, "services": svc})
+        if self.check:
+            if np.any(self.used > self.alloc + 1e-6):
+                raise AssertionError(f"t={t}: a node is over-committed")
+
+    def run(self) -> dict:
+        start = time.perf_counter()
+        dt = self.sc.tick_s
+        steps = int(round(self.sc.duration_s / dt))
+        period_ticks = max(1, int(round(self.sc.period_s / dt)))
+        for k in range(steps):
+            t = k * dt
+            self._controllers(t)
+            if k % period_ticks == 0:
+                self._autoscale(t)
+                self._controllers(t)
+            self._schedule(t)
+            self._start_and_progress(t, dt)
+            self._observe(t)
+        return self.report(time.perf_counter() - start)
+
+    # ---------------------------------------------------------------- report
+    def report(self, wall_s: float) -> dict:
+        utils = np.array([x["util"] for x in self.timeline])
+        off = self.sc.offpeak
+        off_vals = [x["util"] for x in self.timeline if off and off[0] <= x["t"] <= off[1]]
+        jains = []
+        for x in self.timeline:
+            v = np.array(list(x["trainers"].values()), dtype=float)
+            if len(v) >= 2:
+                jains.append(float(v.sum() ** 2 / (len(v) * (v ** 2).sum())))
+        jobs = []
+        for js in self.jobs.values():
+            if not js.submitted:
+                continue
+            pend = None if js.first_running_at is None else js.first_running_at - js.spec.submit_at
+            jct = None if js.completed_at is None else js.completed_at - js.spec.submit_at
+            running = [n for n in js.trainer_samples if n > 0]
+            jobs.append({"name": js.spec.name, "pending_s": pend, "jct_s": jct,
+                         "trainers_mean": float(np.mean(running)) if running else 0.0})
+        pend_vals = [j["pending_s"] if j["pending_s"] is not None else self.sc.duration_s - js_submit
+                     for j, js_submit in ((j, self.jobs[j["name"]].spec.submit_at) for j in jobs)]
+        jct_vals = [j["jct_s"] for j in jobs]
+        services = []
+        for s in self.sc.services:
+            lags = list(self.service_lags[s.name])
+            inc = self._open_increase[s.name]
+            if inc is not None:
+                lags.append(self.sc.duration_s - inc[0])  # never caught up
+            services.append({"name": s.name, "lag_s_max": max(lags) if lags else 0.0,
+                             "lag_s_mean": float(np.mean(lags)) if lags else 0.0})
+        return {
+            "scenario": self.sc.name,
+            "policy": self.policy_name,
+            "utilization": {"mean": float(utils.mean()) if len(utils) else 0.0,
+                            "offpeak_mean": float(np.mean(off_vals)) if off_vals else None,
+                            "p5": float(np.percentile(utils, 5)) if len(utils) else 0.0},
+            "pending_s_mean": float(np.mean(pend_vals)) if pend_vals else 0.0,
+            "jct_s_mean": None if not jct_vals or any(v is None for v in jct_vals) else float(np.mean(jct_vals)),
+            "fairness_jain": float(np.mean(jains)) if jains else 1.0,
+            "services": services,
+            "jobs": jobs,
+            "rescale_events": self.rescale_events,
+            "wall_s": wall_s,
+        }

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edl.errors import UserError
+from edl.sim.engine import Simulation
+from edl.sim.scenario import load, parse
+
+SMALL = {
+    "name": "small", "duration_s": 120, "period_s": 5,
+    "nodes": [{"count": 4, "cpu": 8, "memory_gi": 32}],
+    "priorities": {"web": 100, "batch": 0},
+    "services": [{"name": "web", "priority": "web", "pod": {"cpu": 2, "memory_gi": 1}, "startup_s": 1,
+                  "replicas": [[0, 4], [40, 12], [80, 2]]}],
+    "jobs": [{"name": "j", "count": 2, "submit_at": 5, "submit_every": 5, "priority": "batch",
+              "fixed_pods": [{"role": "ps", "count": 1, "cpu": 1, "memory_gi": 1}],
+              "trainer": {"cpu": 2, "memory_gi": 2}, "min": 1, "max": 8, "static": 4, "work": 4000,
+              "throughput": {"per_trainer": 50, "efficiency": 0.9}, "rescale_cost_s": 2}],
+}
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d["jobs"][0]["trainer"].update(cpu=-1), "jobs[0].trainer.cpu"),
+    (lambda d: d["jobs"][0].update(min=9), "jobs[0].min"),
+    (lambda d: d["services"][0].update(priority="gold"), "services[0].priority"),
+    (lambda d: d.pop("duration_s"), "duration_s"),
+    (lambda d: d["services"][0].update(replicas=[[0, "x"]]), "services[0].replicas"),
+    (lambda d: d.update(offpeak=[5, 1]), "offpeak"),
+])
+def test_malformed_scenarios_name_the_field(mutate, field):
+    import copy
+
+    d = copy.deepcopy(SMALL)
+    mutate(d)
+    with pytest.raises(UserError, match=rf"scenario {__import__('re').escape(field)}"):
+        parse(d)
+
+
+def test_built_in_scenarios_load():
+    c1, c2 = load("seed-case1"), load("seed-case2")
+    assert len(c1.jobs) == 20 and len(c2.jobs) == 6
+    assert abs(sum(g.count * g.allocatable.cpu for g in c1.nodes) - 2348) < 1
+    with pytest.raises(UserError, match="no such file"):
+        load("nope.yaml")
+
+
+@pytest.mark.parametrize("policy", ["off", "edl2017", "edl"])
+def test_simulation_invariants_and_report(policy):
+    sim = Simulation(parse(SMALL), policy, check_invariants=True)  # asserts no over-commit every tick
+    r = sim.run()
+    assert r["policy"] == policy and 0 < r["utilization"]["mean"] <= 1
+    assert {j["name"] for j in r["jobs"]} == {"j-00", "j-01"}
+    assert all(j["jct_s"] is not None for j in r["jobs"])  # finite work finishes
+    assert r["services"][0]["lag_s_max"] < 30  # web outranks training and preempts it
+    assert np.all(sim.used <= sim.alloc + 1e-6)
+
+
+def test_preemption_only_evicts_lower_priority():
+    d = dict(SMALL)
+    d["services"] = [dict(SMALL["services"][0], replicas=[[0, 16]]),
+                     {"name": "low", "priority": 0, "pod": {"cpu": 2, "memory_gi": 1}, "replicas": [[10, 8]]}]
+    d["jobs"] = [dict(SMALL["jobs"][0], count=1, submit_at=1000)]  # never submitted
+    sim = Simulation(parse(d), "off")
+    r = sim.run()
+    # The 16 high-priority replicas fill the cluster; the low-priority service can never evict them.
+    running = [p for p in sim.pods.values() if p.running]
+    assert sum(1 for p in running if p.owner == "web") == 16
+    assert not any(p.owner == "low" for p in running)
+    assert r["services"][0]["lag_s_max"] < 5
+
+
+def test_edl2017_reproduces_the_published_utilization_of_case2():
+    r = Simulation(load("seed-case2"), "edl2017").run()
+    assert abs(r["utilization"]["mean"] - 0.834) <= 0.05
+    assert abs(r["utilization"]["offpeak_mean"] - 0.794) <= 0.05
+    off = Simulation(load("seed-case2"), "off").run()
+    assert abs(off["utilization"]["mean"] - 0.619) <= 0.05
+    assert abs(off["utilization"]["offpeak_mean"] - 0.449) <= 0.05
