@@ -38,9 +38,11 @@ class SimPod:
     priority: int
     created: float
     startup: float
+    grace_s: float = 0.0  # how long it holds its node after deletion
     node: int | None = None
     bound_at: float | None = None
     running: bool = False
+    terminating_until: float | None = None
 
 
 @dataclass
@@ -81,30 +83,37 @@ class Simulation:
         self.timeline: list[dict] = []
 
     # ------------------------------------------------------------------ pods
-    def _create(self, owner: str, kind: str, role: str, req: Resources, priority: int, t: float, startup: float) -> None:
+    def _create(self, owner: str, kind: str, role: str, req: Resources, priority: int, t: float, startup: float,
+                grace_s: float) -> None:
         jitter = startup * self.rng_startup.uniform(0.8, 1.2)
         self.pods[self.next_id] = SimPod(self.next_id, owner, kind, role, np.array([req.cpu, req.memory, req.gpu]),
-                                         priority, t, jitter)
+                                         priority, t, jitter, grace_s)
         self.next_id += 1
 
-    def _delete(self, pod: SimPod) -> None:
+    def _delete(self, pod: SimPod, t: float | None = None) -> None:
+        """Delete now (``t`` None), or start the pod's grace period: it holds its node until then."""
+        if t is not None and pod.node is not None and pod.grace_s > 0:
+            if pod.terminating_until is None:
+                pod.terminating_until = t + pod.grace_s
+            return
         if pod.node is not None:
             self.used[pod.node] -= pod.req
         del self.pods[pod.id]
 
     def _owned(self, owner: str, role: str | None = None) -> list[SimPod]:
-        return [p for p in self.pods.values() if p.owner == owner and (role is None or p.role == role)]
+        return [p for p in self.pods.values() if p.owner == owner and p.terminating_until is None
+                and (role is None or p.role == role)]
 
     def _reconcile(self, owner: str, kind: str, role: str, want: int, req: Resources, prio: int, t: float,
-                   startup: float) -> None:
+                   startup: float, grace_s: float = 0.0) -> None:
         have = self._owned(owner, role)
         for _ in range(want - len(have)):
-            self._create(owner, kind, role, req, prio, t, startup)
+            self._create(owner, kind, role, req, prio, t, startup, grace_s)
         if len(have) > want:
             # Remove unscheduled pods first, then the youngest (as a ReplicaSet does).
             have.sort(key=lambda p: (p.node is not None, p.running, -p.created, -p.id))
             for p in have[: len(have) - want]:
-                self._delete(p)
+                self._delete(p, t)
 
     # ------------------------------------------------------------ controllers
     def _controllers(self, t: float) -> None:
@@ -113,7 +122,7 @@ class Simulation:
             if target > self._last_target[s.name]:
                 self._open_increase[s.name] = (t, target)
             self._last_target[s.name] = target
-            self._reconcile(s.name, "service", "replica", target, s.pod, s.priority, t, s.startup_s)
+            self._reconcile(s.name, "service", "replica", target, s.pod, s.priority, t, s.startup_s, s.termination_s)
         for js in self.jobs.values():
             j = js.spec
             if js.completed_at is not None or t < j.submit_at:
@@ -123,15 +132,21 @@ class Simulation:
                 js.target = j.static if self.policy is None else j.min
             for f in j.fixed_pods:
                 self._reconcile(j.name, "job", f.role, f.count, f.pod, j.priority, t, j.startup_s)
-            self._reconcile(j.name, "job", "trainer", js.target, j.trainer, j.priority, t, j.startup_s)
+            # edl's launcher drains a trainer at a step boundary before deleting it; a plain
+            # Job controller (off, edl2017) deletes and waits out the grace period.
+            grace = j.drain_s if self.policy_name == "edl" else j.termination_s
+            self._reconcile(j.name, "job", "trainer", js.target, j.trainer, j.priority, t, j.startup_s, grace)
 
     # ------------------------------------------------------------- autoscaler
     def snapshot(self, t: float) -> Snapshot:
         nodes = tuple(Node(n, Resources(*a)) for n, a in zip(self.node_names, self.alloc))
         pods = tuple(
-            Pod(f"p{p.id}", Resources(*p.req), PodPhase.RUNNING if p.running else PodPhase.PENDING, p.priority,
-                None if p.node is None else self.node_names[p.node], p.owner if p.kind == "job" else None,
-                "trainer" if p.role == "trainer" else ("fixed" if p.kind == "job" else "other"))
+            Pod(f"p{p.id}", Resources(*p.req),
+                PodPhase.RUNNING if (p.running or p.terminating_until is not None) else PodPhase.PENDING, p.priority,
+                None if p.node is None else self.node_names[p.node],
+                p.owner if p.kind == "job" and p.terminating_until is None else None,
+                "other" if p.terminating_until is not None else
+                ("trainer" if p.role == "trainer" else ("fixed" if p.kind == "job" else "other")))
             for p in self.pods.values())
         jobs = tuple(
             JobDemand(js.spec.name, js.spec.min, js.spec.max, js.target, js.spec.trainer, js.spec.priority,
@@ -154,13 +169,15 @@ class Simulation:
 
     # -------------------------------------------------------------- scheduler
     def _schedule(self, t: float) -> None:
-        pending = sorted((p for p in self.pods.values() if p.node is None), key=lambda p: (-p.priority, p.created, p.id))
+        pending = sorted((p for p in self.pods.values() if p.node is None and p.terminating_until is None),
+                         key=lambda p: (-p.priority, p.created, p.id))
         for p in pending:
             if p.id not in self.pods:
                 continue  # preempted while we went
             free = self.alloc - self.used
             fits = np.all(free + EPS >= p.req, axis=1)
             if fits.any():
+                # Spreading, like kube-scheduler's default LeastAllocated score.
                 after = (free[:, :2] - p.req[:2]) / np.maximum(self.alloc[:, :2], EPS)
                 score = np.where(fits, after.mean(axis=1), -np.inf)
                 best = np.flatnonzero(score >= score.max() - 1e-12)
@@ -177,7 +194,7 @@ class Simulation:
         best: tuple[int, int, list[SimPod]] | None = None
         by_node: dict[int, list[SimPod]] = {}
         for q in self.pods.values():
-            if q.node is not None and q.priority < p.priority:
+            if q.node is not None and q.priority < p.priority and q.terminating_until is None:
                 by_node.setdefault(q.node, []).append(q)
         for node, victims in by_node.items():
             free = self.alloc[node] - self.used[node]
@@ -192,13 +209,16 @@ class Simulation:
         if best is None:
             return None
         for q in best[2]:
-            self._delete(q)
+            self._delete(q)  # preemption: the victim's node space is taken at once (simplification)
         return best[1]
 
     # ------------------------------------------------------------- the clock
     def _start_and_progress(self, t: float, dt: float) -> None:
-        for p in self.pods.values():
-            if p.node is not None and not p.running and t >= p.bound_at + p.startup:
+        for p in list(self.pods.values()):
+            if p.terminating_until is not None:
+                if t >= p.terminating_until:
+                    self._delete(p)
+            elif p.node is not None and not p.running and t >= p.bound_at + p.startup:
                 p.running = True
         for js in self.jobs.values():
             if not js.submitted or js.completed_at is not None:
@@ -218,8 +238,8 @@ class Simulation:
                 js.done += js.spec.throughput(running) * dt
                 if js.done >= js.spec.work:
                     js.completed_at = t + dt
-                    for p in pods:
-                        self._delete(p)
+                    for p in [q for q in self.pods.values() if q.owner == js.spec.name]:
+                        self._delete(p)  # the job is done: its pods go at once
 
     def _observe(self, t: float) -> None:
         running_cpu = sum(p.req[0] for p in self.pods.values() if p.running)

@@ -32,6 +32,7 @@ class Service:
     pod: Resources
     startup_s: float
     replicas: tuple[tuple[float, int], ...]  # (time, count), sorted
+    termination_s: float = 1.0
 
     def target(self, t: float) -> int:
         n = 0
@@ -63,6 +64,8 @@ class JobSpec:
     efficiency: float  # each extra trainer adds efficiency**(n-1) of one
     rescale_cost_s: float
     startup_s: float
+    termination_s: float = 30.0  # a deleted trainer pod's grace period (a Job controller scale-down)
+    drain_s: float = 1.0  # with edl's launcher: drained at a step boundary, then deleted
 
     def throughput(self, n: int) -> float:
         return sum(self.per_trainer * self.efficiency ** k for k in range(max(0, n)))
@@ -177,7 +180,8 @@ def parse(data: Any, source: str = "scenario") -> Scenario:
         if not isinstance(sname, str):
             raise s.fail("name", "is required (a string)")
         services.append(Service(sname, _priority(s, priorities), s.resources("pod"), s.number("startup_s", 2.0, minimum=0),
-                                tuple(sorted((float(a), int(b)) for a, b in reps))))
+                                tuple(sorted((float(a), int(b)) for a, b in reps)),
+                                s.number("termination_s", 1.0, minimum=0)))
     jobs = []
     for j in r.items("jobs"):
         jname = j.data.get("name")
@@ -208,7 +212,8 @@ def parse(data: Any, source: str = "scenario") -> Scenario:
                 priority=_priority(j, priorities), fixed_pods=fixed, trainer=j.resources("trainer"),
                 min=lo, max=hi, static=static, work=None if work is None else float(work),
                 per_trainer=per, efficiency=eff, rescale_cost_s=j.number("rescale_cost_s", 2.0, minimum=0),
-                startup_s=j.number("startup_s", 2.0, minimum=0)))
+                startup_s=j.number("startup_s", 2.0, minimum=0),
+                termination_s=j.number("termination_s", 30.0, minimum=0), drain_s=j.number("drain_s", 1.0, minimum=0)))
     preemption = data.get("preemption", True)
     if not isinstance(preemption, bool):
         raise r.fail("preemption", "must be true or false")
