@@ -1,74 +1,103 @@
-"""Cluster accounting shared by the policies: totals and per-node free capacity."""
+"""Cluster accounting shared by the policies: totals and per-node free capacity.
+
+Placement is the hot path of a decision (thousands of trainers over thousands of
+nodes), so free capacity lives in plain lists and each trainer shape keeps a heap
+of candidate nodes ordered by free CPU (best fit), checked lazily.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+from dataclasses import dataclass, field
 
-import numpy as np
+from edl.autoscale.model import Pod, PodPhase, Resources, Snapshot
 
-from edl.autoscale.model import Pod, Resources, Snapshot
+_TERMINATED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
+EPS = 1e-9
 
 
 @dataclass
 class Capacity:
-    """Allocatable and requested totals, and free capacity per node (arrays in node-name order)."""
+    """Allocatable and requested totals, and free capacity per node (in node-name order)."""
 
     names: list[str]
-    alloc: np.ndarray  # shape (n, 3): cpu, memory, gpu
-    used: np.ndarray  # requests of non-terminated pods bound to each node
+    free_cpu: list[float]
+    free_mem: list[float]
+    free_gpu: list[float]
     total: Resources
-    requested: Resources  # all non-terminated pods, pending included
+    requested: Resources  # all non-terminated pods counted, pending included
+    _heaps: dict[tuple[float, float, float], list[tuple[float, int]]] = field(default_factory=dict)
 
-    @property
-    def free(self) -> np.ndarray:
-        return self.alloc - self.used
+    def _fits(self, i: int, cpu: float, mem: float, gpu: float) -> bool:
+        return self.free_cpu[i] + EPS >= cpu and self.free_mem[i] + EPS >= mem and self.free_gpu[i] + EPS >= gpu
 
-    def place(self, req: Resources, best_fit: bool = True) -> int | None:
-        """Bind one pod of ``req`` to a node (best fit on CPU, or first fit); ``None`` if none fits."""
-        need = np.array([req.cpu, req.memory, req.gpu])
-        free = self.free
-        fits = np.all(free + 1e-9 >= need, axis=1)
-        if not fits.any():
-            return None
-        if best_fit:
-            i = int(np.argmin(np.where(fits, free[:, 0], np.inf)))
-        else:
-            i = int(np.argmax(fits))
-        self.used[i] += need
-        return i
+    def place(self, req: Resources) -> int | None:
+        """Bind one pod of ``req`` to the fitting node with the least free CPU; ``None`` if none fits."""
+        key = (req.cpu, req.memory, req.gpu)
+        heap = self._heaps.get(key)
+        if heap is None:
+            heap = [(self.free_cpu[i], i) for i in range(len(self.names)) if self._fits(i, *key)]
+            heapq.heapify(heap)
+            self._heaps[key] = heap
+        while heap:
+            cpu_at_push, i = heap[0]
+            if not self._fits(i, *key):
+                heapq.heappop(heap)
+                continue
+            if cpu_at_push != self.free_cpu[i]:  # changed by another shape: re-file it
+                heapq.heapreplace(heap, (self.free_cpu[i], i))
+                continue
+            self.free_cpu[i] -= req.cpu
+            self.free_mem[i] -= req.memory
+            self.free_gpu[i] -= req.gpu
+            if self._fits(i, *key):
+                heapq.heapreplace(heap, (self.free_cpu[i], i))
+            else:
+                heapq.heappop(heap)
+            return i
+        return None
 
     def release(self, node: int, req: Resources) -> None:
-        self.used[node] -= np.array([req.cpu, req.memory, req.gpu])
+        self.free_cpu[node] += req.cpu
+        self.free_mem[node] += req.memory
+        self.free_gpu[node] += req.gpu
+        for key, heap in self._heaps.items():
+            if self._fits(node, *key):
+                heapq.heappush(heap, (self.free_cpu[node], node))
+
+    def free_of(self, i: int) -> Resources:
+        return Resources(self.free_cpu[i], self.free_mem[i], self.free_gpu[i])
 
 
-def capacity(snapshot: Snapshot, include=lambda pod: True) -> Capacity:
+def capacity(snapshot: Snapshot, include=None) -> Capacity:
+    """Free capacity after the non-terminated pods bound to each node (those ``include`` accepts)."""
     nodes = sorted(snapshot.nodes, key=lambda n: n.name)
     names = [n.name for n in nodes]
     index = {n: i for i, n in enumerate(names)}
-    alloc = np.array([[n.allocatable.cpu, n.allocatable.memory, n.allocatable.gpu] for n in nodes], dtype=float)
-    if alloc.size == 0:
-        alloc = np.zeros((0, 3))
-    used = np.zeros_like(alloc)
-    req = [0.0, 0.0, 0.0]
+    free_cpu = [n.allocatable.cpu for n in nodes]
+    free_mem = [n.allocatable.memory for n in nodes]
+    free_gpu = [n.allocatable.gpu for n in nodes]
+    total = Resources(sum(free_cpu), sum(free_mem), sum(free_gpu))
+    rc = rm = rg = 0.0
     for p in snapshot.pods:
-        if p.phase.terminated or not include(p):
+        if p.phase in _TERMINATED or (include is not None and not include(p)):
             continue
         r = p.requests
-        req[0] += r.cpu
-        req[1] += r.memory
-        req[2] += r.gpu
-        i = index.get(p.node) if p.node is not None else None
-        if i is not None:
-            used[i, 0] += r.cpu
-            used[i, 1] += r.memory
-            used[i, 2] += r.gpu
-    total = Resources(*alloc.sum(axis=0)) if len(names) else Resources()
-    return Capacity(names, alloc, used, total, Resources(*req))
+        rc += r.cpu
+        rm += r.memory
+        rg += r.gpu
+        if p.node is not None:
+            i = index.get(p.node)
+            if i is not None:
+                free_cpu[i] -= r.cpu
+                free_mem[i] -= r.memory
+                free_gpu[i] -= r.gpu
+    return Capacity(names, free_cpu, free_mem, free_gpu, total, Resources(rc, rm, rg))
 
 
 def pods_by_job(pods: tuple[Pod, ...]) -> dict[str, list[Pod]]:
     out: dict[str, list[Pod]] = {}
     for p in pods:
-        if p.job is not None and not p.phase.terminated:
+        if p.job is not None and p.phase not in _TERMINATED:
             out.setdefault(p.job, []).append(p)
     return out

@@ -48,8 +48,9 @@ class Edl2017:
         cap = capacity(snapshot)
         total, req = cap.total, cap.requested
         cpu_req, mem_req, gpu_req = req.cpu, req.memory, req.gpu
-        free = cap.free.copy()  # node idle CPU / free memory / free GPU, in name order
+        free_cpu, free_mem = cap.free_cpu, cap.free_mem  # node idle CPU / free memory, in name order
         jobs = self.considered(snapshot)
+        first_fit: dict[tuple[float, float], int] = {}
         diff = {j.name: 0 for j in jobs}
 
         def order() -> list[JobDemand]:
@@ -68,9 +69,14 @@ class Edl2017:
                     continue
                 if total.memory - mem_req <= t.memory:
                     continue
-                node = next((i for i in range(len(free))
-                             if t.cpu <= free[i, 0] + 1e-9 and t.memory <= free[i, 1] + 1e-9), None)
-                if node is None:
+                # "Some node can hold the trainer": the first in name order (Go ranged over a map).
+                # Free space only shrinks here, so the first fitting node never moves back.
+                shape = (t.cpu, t.memory)
+                node = first_fit.get(shape, 0)
+                while node < len(free_cpu) and not (t.cpu <= free_cpu[node] + 1e-9 and t.memory <= free_mem[node] + 1e-9):
+                    node += 1
+                first_fit[shape] = node
+                if node >= len(free_cpu):
                     continue
                 add_cpu = 1 if total.cpu * self.max_load - cpu_req >= t.cpu - 1e-9 else 0
                 if t.gpu > 0:
@@ -83,9 +89,8 @@ class Edl2017:
                     cpu_req += t.cpu
                     mem_req += t.memory
                     gpu_req += t.gpu
-                    free[node, 0] -= t.cpu
-                    free[node, 1] -= t.memory
-                    free[node, 2] -= t.gpu
+                    free_cpu[node] -= t.cpu
+                    free_mem[node] -= t.memory
             for j in reversed(ranked):  # scale down
                 planned = j.current + diff[j.name]
                 t = j.trainer

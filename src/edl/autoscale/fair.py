@@ -49,7 +49,7 @@ class EdlPolicy:
 
         def background(p: Pod) -> bool:
             # Everything except the trainers we are planning, and pods still waiting for a node.
-            return not (p.role == "trainer" and p.job in planned) and p.phase is not PodPhase.PENDING
+            return p.phase is not PodPhase.PENDING and not (p.role == "trainer" and p.job in planned)
 
         cap = capacity(snapshot, background)
         pending = [p for p in snapshot.pods if p.phase is PodPhase.PENDING
