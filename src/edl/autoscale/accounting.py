@@ -65,6 +65,10 @@ class Capacity:
             if self._fits(node, *key):
                 heapq.heappush(heap, (self.free_cpu[node], node))
 
+    def copy(self) -> "Capacity":
+        return Capacity(self.names, list(self.free_cpu), list(self.free_mem), list(self.free_gpu), self.total,
+                        self.requested)
+
     def free_of(self, i: int) -> Resources:
         return Resources(self.free_cpu[i], self.free_mem[i], self.free_gpu[i])
 

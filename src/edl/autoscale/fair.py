@@ -41,8 +41,9 @@ def log_gain(j: JobDemand, n: int) -> float:
 class EdlPolicy:
     name = "edl"
 
-    def __init__(self, horizon_s: float = 120.0) -> None:
+    def __init__(self, horizon_s: float = 120.0, band: int = 1) -> None:
         self.horizon_s = horizon_s
+        self.band = band
 
     def decide(self, snapshot: Snapshot) -> dict[str, int]:
         planned = {j.name for j in snapshot.jobs}
@@ -62,11 +63,40 @@ class EdlPolicy:
                 cap.place(p.requests)  # a pod that fits nowhere stays pending either way
             for j in sorted((j for j in snapshot.jobs if j.priority == tier), key=lambda j: j.name):
                 self._place_min(cap, j, alloc)
-        # Spare capacity: weighted proportional fairness; each priority level doubles the weight.
-        levels = sorted({j.priority for j in snapshot.jobs})
-        weight = {j.name: float(2 ** levels.index(j.priority)) for j in snapshot.jobs}
-        self._grow(cap, sorted(snapshot.jobs, key=lambda j: j.name), alloc, weight)
-        return {j.name: self._settle(j, alloc[j.name]) for j in snapshot.jobs}
+        after_min = cap.copy()
+        floor = dict(alloc)
+        self._grow(cap, sorted(snapshot.jobs, key=lambda j: j.name), alloc, self.weights(snapshot.jobs))
+        plan = {j.name: self._settle(j, alloc[j.name]) for j in snapshot.jobs}
+        return self._stick(snapshot.jobs, plan, floor, after_min)
+
+    def _stick(self, jobs: tuple[JobDemand, ...], plan: dict[str, int], floor: dict[str, int],
+               cap: Capacity) -> dict[str, int]:
+        """Hysteresis: a job whose fair share fell by one keeps its current size if it still fits.
+
+        Without it, shares that differ by one trainer flip between jobs as the cluster breathes,
+        and every flip costs both jobs a pause. Forced shrinks (the trainers no longer fit, e.g.
+        a higher-priority pod waits) and larger moves go through.
+        """
+        target = {}
+        for j in sorted(jobs, key=lambda j: (-j.priority, j.name)):
+            want = plan[j.name]
+            if 0 < j.current - want <= self.band and j.min <= j.current <= j.max:
+                want = j.current  # a voluntary shrink by one: keep the trainer if it still fits
+            target[j.name] = want
+        # Verify on a copy of the cluster that the sticky plan fits; fall back per job if not.
+        for j in sorted(jobs, key=lambda j: (-j.priority, j.name)):
+            have = floor.get(j.name, 0)
+            while have < target[j.name] and cap.place(j.trainer) is not None:
+                have += 1
+            if have < target[j.name]:
+                target[j.name] = max(min(plan[j.name], have) if have >= j.min else j.min, j.min)
+        return target
+
+    @staticmethod
+    def weights(jobs: tuple[JobDemand, ...]) -> dict[str, float]:
+        """Each priority level doubles a job's weight."""
+        levels = sorted({j.priority for j in jobs})
+        return {j.name: float(2 ** levels.index(j.priority)) for j in jobs}
 
     @staticmethod
     def _place_min(cap: Capacity, j: JobDemand, alloc: dict[str, int]) -> None:

@@ -71,6 +71,7 @@ class JobDemand:
     # Optional: measured samples/s with n trainers at index n (index 0 unused, may be 0).
     throughput: tuple[float, ...] = ()
     rescale_cost_s: float = 0.0  # measured pause of one generation change
+    remaining: float | None = None  # samples of work left, when the job knows (None: endless)
 
     def speed(self, n: int) -> float:
         """Throughput with ``n`` trainers: measured where known, linear beyond (conservative)."""

@@ -150,7 +150,8 @@ class Simulation:
             for p in self.pods.values())
         jobs = tuple(
             JobDemand(js.spec.name, js.spec.min, js.spec.max, js.target, js.spec.trainer, js.spec.priority,
-                      tuple(js.spec.throughput(n) for n in range(js.spec.max + 1)), js.spec.rescale_cost_s)
+                      tuple(js.spec.throughput(n) for n in range(js.spec.max + 1)), js.spec.rescale_cost_s,
+                      None if js.spec.work is None else max(0.0, js.spec.work - js.done))
             for js in self.jobs.values() if js.submitted and js.completed_at is None)
         return Snapshot(nodes, pods, jobs, t)
 
