@@ -27,6 +27,7 @@ SMALL = {
     (lambda d: d.pop("duration_s"), "duration_s"),
     (lambda d: d["services"][0].update(replicas=[[0, "x"]]), "services[0].replicas"),
     (lambda d: d.update(offpeak=[5, 1]), "offpeak"),
+    (lambda d: d.update(scoring="random"), "scoring"),
 ])
 def test_malformed_scenarios_name_the_field(mutate, field):
     import copy

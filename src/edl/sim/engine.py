@@ -178,9 +178,10 @@ class Simulation:
             free = self.alloc - self.used
             fits = np.all(free + EPS >= p.req, axis=1)
             if fits.any():
-                # Spreading, like kube-scheduler's default LeastAllocated score.
+                # kube-scheduler's LeastAllocated (spread, the default) or MostAllocated (pack).
                 after = (free[:, :2] - p.req[:2]) / np.maximum(self.alloc[:, :2], EPS)
-                score = np.where(fits, after.mean(axis=1), -np.inf)
+                sign = -1.0 if self.sc.scoring == "pack" else 1.0
+                score = np.where(fits, sign * after.mean(axis=1), -np.inf)
                 best = np.flatnonzero(score >= score.max() - 1e-12)
                 node = int(best[self.rng_sched.randrange(len(best))])
             else:

@@ -82,6 +82,7 @@ class Scenario:
     jobs: tuple[JobSpec, ...]
     tick_s: float = 1.0
     preemption: bool = True  # priority preemption by the scheduler (Kubernetes 1.6 had none)
+    scoring: str = "spread"  # kube-scheduler's LeastAllocated ("spread") or MostAllocated ("pack")
     meta: dict = field(default_factory=dict, compare=False)
 
 
@@ -217,8 +218,12 @@ def parse(data: Any, source: str = "scenario") -> Scenario:
     preemption = data.get("preemption", True)
     if not isinstance(preemption, bool):
         raise r.fail("preemption", "must be true or false")
+    scoring = data.get("scoring", "spread")
+    if scoring not in ("spread", "pack"):
+        raise r.fail("scoring", f"must be spread or pack, not {scoring!r}")
     return Scenario(name, r.number("duration_s", positive=True), r.number("period_s", 5.0, positive=True), offpeak,
-                    nodes, tuple(services), tuple(jobs), r.number("tick_s", 1.0, positive=True), preemption)
+                    nodes, tuple(services), tuple(jobs), r.number("tick_s", 1.0, positive=True), preemption,
+                    scoring)
 
 
 def load(name_or_path: str) -> Scenario:
