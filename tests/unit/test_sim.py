@@ -78,3 +78,13 @@ def test_edl2017_reproduces_the_published_utilization_of_case2():
     off = Simulation(load("seed-case2"), "off").run()
     assert abs(off["utilization"]["mean"] - 0.619) <= 0.05
     assert abs(off["utilization"]["offpeak_mean"] - 0.449) <= 0.05
+
+
+def test_edl2017_case1_fast_run_matches_the_published_shape():
+    on = Simulation(load("seed-case1"), "edl2017").run()
+    off = Simulation(load("seed-case1"), "off").run()
+    assert abs(on["utilization"]["mean"] - 0.763) <= 0.05
+    # Pending time with autoscaling is an order of magnitude below without (published 47.2 s vs 308.5 s).
+    assert on["pending_s_mean"] < off["pending_s_mean"] / 3
+    # Early jobs hog, late jobs starve.
+    assert on["fairness_jain"] < 0.8
