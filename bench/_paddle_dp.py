@@ -7,7 +7,6 @@ keeps its completed step count in a file that the benchmark reads.
 from __future__ import annotations
 
 import argparse
-import numpy as np
 import paddle
 import paddle.distributed as dist
 

@@ -62,9 +62,10 @@ def edl_pauses(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
             victim = next(t for t in st["trainers"] if t["rank"] == 1)
             t_kill = time.time()
             os.kill(victim["pid"], signal.SIGKILL)
-            st = job.wait_for(lambda s: s["generation"] > g and s["generations"][-1]["first_step_at"] is not None)
-            fail = next(x for x in st["generations"] if x["id"] > g - 0 and x["reason"] == "failure") \
-                if any(x["reason"] == "failure" and x["id"] > g for x in st["generations"]) else st["generations"][-1]
+            st = job.wait_for(lambda s: any(x["master_generation"] > g and x["reason"] == "failure" and x["first_step_at"] is not None
+                                            for x in s["generations"]))
+            # The failure generation (a replacement's scale-up may already have followed it).
+            fail = next(x for x in st["generations"] if x["master_generation"] > g and x["reason"] == "failure")
             out["failure"].append(fail["pause_s"])
             out["kill_to_next_step_s"].append(fail["first_step_at"] - t_kill)
             out["rolled_back"].append(fail["rolled_back_steps"])

@@ -79,7 +79,7 @@ class RunningJob:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"job did not finish in {timeout} s:\n{self.output()[-3000:]}")
+            raise AssertionError(f"job did not finish in {timeout} s:\n{self.output()[-3000:]}") from None
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -114,5 +114,5 @@ def test_rows_are_never_lost_or_duplicated(steps):
         for e in range(q.materialized_epochs):
             assert acc[e] == 137, (e, acc)
         ranges = sorted(outstanding_ranges(q))
-        for (e1, s1, a1, b1), (e2, s2, a2, b2) in zip(ranges, ranges[1:]):
+        for (e1, s1, _, b1), (e2, s2, a2, _) in zip(ranges, ranges[1:]):
             assert not (e1 == e2 and s1 == s2 and a2 < b1), "overlapping outstanding rows"

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
 from edl.errors import PermanentError, UserError
 from edl.master.membership import (
     Formation,
-    Generation,
     Membership,
     MembershipConfig,
     Phase,
