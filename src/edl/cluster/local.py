@@ -7,7 +7,6 @@ leaves no orphans behind; their output goes to one log file each.
 from __future__ import annotations
 
 import ctypes
-import os
 import signal
 import subprocess
 import sys
@@ -70,18 +69,15 @@ class LocalProcesses:
         return Proc(name, popen, log_path)
 
     @staticmethod
-    def stop(proc: Proc, grace_s: float = 5.0) -> None:
-        if proc.poll() is not None:
-            return
-        proc.popen.send_signal(signal.SIGTERM)
-        try:
-            proc.popen.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.popen.kill()
-            proc.popen.wait()
-
-    @staticmethod
-    def kill(proc: Proc) -> None:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.popen.wait()
+    def stop_all(procs: list[Proc], grace_s: float = 5.0) -> None:
+        """SIGTERM every process at once, then SIGKILL whatever is left after ``grace_s``."""
+        live = [p for p in procs if p.poll() is None]
+        for p in live:
+            p.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in live:
+            try:
+                p.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait()

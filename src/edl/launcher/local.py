@@ -285,8 +285,8 @@ class LocalLauncher:
 
     def _teardown(self) -> None:
         self._post("/v1/shutdown")
-        for p in list(self.trainers.values()):
-            LocalProcesses.stop(p, 3.0)
+        procs = list(self.trainers.values())
         if getattr(self, "master", None) is not None:
-            LocalProcesses.stop(self.master, 3.0)
+            procs.append(self.master)
+        LocalProcesses.stop_all(procs, 3.0)
         self.http.close()
