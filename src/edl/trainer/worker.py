@@ -238,7 +238,9 @@ class Trainer:
             group_id = zlib.crc32(f"{a['master_uid']}:{gen}".encode()) & 0x7FFFFFFF
             self._in_collective = time.monotonic()
             group = Group(host, port, rank, world, group_id, self.backend)
-            if source == "init" and self.dirty:
+            if source != "peer" and self.dirty:
+                # Rolled back (to the checkpoint or to a fresh start): drop everything this replica
+                # learned since, optimizer accumulators included, before taking rank 0's state.
                 self._build()
             if source == "checkpoint" and rank == 0:
                 self.step = self._load_checkpoint(a["checkpoint_uri"])
