@@ -325,8 +325,8 @@ class Trainer:
             self.safe_cursor = prev_own
             cursors = {m: decode_cursor(tail[i]) for i, m in enumerate(members)}
             prev_own = cursors[self.id]
-            if first and rank == 0:
-                first = False
+            if first and rank == 0 and (total > 0 or tail[:, FINISHED].sum() >= world):
+                first = False  # the generation's first completed training step ends its pause
                 self.client.try_call("POST", f"/v1/trainers/{self.id}/first-step", json={"generation": gen})
             if total == 0:
                 time.sleep(0.02)  # nobody had data this step: don't spin
