@@ -43,6 +43,8 @@ class SimPod:
     bound_at: float | None = None
     running: bool = False
     terminating_until: float | None = None
+    view: Pod | None = None  # cached snapshot view and the state it was built from
+    view_key: tuple | None = None
 
 
 @dataclass
@@ -56,6 +58,10 @@ class JobState:
     paused_until: float = 0.0
     last_running: int = 0
     trainer_samples: list[int] = field(default_factory=list)
+    curve: tuple[float, ...] = ()  # throughput with n trainers, n = 0..max (computed once)
+
+    def __post_init__(self) -> None:
+        self.curve = tuple(self.spec.throughput(n) for n in range(max(self.spec.max, self.spec.static) + 1))
 
 
 class Simulation:
@@ -74,6 +80,7 @@ class Simulation:
         self.total_cpu = float(self.alloc[:, 0].sum())
         self.node_names = [f"node-{i:05d}" for i in range(len(self.alloc))]
         self.pods: dict[int, SimPod] = {}
+        self.by_owner: dict[str, dict[int, SimPod]] = {}  # owner -> its pods, for O(own pods) lookups
         self.next_id = 0
         self.jobs = {j.name: JobState(j) for j in scenario.jobs}
         self.service_lags: dict[str, list[float]] = {s.name: [] for s in scenario.services}
@@ -81,13 +88,17 @@ class Simulation:
         self._last_target: dict[str, int] = {s.name: 0 for s in scenario.services}
         self.rescale_events = 0
         self.timeline: list[dict] = []
+        self._nodes_view: tuple[Node, ...] | None = None
+        self.running_cpu = 0.0  # CPU requests of running pods, kept as pods start and go
 
     # ------------------------------------------------------------------ pods
     def _create(self, owner: str, kind: str, role: str, req: Resources, priority: int, t: float, startup: float,
                 grace_s: float) -> None:
         jitter = startup * self.rng_startup.uniform(0.8, 1.2)
-        self.pods[self.next_id] = SimPod(self.next_id, owner, kind, role, np.array([req.cpu, req.memory, req.gpu]),
-                                         priority, t, jitter, grace_s)
+        pod = SimPod(self.next_id, owner, kind, role, np.array([req.cpu, req.memory, req.gpu]), priority, t, jitter,
+                     grace_s)
+        self.pods[pod.id] = pod
+        self.by_owner.setdefault(owner, {})[pod.id] = pod
         self.next_id += 1
 
     def _delete(self, pod: SimPod, t: float | None = None) -> None:
@@ -98,10 +109,13 @@ class Simulation:
             return
         if pod.node is not None:
             self.used[pod.node] -= pod.req
+        if pod.running:
+            self.running_cpu -= pod.req[0]
         del self.pods[pod.id]
+        del self.by_owner[pod.owner][pod.id]
 
     def _owned(self, owner: str, role: str | None = None) -> list[SimPod]:
-        return [p for p in self.pods.values() if p.owner == owner and p.terminating_until is None
+        return [p for p in self.by_owner.get(owner, {}).values() if p.terminating_until is None
                 and (role is None or p.role == role)]
 
     def _reconcile(self, owner: str, kind: str, role: str, want: int, req: Resources, prio: int, t: float,
@@ -139,21 +153,30 @@ class Simulation:
 
     # ------------------------------------------------------------- autoscaler
     def snapshot(self, t: float) -> Snapshot:
-        nodes = tuple(Node(n, Resources(*a)) for n, a in zip(self.node_names, self.alloc))
-        pods = tuple(
-            Pod(f"p{p.id}", Resources(*p.req),
-                PodPhase.RUNNING if (p.running or p.terminating_until is not None) else PodPhase.PENDING, p.priority,
-                None if p.node is None else self.node_names[p.node],
-                p.owner if p.kind == "job" and p.terminating_until is None else None,
-                "other" if p.terminating_until is not None else
-                ("trainer" if p.role == "trainer" else ("fixed" if p.kind == "job" else "other")))
-            for p in self.pods.values())
+        if self._nodes_view is None:
+            self._nodes_view = tuple(Node(n, Resources(*a)) for n, a in zip(self.node_names, self.alloc))
+        pods = tuple(self._view(p) for p in self.pods.values())
+        nodes = self._nodes_view
         jobs = tuple(
             JobDemand(js.spec.name, js.spec.min, js.spec.max, js.target, js.spec.trainer, js.spec.priority,
-                      tuple(js.spec.throughput(n) for n in range(js.spec.max + 1)), js.spec.rescale_cost_s,
+                      js.curve, js.spec.rescale_cost_s,
                       None if js.spec.work is None else max(0.0, js.spec.work - js.done))
             for js in self.jobs.values() if js.submitted and js.completed_at is None)
         return Snapshot(nodes, pods, jobs, t)
+
+    def _view(self, p: SimPod) -> Pod:
+        """What the sidecar's informer would hold for this pod (rebuilt only when it changes)."""
+        key = (p.running, p.terminating_until is not None, p.node)
+        if p.view is None or p.view_key != key:
+            terminating = p.terminating_until is not None
+            p.view = Pod(f"p{p.id}", Resources(*p.req),
+                         PodPhase.RUNNING if (p.running or terminating) else PodPhase.PENDING, p.priority,
+                         None if p.node is None else self.node_names[p.node],
+                         p.owner if p.kind == "job" and not terminating else None,
+                         "other" if terminating else
+                         ("trainer" if p.role == "trainer" else ("fixed" if p.kind == "job" else "other")))
+            p.view_key = key
+        return p.view
 
     def _autoscale(self, t: float) -> None:
         if self.policy is None:
@@ -222,6 +245,7 @@ class Simulation:
                     self._delete(p)
             elif p.node is not None and not p.running and t >= p.bound_at + p.startup:
                 p.running = True
+                self.running_cpu += p.req[0]
         for js in self.jobs.values():
             if not js.submitted or js.completed_at is not None:
                 continue
@@ -237,14 +261,14 @@ class Simulation:
                     js.paused_until = t + js.spec.rescale_cost_s
                 js.last_running = running
             if js.spec.work is not None and fixed_ok and running > 0 and t >= js.paused_until:
-                js.done += js.spec.throughput(running) * dt
+                js.done += js.curve[min(running, len(js.curve) - 1)] * dt
                 if js.done >= js.spec.work:
                     js.completed_at = t + dt
-                    for p in [q for q in self.pods.values() if q.owner == js.spec.name]:
+                    for p in list(self.by_owner.get(js.spec.name, {}).values()):
                         self._delete(p)  # the job is done: its pods go at once
 
     def _observe(self, t: float) -> None:
-        running_cpu = sum(p.req[0] for p in self.pods.values() if p.running)
+        running_cpu = self.running_cpu
         svc = {}
         for s in self.sc.services:
             n = sum(1 for p in self._owned(s.name) if p.running)
