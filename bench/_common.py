@@ -53,10 +53,6 @@ class EdlJob:
         self.log.close()
 
 
-def samples_done(st: dict) -> int:
-    return sum(st["done_rows"])
-
-
 def write_result(name: str, data: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

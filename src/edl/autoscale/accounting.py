@@ -69,9 +69,6 @@ class Capacity:
         return Capacity(self.names, list(self.free_cpu), list(self.free_mem), list(self.free_gpu), self.total,
                         self.requested)
 
-    def free_of(self, i: int) -> Resources:
-        return Resources(self.free_cpu[i], self.free_mem[i], self.free_gpu[i])
-
 
 def capacity(snapshot: Snapshot, include=None) -> Capacity:
     """Free capacity after the non-terminated pods bound to each node (those ``include`` accepts)."""

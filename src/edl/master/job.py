@@ -7,7 +7,6 @@ Pure and clock-injected: the HTTP layer (``server.py``) calls these methods with
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
@@ -147,13 +146,11 @@ class Job:
             self.prior_elapsed_s = float(restored.get("elapsed_s", 0.0))
             self.checkpoints = [CheckpointRecord(**c) for c in restored.get("checkpoints", [])]
             self.last_step_seen = self.restore_step
-            self.restored_state = restored
         else:
             self.queue = TaskQueue(shards, spec.epochs, spec.task_rows, spec.max_task_failures, spec.seed)
             self.restore_step = 0
             self.restore_source = Source.INIT
             self.restore_uri = None
-            self.restored_state = None
         # The queue as of the last committed checkpoint (or the start): where a job
         # whose every trainer is gone rolls back to.
         self.restore_queue_state = self.queue.to_state()
@@ -277,7 +274,7 @@ class Job:
         self.finished_at = now
 
     # -------------------------------------------------------------- checkpoints
-    def checkpoint_cut(self, generation: int, step: int, cursors: dict[str, Cursor | None]) -> dict | None:
+    def checkpoint_cut(self, generation: int, step: int, cursors: dict[str, Cursor | None], now: float) -> dict | None:
         """The master half of a consistent cut at ``step`` of ``generation`` (fenced)."""
         cur = self.membership.current
         if cur is None or cur.id != generation:
@@ -288,7 +285,7 @@ class Job:
             "desired": self.desired,
             "generations": self.generation_summaries(),
             "checkpoints": [asdict(c) for c in self.checkpoints],
-            "elapsed_s": self.elapsed_s(time.time()),
+            "elapsed_s": self.elapsed_s(now),
             "spec": self.spec.to_dict(),
         }
 

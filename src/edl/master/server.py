@@ -353,7 +353,8 @@ def build_app(master: Master) -> FastAPI:
 
     @app.post("/v1/checkpoints/cut", dependencies=auth)
     async def cut(body: CutBody) -> Any:
-        state = job.checkpoint_cut(body.generation, body.step, {k: cursor_in(v) for k, v in body.cursors.items()})
+        state = job.checkpoint_cut(body.generation, body.step, {k: cursor_in(v) for k, v in body.cursors.items()},
+                                   master.clock())
         if state is None:
             return JSONResponse(status_code=409, content={"detail": "stale generation"})
         master.cuts[(body.generation, body.step)] = state

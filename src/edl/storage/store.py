@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -22,8 +21,6 @@ import logging
 from tenacity import before_sleep_log, retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from edl.errors import StorageError, UserError
-
-SCHEMES = ("file", "s3")
 
 log = logging.getLogger("edl.storage")
 
@@ -56,9 +53,6 @@ class ObjectStore(ABC):
     @abstractmethod
     def check(self) -> None:
         """Raise ``StorageError`` (or ``UserError``) if the store cannot be used."""
-
-    def put_file(self, key: str, path: Path) -> None:
-        self.put(key, path.read_bytes())
 
     def get_to_file(self, key: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,9 +120,6 @@ class FileStore(ObjectStore):
             raise UserError(f"cannot create {self.uri}: {e.strerror}") from e
         if not os.access(self.root, os.W_OK):
             raise UserError(f"{self.uri} is not writable")
-
-    def local_dir(self) -> Path:
-        return self.root
 
 
 def _transient(fn):
@@ -283,14 +274,3 @@ def open_store(uri: str, what: str = "URI") -> ObjectStore:
         return S3Store(uri, parsed.netloc, parsed.path)
     raise UserError(f"{what} {uri!r} has unknown URI scheme {scheme!r}; use one of: file://, s3://, or a path")
 
-
-def local_copy(store: ObjectStore, key_prefix: str, dest: Path) -> Path:
-    """Materialise ``key_prefix`` of ``store`` under ``dest`` (a no-op for local files)."""
-    if isinstance(store, FileStore):
-        return store.root / key_prefix
-    target = dest / key_prefix
-    if target.exists():
-        shutil.rmtree(target)
-    for key in store.list(key_prefix):
-        store.get_to_file(key, dest / key)
-    return target

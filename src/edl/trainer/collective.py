@@ -33,7 +33,7 @@ def _wait_listening(host: str, port: int, deadline: float) -> None:
 
 
 class Group:
-    """One generation's collective: all-reduce (sum), broadcast, and a small key-value store."""
+    """One generation's collective: all-reduce (sum) and broadcast."""
 
     def __init__(self, host: str, port: int, rank: int, world: int, group_id: int, backend: str = "gloo",
                  timeout_s: int = 10) -> None:
@@ -83,19 +83,6 @@ class Group:
         except Exception as e:  # noqa: BLE001
             self.close()
             raise CollectiveError(f"broadcast failed: {str(e).splitlines()[0][:200]}") from e
-
-    def put(self, key: str, value: bytes) -> None:
-        if self._store is not None:
-            self._store.set(key, value)
-
-    def get(self, key: str) -> bytes:
-        if self._store is None:
-            raise KeyError(key)
-        try:
-            return bytes(self._store.get(key))
-        except Exception as e:  # noqa: BLE001
-            self.close()
-            raise CollectiveError(f"store get {key!r} failed: {e}") from e
 
     def close(self) -> None:
         self._pg = None

@@ -36,10 +36,6 @@ class TaskBuffer:
         with self._lock:
             return sum(t.size for t in self.tasks) - self.offset
 
-    def held_ids(self) -> list[int]:
-        with self._lock:
-            return [t.id for t in self.tasks]
-
     def take(self, n: int) -> list[Slice]:
         """Take up to ``n`` rows, crossing task boundaries; fully consumed tasks are dropped."""
         out: list[Slice] = []

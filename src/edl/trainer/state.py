@@ -112,6 +112,3 @@ def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.
         restore(model, opt, params, opt_arrays, meta["opt_extra"])
     return int(meta["step"]), meta["extra"]
 
-
-def encode_state(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict]:
-    return snapshot(model, opt)

@@ -279,8 +279,6 @@ class Trainer:
                                      json={"task_id": slices[0].task.id, "reason": str(e)})
                     raise
                 count = len(y)
-                if self.sample_input is None:
-                    self.sample_input = x[:1]
                 if self.audit:
                     recs: dict[int, list[int]] = {}
                     for s in slices:
