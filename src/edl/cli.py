@@ -105,6 +105,13 @@ def cmd_data_prepare(a: argparse.Namespace) -> int:
     return 0
 
 
+def _pct(v: float | None, bound: float | None) -> str:
+    """A utilization and, in brackets, the most any policy could reach (``edl.sim.bound``)."""
+    if v is None:
+        return "-"
+    return f"{100 * v:.1f}" + ("" if bound is None else f" ({100 * bound:.1f})")
+
+
 def cmd_simulate(a: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -129,12 +136,12 @@ def cmd_simulate(a: argparse.Namespace) -> int:
                 path = path.with_name(f"{path.stem}-{p}{path.suffix}")
             plot(sim, path, f"{scenario.name} · policy {p}")
     t = Table(title=f"{scenario.name}: {a.runs} run(s) per policy")
-    for c in ("policy", "util mean", "util off-peak", "pending s", "JCT s", "Jain", "service lag max s", "rescales"):
+    for c in ("policy", "util % (bound)", "off-peak % (bound)", "pending s", "JCT s", "Jain", "svc lag s",
+              "rescales"):
         t.add_column(c, justify="right")
     for r in reports:
         u = r["utilization"]
-        t.add_row(r["policy"], f"{100 * u['mean']:.1f} %",
-                  "-" if u["offpeak_mean"] is None else f"{100 * u['offpeak_mean']:.1f} %",
+        t.add_row(r["policy"], _pct(u["mean"], u["bound_mean"]), _pct(u["offpeak_mean"], u["bound_offpeak_mean"]),
                   f"{r['pending_s_mean']:.1f}", "-" if r["jct_s_mean"] is None else f"{r['jct_s_mean']:.0f}",
                   f"{r['fairness_jain']:.2f}",
                   "-" if not r["services"] else f"{max(s['lag_s_max'] for s in r['services']):.0f}",

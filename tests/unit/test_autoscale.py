@@ -107,6 +107,29 @@ def test_edl_puts_trainers_where_they_speed_a_job_up_most():
     assert plan["lin"] + plan["flat"] == 10
 
 
+def test_edl_gives_jobs_closer_to_done_the_larger_share():
+    curve = tuple(100.0 * n ** 0.7 for n in range(41))  # concave, p = 0.7
+    short = job("short", 10, 1, 40, throughput=curve, remaining=1e4)
+    long = job("long", 10, 1, 40, throughput=curve, remaining=1e6)
+    plan = get_policy("edl").decide(snap(nodes(2), [short, long]))
+    assert plan["short"] + plan["long"] == 20
+    assert plan["short"] > plan["long"] >= 1  # heSRPT: shorter first, but the long one keeps a share
+    # Endless jobs (no remaining work) still split evenly.
+    plan = get_policy("edl").decide(snap(nodes(2), [job("a", 10, throughput=curve), job("b", 10, throughput=curve)]))
+    assert plan == {"a": 10, "b": 10}
+
+
+def test_completion_weights_are_deterministic_and_mean_one():
+    from edl.autoscale.fair import completion_weights
+
+    curve = tuple(100.0 * n ** 0.5 for n in range(41))
+    jobs = [job(f"j{i}", 5, 1, 40, throughput=curve, remaining=1000.0 * (i + 1)) for i in range(5)]
+    w = completion_weights(jobs)
+    assert abs(sum(w.values()) / len(w) - 1) < 1e-9
+    assert [w[f"j{i}"] for i in range(5)] == sorted(w.values(), reverse=True)  # less work left, more weight
+    assert completion_weights(list(reversed(jobs))) == w
+
+
 def test_edl_gpu_trainers_only_on_gpu_nodes():
     g = Resources(cpu=1, memory=1, gpu=1)
     s = snap([Node("cpu0", Resources(32, 100, 0)), Node("gpu0", Resources(8, 100, 2))], [job("g", 1, trainer=g)],

@@ -38,12 +38,48 @@ def log_gain(j: JobDemand, n: int) -> float:
     return math.log(b / a)
 
 
+def scaling_exponent(j: JobDemand, n: int) -> float:
+    """``p`` of a power-law fit ``T(n) ~ n**p`` around ``n`` trainers (1: linear, 0: no gain)."""
+    n = max(1, n)
+    a, b = j.speed(n), j.speed(2 * n)
+    if a <= 0 or b <= a:
+        return 0.0
+    return min(1.0, math.log(b / a) / math.log(2))
+
+
+def completion_weights(jobs: list[JobDemand]) -> dict[str, float]:
+    """heSRPT shares (Berg et al., 2020): the split of a shared pool that minimises mean
+    completion time for jobs with speed-up ``n**p``.
+
+    With the jobs ordered from most to least remaining time, job ``i`` of ``m`` gets
+    ``(i/m)**c - ((i-1)/m)**c`` of the pool, ``c = 1/(1-p)``: shorter jobs get more, yet
+    every job keeps a share (pure shortest-first wastes the concave part of the curves).
+    The shares become proportional-fairness weights (that greedy split gives shares
+    proportional to weights), normalised to a mean of 1. ``p`` is fitted from the jobs'
+    own curves at an even split and capped at 0.9 so that no job is starved outright.
+    """
+    if len(jobs) < 2:
+        return {j.name: 1.0 for j in jobs}
+    even = max(1, sum(j.current for j in jobs) // len(jobs))
+    p = min(0.9, max(0.0, sum(scaling_exponent(j, even) for j in jobs) / len(jobs)))
+    c = 1.0 / (1.0 - p)
+    m = len(jobs)
+    # Order by remaining time at the job's own size or an even split, whichever is larger:
+    # a job that holds many trainers keeps its rank (no flip-flop between near-equal jobs,
+    # each flip costs both a pause), while a newcomer is judged by what it would get.
+    # The name breaks ties so that every sidecar computes the same order.
+    order = sorted(jobs, key=lambda j: (-(j.remaining or 0.0) / max(j.speed(max(j.current, even)), 1e-9), j.name))
+    share = {j.name: (i / m) ** c - ((i - 1) / m) ** c for i, j in enumerate(order, start=1)}
+    return {name: max(s * m, 1e-3) for name, s in share.items()}
+
+
 class EdlPolicy:
     name = "edl"
 
-    def __init__(self, horizon_s: float = 120.0, band: int = 1) -> None:
+    def __init__(self, horizon_s: float = 120.0, band: int = 1, band_frac: float = 0.0) -> None:
         self.horizon_s = horizon_s
         self.band = band
+        self.band_frac = band_frac
 
     def decide(self, snapshot: Snapshot) -> dict[str, int]:
         planned = {j.name for j in snapshot.jobs}
@@ -80,7 +116,7 @@ class EdlPolicy:
         target = {}
         for j in sorted(jobs, key=lambda j: (-j.priority, j.name)):
             want = plan[j.name]
-            if 0 < j.current - want <= self.band and j.min <= j.current <= j.max:
+            if 0 < j.current - want <= max(self.band, int(self.band_frac * j.current)) and j.min <= j.current <= j.max:
                 want = j.current  # a voluntary shrink by one: keep the trainer if it still fits
             target[j.name] = want
         # Verify on a copy of the cluster that the sticky plan fits; fall back per job if not.
@@ -94,9 +130,15 @@ class EdlPolicy:
 
     @staticmethod
     def weights(jobs: tuple[JobDemand, ...]) -> dict[str, float]:
-        """Each priority level doubles a job's weight."""
+        """Each priority level doubles a job's weight; within a level, jobs that know their
+        remaining work are weighted for the least mean completion time (see ``completion_weights``)."""
         levels = sorted({j.priority for j in jobs})
-        return {j.name: float(2 ** levels.index(j.priority)) for j in jobs}
+        out = {j.name: float(2 ** levels.index(j.priority)) for j in jobs}
+        for level in levels:
+            finite = [j for j in jobs if j.priority == level and j.remaining is not None]
+            for name, w in completion_weights(finite).items():
+                out[name] *= w
+        return out
 
     @staticmethod
     def _place_min(cap: Capacity, j: JobDemand, alloc: dict[str, int]) -> None:

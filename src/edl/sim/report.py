@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edl.errors import UserError
+from edl.sim.bound import utilization_bound
 from edl.sim.engine import Simulation
 from edl.sim.scenario import Scenario
 
@@ -14,6 +16,15 @@ from edl.sim.scenario import Scenario
 def _mean(values: list) -> float | None:
     vals = [v for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
+
+
+def _bound(scenario: Scenario, policy: str) -> dict:
+    """The best any policy could do on this scenario (see ``edl.sim.bound``); None if too costly."""
+    try:
+        b = utilization_bound(scenario, policy)
+    except UserError:
+        return {"bound_mean": None, "bound_offpeak_mean": None}
+    return {"bound_mean": b["mean"], "bound_offpeak_mean": b["offpeak_mean"]}
 
 
 def simulate(scenario: Scenario, policy: str, runs: int = 1, seed: int = 0) -> tuple[dict, Simulation]:
@@ -27,7 +38,8 @@ def simulate(scenario: Scenario, policy: str, runs: int = 1, seed: int = 0) -> t
         "scenario": scenario.name,
         "policy": policy,
         "runs": runs,
-        "utilization": {key: _mean([r["utilization"][key] for r in reports]) for key in ("mean", "offpeak_mean", "p5")},
+        "utilization": {**{key: _mean([r["utilization"][key] for r in reports]) for key in ("mean", "offpeak_mean", "p5")},
+                        **_bound(scenario, policy)},
         "pending_s_mean": _mean([r["pending_s_mean"] for r in reports]),
         "jct_s_mean": _mean([r["jct_s_mean"] for r in reports]) if all(r["jct_s_mean"] is not None for r in reports) else None,
         "fairness_jain": _mean([r["fairness_jain"] for r in reports]),

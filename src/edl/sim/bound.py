@@ -1,0 +1,111 @@
+"""An upper bound on a scenario's CPU utilization: the best packing any policy could reach.
+
+At every instant the pods that may exist are known from the scenario alone: each
+service's target replicas, the fixed pods of every submitted job and up to ``max``
+trainers per elastic job (``static`` under policy ``off``). Packing them into the
+nodes is a bin-packing problem; we solve it exactly as a small integer program
+over *node configurations* (how many pods of each shape one node holds), so the
+bound counts the capacity that whole pods can never fill (a 17.654-core node
+holds at most 15 cores of 5-core trainers). Start-up latency, rescale pauses and
+job completion are ignored, which only makes the bound looser (higher).
+
+It answers "is this utilization target reachable at all?" and is reported next
+to the measured utilization so that a policy is judged against what is possible.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from edl.autoscale.model import Resources
+from edl.errors import UserError
+from edl.sim.scenario import Scenario
+
+EPS = 1e-9
+MAX_CONFIGS = 20_000
+
+
+def configurations(node: Resources, shapes: tuple[Resources, ...]) -> list[tuple[int, ...]]:
+    """Every multiset of pod shapes that fits on one node (counts per shape)."""
+    out: list[tuple[int, ...]] = []
+
+    def walk(i: int, free: Resources, counts: list[int]) -> None:
+        if len(out) > MAX_CONFIGS:
+            raise UserError(f"utilization bound: more than {MAX_CONFIGS} node configurations; "
+                            "the pods are too small for the nodes to enumerate")
+        if i == len(shapes):
+            out.append(tuple(counts))
+            return
+        s, k = shapes[i], 0
+        while True:
+            counts.append(k)
+            walk(i + 1, free, counts)
+            counts.pop()
+            free = free - s
+            if not (free.cpu >= -EPS and free.memory >= -EPS and free.gpu >= -EPS) or s == Resources():
+                break
+            k += 1
+
+    walk(0, node, [])
+    return out
+
+
+class PackingBound:
+    """Maximum CPU requested by pods that fit, for a given demand per pod shape."""
+
+    def __init__(self, scenario: Scenario, shapes: tuple[Resources, ...]) -> None:
+        self.shapes = shapes
+        self.groups = [(g.count, configurations(g.allocatable, shapes)) for g in scenario.nodes]
+        self.total_cpu = sum(g.count * g.allocatable.cpu for g in scenario.nodes)
+
+    @lru_cache(maxsize=4096)
+    def best_cpu(self, demand: tuple[int, ...]) -> float:
+        cols, cpu = [], []
+        rows_group = []
+        for gi, (_, confs) in enumerate(self.groups):
+            for conf in confs:
+                cols.append(conf)
+                cpu.append(sum(n * s.cpu for n, s in zip(conf, self.shapes)))
+                rows_group.append(gi)
+        n = len(cols)
+        a_shape = np.array(cols, dtype=float).T  # shapes x configurations
+        a_group = np.zeros((len(self.groups), n))
+        a_group[rows_group, np.arange(n)] = 1.0
+        res = milp(c=-np.array(cpu), integrality=np.ones(n),
+                   bounds=Bounds(0, np.inf),
+                   constraints=[LinearConstraint(a_shape, 0, np.array(demand, dtype=float)),
+                                LinearConstraint(a_group, 0, np.array([c for c, _ in self.groups], dtype=float))])
+        if not res.success:  # pragma: no cover - the all-zero packing is always feasible
+            raise RuntimeError(f"utilization bound: solver failed: {res.message}")
+        return float(-res.fun)
+
+
+def utilization_bound(scenario: Scenario, policy: str) -> dict:
+    """Upper bounds on mean and off-peak utilization, sampled as the simulator samples."""
+    shapes = sorted({s.pod for s in scenario.services} | {f.pod for j in scenario.jobs for f in j.fixed_pods}
+                    | {j.trainer for j in scenario.jobs}, key=lambda r: (r.cpu, r.memory, r.gpu))
+    shapes_t = tuple(shapes)
+    index = {s: i for i, s in enumerate(shapes_t)}
+    bound = PackingBound(scenario, shapes_t)
+    steps = int(round(scenario.duration_s / scenario.tick_s))
+    values, offpeak = [], []
+    for k in range(steps):
+        t = k * scenario.tick_s
+        demand = [0] * len(shapes_t)
+        for s in scenario.services:
+            demand[index[s.pod]] += s.target(t)
+        for j in scenario.jobs:
+            if t < j.submit_at:
+                continue
+            for f in j.fixed_pods:
+                demand[index[f.pod]] += f.count
+            demand[index[j.trainer]] += j.static if policy == "off" else j.max
+        u = bound.best_cpu(tuple(demand)) / bound.total_cpu
+        values.append(u)
+        if scenario.offpeak and scenario.offpeak[0] <= t <= scenario.offpeak[1]:
+            offpeak.append(u)
+    return {"mean": float(np.mean(values)) if values else 0.0,
+            "offpeak_mean": float(np.mean(offpeak)) if offpeak else None}
