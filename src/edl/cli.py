@@ -37,6 +37,8 @@ def cmd_master(a: argparse.Namespace) -> int:
 def cmd_trainer(a: argparse.Namespace) -> int:
     from edl.trainer.worker import run_trainer
 
+    if not a.id:
+        raise UserError("--id is required (or set EDL_TRAINER_ID)")
     return run_trainer(a.id, a.master, _token_from_env(), a.audit_dir, a.backend)
 
 
@@ -152,7 +154,30 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_k8s_render(a: argparse.Namespace) -> int:
+    import yaml
+
+    from edl.cluster.manifests import options_from_args, render
+    from edl.jobargs import spec_from_args
+
+    files = render(spec_from_args(a), options_from_args(a))  # validates everything before a file is written
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {a.out!r} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, objects in files.items():
+        path = out / name
+        tmp = path.with_suffix(".yaml.tmp")
+        tmp.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+        tmp.replace(path)
+    count = sum(len(o) for o in files.values())
+    print(f"wrote {count} objects in {len(files)} files to {out}; review them, then: "
+          f"kubectl apply --dry-run=server -f {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from edl.cluster.manifests import add_k8s_arguments
     from edl.jobargs import add_job_arguments
 
     p = argparse.ArgumentParser(prog="edl", description="Elastic deep learning for PaddlePaddle.")
@@ -176,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("trainer", help="run one trainer (token from EDL_TOKEN)",
                        description="Join the job at --master and train until the job ends or this trainer is drained.")
-    w.add_argument("--id", required=True, help="unique id of this trainer process")
+    w.add_argument("--id", default=os.environ.get("EDL_TRAINER_ID"),
+                   help="unique id of this trainer process (default: $EDL_TRAINER_ID, the pod name on Kubernetes)")
     w.add_argument("--master", required=True, help="master address, host:port")
     w.add_argument("--audit-dir", default=None, help="directory for the exactly-once audit log (with --audit jobs)")
     w.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
@@ -204,6 +230,18 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--out", default=None, help="write the JSON report here")
     sim.add_argument("--plot", default=None, help="write a PNG of utilization, trainers, pending jobs and services")
     sim.set_defaults(fn=cmd_simulate)
+
+    k = sub.add_parser("k8s", help="Kubernetes tools")
+    ksub = k.add_subparsers(dest="k8s_command", required=True, metavar="ACTION")
+    kr = ksub.add_parser("render", help="write every object the launcher would create as YAML",
+                         description="Write the job's RBAC, token Secret (placeholder value), master Service, master "
+                                     "pod with its autoscale sidecar and the trainer pod template to --out, for "
+                                     "review and `kubectl apply --dry-run=server`. The launcher adds "
+                                     "ownerReferences to its own pod and the real token.")
+    add_job_arguments(kr)
+    add_k8s_arguments(kr)
+    kr.add_argument("--out", required=True, help="directory to write the YAML files into")
+    kr.set_defaults(fn=cmd_k8s_render)
 
     d = sub.add_parser("data", help="data set tools")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")

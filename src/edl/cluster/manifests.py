@@ -1,0 +1,325 @@
+"""Every Kubernetes object of an elastic job, built as plain dicts from the job's options.
+
+The launcher creates exactly these objects (adding ownerReferences to its own
+pod and the real token); ``edl k8s render`` writes them to files for review and
+``kubectl apply --dry-run=server``. One builder per object, pure functions of
+``JobSpec`` and ``K8sOptions``, so the two can never disagree.
+
+Security choices, on purpose:
+- the job token lives only in a Secret; pods read it through ``secretKeyRef``;
+- S3/MinIO credentials come from a user-named Secret, never from flags;
+- every container runs as a non-root user, without privilege escalation or
+  capabilities, with a read-only root filesystem (``/tmp`` is an emptyDir) and
+  with requests and limits;
+- trainers get a ServiceAccount without an API token: they never call the API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field, fields
+
+from edl.errors import UserError
+from edl.jobargs import spec_to_argv
+from edl.master.job import JobSpec
+
+MASTER_PORT = 8470
+APP = "edl"
+RUN_AS = 10001  # the images' non-root user
+LAUNCHER_SA = "edl-launcher"
+SIDECAR_SA = "edl-sidecar"
+TRAINER_SA = "edl-trainer"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+MAX_JOB_NAME = 40  # room for "edl-" + "-trainer-" + a 5-character suffix within 63
+
+
+@dataclass(frozen=True)
+class K8sOptions:
+    """Where and how the job's pods run; the flags ``edl k8s render`` and ``edl launch`` share."""
+
+    namespace: str = "default"
+    image: str = "edl-runtime:0.1.0"
+    trainer_image: str = "edl-trainer-cpu:0.1.0"
+    trainer_cpu: str = "2"
+    trainer_memory: str = "4Gi"
+    trainer_gpu: int = 0
+    priority_class: str | None = None
+    s3_secret: str | None = None
+    sidecar_policy: str = "edl"
+    sidecar_period_s: float = 10.0
+    sidecar_jitter_s: float = 2.0
+    pending_timeout_s: float = 120.0
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not _DNS_LABEL.match(self.namespace) or len(self.namespace) > 63:
+            raise UserError(f"--namespace {self.namespace!r}: must be a DNS label (lowercase letters, digits, '-')")
+        for flag, value in (("--image", self.image), ("--trainer-image", self.trainer_image)):
+            if not value or any(c.isspace() for c in value):
+                raise UserError(f"{flag} {value!r}: must be an image reference without spaces")
+        for flag, value in (("--trainer-cpu", self.trainer_cpu), ("--trainer-memory", self.trainer_memory)):
+            if not _QUANTITY.match(value) or float(re.sub(r"[A-Za-z]+$", "", value)) <= 0:
+                raise UserError(f"{flag} {value!r}: must be a positive Kubernetes quantity (e.g. 2, 500m, 4Gi)")
+        if self.trainer_gpu < 0:
+            raise UserError(f"--trainer-gpu must be 0 or more (got {self.trainer_gpu})")
+        if self.priority_class is not None and not _DNS_LABEL.match(self.priority_class):
+            raise UserError(f"--priority-class {self.priority_class!r}: must be a PriorityClass name")
+        if self.s3_secret is not None and not _DNS_LABEL.match(self.s3_secret):
+            raise UserError(f"--s3-secret {self.s3_secret!r}: must be a Secret name")
+        if self.sidecar_policy not in ("edl", "edl2017"):
+            raise UserError(f"--sidecar-policy {self.sidecar_policy!r}: choose edl or edl2017")
+        if self.sidecar_period_s <= 0:
+            raise UserError(f"--sidecar-period must be positive (got {self.sidecar_period_s})")
+        if not 0 <= self.sidecar_jitter_s < self.sidecar_period_s:
+            raise UserError(f"--sidecar-jitter must be in [0, --sidecar-period) (got {self.sidecar_jitter_s})")
+        if self.pending_timeout_s <= 0:
+            raise UserError(f"--pending-timeout must be positive (got {self.pending_timeout_s})")
+
+
+K8S_FLAGS = (
+    ("--namespace", "namespace", str, "namespace of the job's objects (default default)"),
+    ("--image", "image", str, "image of launcher, master and sidecar (default edl-runtime:0.1.0)"),
+    ("--trainer-image", "trainer_image", str, "image of the trainers (default edl-trainer-cpu:0.1.0)"),
+    ("--trainer-cpu", "trainer_cpu", str, "CPU request and limit per trainer, a Kubernetes quantity (default 2)"),
+    ("--trainer-memory", "trainer_memory", str, "memory request and limit per trainer (default 4Gi)"),
+    ("--trainer-gpu", "trainer_gpu", int, "GPUs per trainer, nvidia.com/gpu (default 0)"),
+    ("--priority-class", "priority_class", str, "PriorityClass of the trainer pods (default: none)"),
+    ("--s3-secret", "s3_secret", str,
+     "Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL for s3:// URIs"),
+    ("--sidecar-policy", "sidecar_policy", str, "scaling policy the sidecar runs: edl or edl2017 (default edl)"),
+    ("--sidecar-period", "sidecar_period_s", float, "seconds between the sidecar's decisions (default 10)"),
+    ("--sidecar-jitter", "sidecar_jitter_s", float,
+     "random delay up to this many seconds so that sidecars do not act at once (default 2)"),
+    ("--pending-timeout", "pending_timeout_s", float,
+     "seconds a trainer pod may stay Pending before it is reported unschedulable and removed (default 120)"),
+)
+
+
+def add_k8s_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("kubernetes")
+    defaults = K8sOptions()
+    for flag, dest, typ, help_ in K8S_FLAGS:
+        g.add_argument(flag, dest=dest, type=typ, default=getattr(defaults, dest), help=help_)
+
+
+def options_from_args(a: argparse.Namespace) -> K8sOptions:
+    names = {f.name for f in fields(K8sOptions)}
+    opts = K8sOptions(**{k: v for k, v in vars(a).items() if k in names})
+    opts.validate()
+    return opts
+
+
+# ----------------------------------------------------------------- names
+def validate_for_kubernetes(spec: JobSpec, opts: K8sOptions) -> None:
+    """What a job needs beyond ``JobSpec.validate`` to run as pods."""
+    if len(spec.job) > MAX_JOB_NAME or not _DNS_LABEL.match(spec.job):
+        raise UserError(f"--job-name {spec.job!r}: on Kubernetes use at most {MAX_JOB_NAME} lowercase letters, "
+                        "digits and '-', starting and ending with a letter or digit")
+    for flag, uri in (("--checkpoint-uri", spec.checkpoint_uri), ("--data", spec.data),
+                      ("--eval-data", spec.eval_data)):
+        if uri is not None and not uri.startswith("s3://"):
+            raise UserError(f"{flag} {uri!r}: pods share no disk, use an s3:// URI (MinIO or any S3 store)")
+    if spec.checkpoint_uri.startswith("s3://") and opts.s3_secret is None:
+        raise UserError("--s3-secret is required for s3:// URIs: name the Secret that holds the S3 credentials")
+    if spec.audit:
+        raise UserError("--audit writes a local directory and is for the local backend only")
+    opts.validate()
+
+
+def names(job: str) -> dict[str, str]:
+    base = f"edl-{job}"
+    return {"master": f"{base}-master", "service": f"{base}-master", "secret": f"{base}-token",
+            "trainer_prefix": f"{base}-trainer-", "template": f"{base}-trainer", "lease": f"{base}-demand"}
+
+
+def labels(job: str, role: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": job, "app.kubernetes.io/component": role,
+            "edl.dev/job": job, "edl.dev/role": role}
+
+
+def master_address(job: str, namespace: str) -> str:
+    return f"{names(job)['service']}.{namespace}.svc:{MASTER_PORT}"
+
+
+# ------------------------------------------------------------- pod parts
+def _security() -> dict:
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _token_env(job: str) -> dict:
+    return {"name": "EDL_TOKEN", "valueFrom": {"secretKeyRef": {"name": names(job)["secret"], "key": "token"}}}
+
+
+def _s3_env(opts: K8sOptions) -> list[dict]:
+    if opts.s3_secret is None:
+        return []
+    return [{"name": key, "valueFrom": {"secretKeyRef": {"name": opts.s3_secret, "key": key}}}
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")]
+
+
+def _tmp_volume() -> tuple[dict, dict]:
+    return {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}, {"name": "tmp", "mountPath": "/tmp"}
+
+
+def _meta(name: str, job: str, role: str, opts: K8sOptions, owner: dict | None) -> dict:
+    meta = {"name": name, "namespace": opts.namespace, "labels": {**labels(job, role), **opts.extra_labels}}
+    if owner is not None:
+        # Garbage-collected with the launcher pod, hence with the workflow step.
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"],
+                                    "controller": True, "blockOwnerDeletion": True}]
+    return meta
+
+
+# ---------------------------------------------------------------- objects
+def token_secret(spec: JobSpec, opts: K8sOptions, token: str, owner: dict | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": _meta(names(spec.job)["secret"], spec.job, "token", opts, owner),
+            "stringData": {"token": token}}
+
+
+def master_service(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(names(spec.job)["service"], spec.job, "master", opts, owner),
+            "spec": {"selector": {"edl.dev/job": spec.job, "edl.dev/role": "master"},
+                     "ports": [{"name": "http", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"}]}}
+
+
+def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> dict:
+    vol, mount = _tmp_volume()
+    master = {
+        "name": "master", "image": opts.image, "imagePullPolicy": "IfNotPresent",
+        "command": ["edl", "master"],
+        "args": [*spec_to_argv(spec), "--host", "0.0.0.0", "--port", str(MASTER_PORT)],
+        "env": [_token_env(spec.job), *_s3_env(opts)],
+        "ports": [{"name": "http", "containerPort": MASTER_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": MASTER_PORT}, "periodSeconds": 5},
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": _security(), "volumeMounts": [mount],
+    }
+    sidecar = {
+        "name": "autoscale-sidecar", "image": opts.image, "imagePullPolicy": "IfNotPresent",
+        "command": ["edl", "sidecar"],
+        "args": ["--job-name", spec.job, "--master", f"127.0.0.1:{MASTER_PORT}",
+                 "--policy", opts.sidecar_policy, "--period", repr(float(opts.sidecar_period_s)),
+                 "--jitter", repr(float(opts.sidecar_jitter_s)),
+                 "--min-trainers", str(spec.min_trainers), "--max-trainers", str(spec.max_trainers),
+                 "--trainer-cpu", opts.trainer_cpu, "--trainer-memory", opts.trainer_memory,
+                 "--trainer-gpu", str(opts.trainer_gpu)],
+        "env": [_token_env(spec.job),
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        # The node and pod cache of a 5,000-node cluster fits in 1 GiB (see README).
+        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": _security(), "volumeMounts": [mount],
+    }
+    pod_spec = {"serviceAccountName": SIDECAR_SA, "restartPolicy": "Always",
+                "securityContext": {"runAsNonRoot": True, "fsGroup": RUN_AS,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [master, sidecar], "volumes": [vol]}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": _meta(names(spec.job)["master"], spec.job, "master", opts, owner), "spec": pod_spec}
+
+
+def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:
+    vol, mount = _tmp_volume()
+    resources: dict = {"cpu": opts.trainer_cpu, "memory": opts.trainer_memory}
+    if opts.trainer_gpu:
+        resources["nvidia.com/gpu"] = str(opts.trainer_gpu)
+    container = {
+        "name": "trainer", "image": opts.trainer_image, "imagePullPolicy": "IfNotPresent",
+        "command": ["edl", "trainer"],
+        "args": ["--master", master_address(spec.job, opts.namespace),
+                 "--backend", "nccl" if opts.trainer_gpu else "gloo"],
+        "env": [_token_env(spec.job), *_s3_env(opts),
+                {"name": "EDL_TRAINER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "EDL_TRAINER_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        # Requests equal limits: the scheduler's accounting is the truth the policy plans with.
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "securityContext": _security(), "volumeMounts": [mount],
+    }
+    pod_spec: dict = {"serviceAccountName": TRAINER_SA, "automountServiceAccountToken": False,
+                      "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
+                      "securityContext": {"runAsNonRoot": True, "fsGroup": RUN_AS,
+                                          "seccompProfile": {"type": "RuntimeDefault"}},
+                      "containers": [container], "volumes": [vol]}
+    if opts.priority_class:
+        pod_spec["priorityClassName"] = opts.priority_class
+    return pod_spec
+
+
+def trainer_template(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> dict:
+    """The trainer pods' template, as a ``PodTemplate`` object (the launcher names each pod)."""
+    meta = _meta(names(spec.job)["template"], spec.job, "trainer", opts, owner)
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta,
+            "template": {"metadata": {"labels": meta["labels"]}, "spec": trainer_pod_spec(spec, opts)}}
+
+
+def trainer_pod(spec: JobSpec, opts: K8sOptions, name: str, owner: dict | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(name, spec.job, "trainer", opts, owner),
+            "spec": trainer_pod_spec(spec, opts)}
+
+
+# -------------------------------------------------------------------- RBAC
+def rbac(namespace: str) -> list[dict]:
+    """ServiceAccounts, Roles and bindings: only the resources and verbs the code uses."""
+    def sa(name: str, automount: bool) -> dict:
+        return {"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": automount,
+                "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": APP}}}
+
+    def binding(kind: str, name: str, sa_name: str, cluster: bool = False) -> dict:
+        meta = {"name": name, "labels": {"app.kubernetes.io/name": APP}}
+        if not cluster:
+            meta["namespace"] = namespace
+        else:
+            meta["name"] = f"{name}-{namespace}"
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                            "kind": "ClusterRole" if cluster else "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": namespace}]}
+
+    launcher_rules = [
+        # Master and trainer pods: created, watched, deleted (drained trainers, cleanup on SIGTERM).
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
+        {"apiGroups": [""], "resources": ["services", "secrets"], "verbs": ["get", "create", "delete"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        # The job's demand Lease is written by its sidecar; the launcher removes it on cleanup.
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "delete"]},
+    ]
+    sidecar_ns_rules = [
+        # Each sidecar publishes its job's demand in a Lease and reads its peers'.
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "verbs": ["get", "list", "watch", "create", "update"]},
+    ]
+    sidecar_cluster_rules = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+    role_meta = {"namespace": namespace, "labels": {"app.kubernetes.io/name": APP}}
+    return [
+        sa(LAUNCHER_SA, True), sa(SIDECAR_SA, True), sa(TRAINER_SA, False),
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": LAUNCHER_SA, **role_meta}, "rules": launcher_rules},
+        binding("RoleBinding", LAUNCHER_SA, LAUNCHER_SA),
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": SIDECAR_SA, **role_meta}, "rules": sidecar_ns_rules},
+        binding("RoleBinding", SIDECAR_SA, SIDECAR_SA),
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "edl-sidecar-readonly", "labels": {"app.kubernetes.io/name": APP}},
+         "rules": sidecar_cluster_rules},
+        binding("ClusterRoleBinding", "edl-sidecar-readonly", SIDECAR_SA, cluster=True),
+    ]
+
+
+PLACEHOLDER_TOKEN = "REPLACED-BY-THE-LAUNCHER-AT-START"
+
+
+def render(spec: JobSpec, opts: K8sOptions) -> dict[str, list[dict]]:
+    """Every object, grouped by the file ``edl k8s render`` writes it to (applied in name order)."""
+    validate_for_kubernetes(spec, opts)
+    return {
+        "00-rbac.yaml": rbac(opts.namespace),
+        "10-token-secret.yaml": [token_secret(spec, opts, PLACEHOLDER_TOKEN)],
+        "20-master-service.yaml": [master_service(spec, opts)],
+        "30-master-pod.yaml": [master_pod(spec, opts)],
+        "40-trainer-template.yaml": [trainer_template(spec, opts)],
+    }

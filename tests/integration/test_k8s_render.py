@@ -1,0 +1,36 @@
+"""``edl k8s render`` as a user runs it: valid files, or one line naming the culprit and nothing written."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import run_edl
+from tests.unit.test_manifests import K8S_VERSION
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_render_command_writes_valid_files(tmp_path):
+    out = tmp_path / "k8s"
+    args = ["k8s", "render", "--job-name", "mnist", "--model-def", "edl.zoo.digits", "--data", "s3://d/digits",
+            "--epochs", "2", "--batch-size", "32", "--checkpoint-uri", "s3://c/mnist", "--s3-secret", "minio",
+            "--namespace", "ml", "--image", "reg.example/edl-runtime:0.1.0", "--out", str(out)]
+    r = run_edl(*args)
+    assert r.returncode == 0, r.stderr
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["00-rbac.yaml", "10-token-secret.yaml", "20-master-service.yaml", "30-master-pod.yaml",
+                     "40-trainer-template.yaml"]
+    kinds = []
+    for p in sorted(out.iterdir()):
+        for obj in yaml.safe_load_all(p.read_text()):
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+            kinds.append(obj["kind"])
+    assert kinds.count("ServiceAccount") == 3 and "PodTemplate" in kinds
+
+    bad = tmp_path / "bad"
+    r = run_edl(*[a if a != "s3://c/mnist" else "file:///tmp/c" for a in args[:-1]], str(bad))
+    assert r.returncode == 2 and "--checkpoint-uri" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not bad.exists()  # nothing written

@@ -1,0 +1,121 @@
+"""The Kubernetes objects of a job: schema-valid, least privilege, no secrets in the open."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from edl.cluster import manifests as m
+from edl.errors import UserError
+from edl.master.job import JobSpec
+
+K8S_VERSION = "1.30.0"  # the oldest Kubernetes we support; the schemas ship with kubernetes-validate
+
+SPEC = JobSpec(job="mnist", model_def="edl.zoo.digits", data="s3://data/digits", epochs=3, batch_size=64,
+               min_trainers=1, max_trainers=4, trainers=2, checkpoint_uri="s3://ckpt/mnist")
+OPTS = m.K8sOptions(namespace="ml", s3_secret="minio-creds", priority_class="batch-low")
+GPU = dataclasses.replace(OPTS, trainer_gpu=1, trainer_image="edl-trainer-gpu:0.1.0")
+OWNER = {"name": "launcher-abc", "uid": "6a1f7c3e-0000-4000-8000-000000000001"}
+
+
+def all_objects(opts: m.K8sOptions = OPTS) -> list[dict]:
+    objs = [o for group in m.render(SPEC, opts).values() for o in group]
+    objs.append(m.trainer_pod(SPEC, opts, "edl-mnist-trainer-0", OWNER))
+    return objs
+
+
+def containers(obj: dict) -> list[dict]:
+    spec = obj.get("spec") or obj.get("template", {}).get("spec") or {}
+    return spec.get("containers", [])
+
+
+@pytest.mark.parametrize("opts", [OPTS, GPU, m.K8sOptions(namespace="default", s3_secret="s")], ids=["cpu", "gpu", "min"])
+def test_every_object_is_valid_against_the_kubernetes_schemas(opts):
+    for obj in all_objects(opts):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)  # raises on any unknown or mistyped field
+
+
+def test_the_schema_check_catches_a_bad_field():
+    pod = m.master_pod(SPEC, OPTS)
+    pod["spec"]["containers"][0]["resource"] = {}  # typo
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_rbac_is_least_privilege():
+    rbac = m.rbac("ml")
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in rbac if o["kind"] in ("Role", "ClusterRole")}
+    for role in roles.values():
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+    cluster = roles[("ClusterRole", "edl-sidecar-readonly")]["rules"]
+    assert cluster == [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+    launcher = {r: set(rule["verbs"]) for rule in roles[("Role", "edl-launcher")]["rules"] for r in rule["resources"]}
+    assert launcher["secrets"] == {"get", "create", "delete"}  # never list or watch other Secrets
+    assert "update" not in launcher["pods"] and "patch" not in launcher["pods"]
+    sas = {o["metadata"]["name"]: o for o in rbac if o["kind"] == "ServiceAccount"}
+    assert sas["edl-trainer"]["automountServiceAccountToken"] is False
+
+
+def test_pods_are_locked_down_and_sized():
+    for obj in all_objects(GPU):
+        for c in containers(obj):
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert c["resources"]["requests"] and c["resources"]["limits"]
+            assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]  # the one writable place
+    trainer = containers(m.trainer_pod(SPEC, GPU, "t"))[0]
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "1" and "nccl" in trainer["args"]
+    assert m.trainer_pod(SPEC, GPU, "t")["spec"]["priorityClassName"] == "batch-low"
+
+
+def test_no_secret_in_args_or_specs_only_in_secrets():
+    token = "tok-" + "x" * 40
+    objs = all_objects() + [m.token_secret(SPEC, OPTS, token)]
+    for obj in objs:
+        if obj["kind"] == "Secret":
+            continue
+        text = json.dumps(obj)
+        assert token not in text and m.PLACEHOLDER_TOKEN not in text
+        for c in containers(obj):
+            env = {e["name"]: e for e in c["env"]}
+            assert env["EDL_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "edl-mnist-token", "key": "token"}
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+                if key in env:
+                    assert env[key]["valueFrom"]["secretKeyRef"]["name"] == "minio-creds"
+            assert not any("token" in a.lower() or "secret" in a.lower() for a in c.get("args", []))
+
+
+def test_names_are_deterministic_and_objects_owned_by_the_launcher():
+    a, b = m.render(SPEC, OPTS), m.render(SPEC, OPTS)
+    assert a == b
+    pod = m.master_pod(SPEC, OPTS, OWNER)
+    ref = pod["metadata"]["ownerReferences"][0]
+    assert (ref["kind"], ref["name"], ref["uid"]) == ("Pod", OWNER["name"], OWNER["uid"])
+    assert pod["metadata"]["labels"]["edl.dev/job"] == "mnist"
+    svc = m.master_service(SPEC, OPTS)
+    assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    trainer = containers(m.trainer_pod(SPEC, OPTS, "t"))[0]
+    assert "edl-mnist-master.ml.svc:8470" in trainer["args"]
+
+
+@pytest.mark.parametrize("spec_over, opts_over, culprit", [
+    ({"job": "MNIST_1"}, {}, "--job-name"),
+    ({"job": "x" * 41}, {}, "--job-name"),
+    ({"checkpoint_uri": "/tmp/ckpt"}, {}, "--checkpoint-uri"),
+    ({"data": "/data/digits"}, {}, "--data"),
+    ({}, {"s3_secret": None}, "--s3-secret"),
+    ({}, {"namespace": "Bad NS"}, "--namespace"),
+    ({}, {"trainer_cpu": "two"}, "--trainer-cpu"),
+    ({}, {"trainer_memory": "0Gi"}, "--trainer-memory"),
+    ({}, {"sidecar_policy": "greedy"}, "--sidecar-policy"),
+    ({}, {"sidecar_jitter_s": 20.0}, "--sidecar-jitter"),
+])
+def test_bad_options_name_the_culprit(spec_over, opts_over, culprit):
+    with pytest.raises(UserError, match=culprit):
+        m.render(dataclasses.replace(SPEC, **spec_over), dataclasses.replace(OPTS, **opts_over))
