@@ -154,6 +154,20 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sidecar(a: argparse.Namespace) -> int:
+    from edl.autoscale.model import Resources
+    from edl.autoscale.run import run_sidecar
+    from edl.cluster.kubernetes import quantity
+
+    try:
+        trainer = Resources(quantity(a.trainer_cpu), quantity(a.trainer_memory) / 2 ** 30, float(a.trainer_gpu))
+    except (ValueError, ArithmeticError):
+        raise UserError(f"--trainer-cpu {a.trainer_cpu!r} / --trainer-memory {a.trainer_memory!r}: "
+                        "not Kubernetes quantities") from None
+    return run_sidecar(a.job_name, a.master, _token_from_env(), a.namespace, a.policy, a.period, a.jitter,
+                       a.min_trainers, a.max_trainers, trainer, a.kubeconfig)
+
+
 def cmd_k8s_render(a: argparse.Namespace) -> int:
     import yaml
 
@@ -230,6 +244,26 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--out", default=None, help="write the JSON report here")
     sim.add_argument("--plot", default=None, help="write a PNG of utilization, trainers, pending jobs and services")
     sim.set_defaults(fn=cmd_simulate)
+
+    sc2 = sub.add_parser("sidecar", help="run the autoscale sidecar next to a job's master (token from EDL_TOKEN)",
+                         description="Watch nodes and pods, publish this job's demand in a Lease, read the peers', "
+                                     "run the scaling policy and set the job's desired trainer count on the master.")
+    sc2.add_argument("--job-name", required=True, help="the job this sidecar sizes")
+    sc2.add_argument("--master", required=True, help="the job master's address, host:port")
+    sc2.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"),
+                     help="namespace of the job and its demand Lease (default: $POD_NAMESPACE or default)")
+    sc2.add_argument("--policy", default="edl", help="scaling policy: edl (default) or edl2017")
+    sc2.add_argument("--period", type=float, default=10.0, help="seconds between decisions (default 10)")
+    sc2.add_argument("--jitter", type=float, default=2.0,
+                     help="each job acts at a fixed offset in [0, jitter) seconds into the period (default 2)")
+    sc2.add_argument("--min-trainers", type=int, required=True, help="never below this many trainers")
+    sc2.add_argument("--max-trainers", type=int, required=True, help="never above this many trainers")
+    sc2.add_argument("--trainer-cpu", default="1", help="CPU request of one trainer pod (default 1)")
+    sc2.add_argument("--trainer-memory", default="1Gi", help="memory request of one trainer pod (default 1Gi)")
+    sc2.add_argument("--trainer-gpu", type=int, default=0, help="GPUs of one trainer pod (default 0)")
+    sc2.add_argument("--kubeconfig", default=None,
+                     help="kubeconfig to use outside a cluster (default: in-cluster config, else ~/.kube/config)")
+    sc2.set_defaults(fn=cmd_sidecar)
 
     k = sub.add_parser("k8s", help="Kubernetes tools")
     ksub = k.add_subparsers(dest="k8s_command", required=True, metavar="ACTION")

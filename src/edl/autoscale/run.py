@@ -1,0 +1,56 @@
+"""``edl sidecar``: wire the sidecar to the master over HTTP and to the cluster (Kubernetes)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+
+from edl.autoscale.model import Resources
+from edl.autoscale.policy import get_policy
+from edl.autoscale.sidecar import Sidecar, SidecarConfig
+from edl.errors import UserError
+from edl.trainer.client import MasterClient
+
+log = logging.getLogger("edl.sidecar")
+
+
+class HttpMasterLink:
+    """The master's status and scale endpoints, with the job token."""
+
+    def __init__(self, address: str, token: str) -> None:
+        self.client = MasterClient(address, token, timeout_s=5.0, give_up_s=10.0)
+
+    def status(self) -> dict | None:
+        return self.client.try_call("GET", "/v1/status")
+
+    def scale(self, trainers: int) -> None:
+        self.client.call("POST", "/v1/scale", json={"trainers": trainers})
+
+
+def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
+                min_trainers: int, max_trainers: int, trainer: Resources, kubeconfig: str | None) -> int:
+    from edl.cluster.kubernetes import KubeApi, KubeClusterView, load_api_client
+
+    if not 1 <= min_trainers <= max_trainers:
+        raise UserError(f"--min-trainers {min_trainers} / --max-trainers {max_trainers}: need 1 <= min <= max")
+    if period_s <= 0 or not 0 <= jitter_s < period_s:
+        raise UserError(f"--period {period_s} / --jitter {jitter_s}: need period > 0 and 0 <= jitter < period")
+    chosen = get_policy(policy)
+    kube = KubeApi(load_api_client(kubeconfig), namespace)
+    holder = os.environ.get("POD_NAME") or socket.gethostname()
+    view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s))).start()
+    cfg = SidecarConfig(f"{namespace}/{job}", trainer, min_trainers, max_trainers, period_s, jitter_s)
+    sidecar = Sidecar(cfg, view, HttpMasterLink(master, token), chosen)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("sidecar for %s: policy %s every %.1f s, %d..%d trainers of %s", cfg.job, chosen.name, period_s,
+             min_trainers, max_trainers, trainer)
+    try:
+        sidecar.run(stop.is_set, stop.wait)
+    finally:
+        view.stop()
+    return 0

@@ -1,0 +1,241 @@
+"""The autoscale sidecar: publish this job's demand, read the peers', run the policy, set the size.
+
+Every elastic job runs one sidecar next to its master. There is no central
+controller: each sidecar sees the same cluster (nodes and pods) and the same
+set of published demands, runs the same deterministic policy and so computes
+the same plan, then applies only its own job's line of it. A random but fixed
+per-job offset (jitter) keeps sidecars from acting in the same instant.
+
+The decision step is a plain method over injected parts (cluster view, master
+link, clock), so it runs unchanged on Kubernetes (informers and Leases), on the
+local backend and in tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Protocol
+
+from edl.autoscale.model import JobDemand, Node, Pod, Resources, Snapshot
+from edl.autoscale.policy import Policy
+
+log = logging.getLogger("edl.sidecar")
+DEMAND_ANNOTATION = "edl.dev/demand"
+
+
+# ------------------------------------------------------------ the demand
+def encode_demand(d: JobDemand) -> str:
+    body = asdict(d)
+    body["trainer"] = asdict(d.trainer)
+    body["throughput"] = [round(x, 3) for x in d.throughput]
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def decode_demand(text: str) -> JobDemand:
+    """The inverse of ``encode_demand``; raises ``ValueError`` on anything malformed."""
+    try:
+        b = json.loads(text)
+        d = JobDemand(name=str(b["name"]), min=int(b["min"]), max=int(b["max"]), current=int(b["current"]),
+                      trainer=Resources(float(b["trainer"]["cpu"]), float(b["trainer"]["memory"]),
+                                        float(b["trainer"]["gpu"])),
+                      priority=int(b.get("priority", 0)),
+                      throughput=tuple(float(x) for x in b.get("throughput") or ()),
+                      rescale_cost_s=float(b.get("rescale_cost_s") or 0.0),
+                      remaining=None if b.get("remaining") is None else float(b["remaining"]))
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ValueError(f"malformed demand: {e}") from e
+    if not 0 <= d.min <= d.max or d.current < 0:
+        raise ValueError(f"malformed demand: min {d.min}, max {d.max}, current {d.current}")
+    return d
+
+
+def _rfc3339_micro(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(s: str) -> float:
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def demand_lease(d: JobDemand, name: str, namespace: str, holder: str, now: float, duration_s: int,
+                 labels: dict[str, str]) -> dict:
+    """A ``coordination.k8s.io/v1`` Lease that carries the demand: renewed every period, so a
+    sidecar that dies stops counting once ``leaseDurationSeconds`` pass."""
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                         "annotations": {DEMAND_ANNOTATION: encode_demand(d)}},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_s,
+                     "renewTime": _rfc3339_micro(now)}}
+
+
+def demand_from_lease(obj: dict, now: float) -> JobDemand | None:
+    """The demand a Lease carries, or ``None`` if it expired or is not ours to read."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(DEMAND_ANNOTATION)
+    spec = obj.get("spec") or {}
+    if not text or not spec.get("renewTime"):
+        return None
+    try:
+        if now - _parse_time(spec["renewTime"]) > float(spec.get("leaseDurationSeconds") or 0):
+            return None  # its sidecar stopped renewing: the job is gone or stuck
+        return decode_demand(text)
+    except ValueError as e:
+        log.warning("ignoring lease %s: %s", obj["metadata"].get("name"), e)
+        return None
+
+
+# ------------------------------------------------------ measured figures
+@dataclass
+class ThroughputMeter:
+    """Samples per second at each world size, from the master's progress counters (EWMA)."""
+
+    alpha: float = 0.3
+    by_world: dict[int, float] = field(default_factory=dict)
+    _last: tuple[float, int, int] | None = None  # (time, rows done, world size)
+
+    def observe(self, now: float, rows_done: int, world: int) -> None:
+        last = self._last
+        self._last = (now, rows_done, world)
+        if last is None or world <= 0 or last[2] != world or now <= last[0] or rows_done < last[1]:
+            return  # the first sample, or the size changed in between: no clean figure
+        rate = (rows_done - last[1]) / (now - last[0])
+        if rate <= 0:
+            return
+        old = self.by_world.get(world)
+        self.by_world[world] = rate if old is None else (1 - self.alpha) * old + self.alpha * rate
+
+    def curve(self) -> tuple[float, ...]:
+        """Index n: samples/s with n trainers, measured or interpolated; () until something is measured."""
+        if not self.by_world:
+            return ()
+        known = sorted(self.by_world.items())
+        top = known[-1][0]
+        out = [0.0]
+        for n in range(1, top + 1):
+            below = [(k, v) for k, v in known if k <= n]
+            above = [(k, v) for k, v in known if k >= n]
+            if below and above:
+                (k0, v0), (k1, v1) = below[-1], above[0]
+                out.append(v0 if k1 == k0 else v0 + (v1 - v0) * (n - k0) / (k1 - k0))
+            else:
+                k1, v1 = above[0]
+                out.append(v1 * n / k1)  # below the smallest measured size: linear
+        return tuple(out)
+
+
+def rescale_cost_s(status: dict) -> float:
+    """Median measured pause of this job's generation changes (0 until one was measured)."""
+    pauses = [g["pause_s"] for g in status.get("generations") or [] if g.get("pause_s") is not None
+              and g.get("reason") not in ("start", "resume")]
+    return float(statistics.median(pauses)) if pauses else 0.0
+
+
+# ----------------------------------------------------------- the parts
+class ClusterView(Protocol):
+    """What the sidecar reads and writes of the cluster; one implementation per backend."""
+
+    def healthy(self) -> bool:
+        """The view is current (listed and watching); if not, the sidecar holds the size."""
+        ...
+
+    def nodes(self) -> list[Node]: ...
+
+    def pods(self) -> list[Pod]: ...
+
+    def peer_demands(self, now: float) -> list[JobDemand]:
+        """Every live published demand, this job's included once published."""
+        ...
+
+    def publish(self, demand: JobDemand, now: float) -> None: ...
+
+
+class MasterLink(Protocol):
+    def status(self) -> dict | None:
+        """The master's /v1/status, or ``None`` while it cannot be reached."""
+        ...
+
+    def scale(self, trainers: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class SidecarConfig:
+    job: str  # the qualified job name the policy sees (namespace/job on Kubernetes)
+    trainer: Resources
+    min: int
+    max: int
+    period_s: float = 10.0
+    jitter_s: float = 2.0
+
+
+def job_offset(job: str, jitter_s: float) -> float:
+    """A fixed offset in [0, jitter) from the job's name: sidecars spread out deterministically."""
+    h = int.from_bytes(hashlib.sha256(job.encode()).digest()[:8], "big")
+    return (h / 2 ** 64) * jitter_s
+
+
+class Sidecar:
+    def __init__(self, cfg: SidecarConfig, view: ClusterView, master: MasterLink, policy: Policy,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.view = view
+        self.master = master
+        self.policy = policy
+        self.clock = clock
+        self.meter = ThroughputMeter()
+        self.holding = False
+        self.decisions = 0
+
+    def demand(self, status: dict, pods: list[Pod]) -> JobDemand:
+        priority = max((p.priority for p in pods if p.job == self.cfg.job and p.role == "trainer"), default=0)
+        rows_left = None
+        if status.get("rows_per_epoch") and status.get("epochs"):
+            rows_left = max(0.0, float(status["rows_per_epoch"] * status["epochs"] - sum(status["done_rows"])))
+        return JobDemand(name=self.cfg.job, min=self.cfg.min, max=self.cfg.max,
+                         current=int(status["desired_trainers"]), trainer=self.cfg.trainer, priority=priority,
+                         throughput=self.meter.curve(), rescale_cost_s=rescale_cost_s(status), remaining=rows_left)
+
+    def step(self) -> int | None:
+        """One decision. Returns the new size if it changed it, else ``None``."""
+        now = self.clock()
+        status = self.master.status()
+        if status is None or status.get("status") not in (None, "running"):
+            return None  # master restarting or job over: nothing to negotiate
+        self.meter.observe(now, sum(status.get("done_rows") or [0]), int(status.get("world_size") or 0))
+        if not self.view.healthy():
+            if not self.holding:
+                log.warning("cluster view is not current (API unreachable?): holding %d trainers",
+                            status["desired_trainers"])
+            self.holding = True
+            return None
+        self.holding = False
+        pods = self.view.pods()
+        mine = self.demand(status, pods)
+        self.view.publish(mine, now)
+        peers = {d.name: d for d in self.view.peer_demands(now)}
+        peers[mine.name] = mine  # our freshest figures, whatever the cache holds
+        snapshot = Snapshot(tuple(self.view.nodes()), tuple(pods), tuple(sorted(peers.values(), key=lambda d: d.name)),
+                            now)
+        plan = self.policy.decide(snapshot)
+        self.decisions += 1
+        target = max(self.cfg.min, min(self.cfg.max, plan.get(mine.name, mine.current)))
+        if target == mine.current:
+            return None
+        log.info("scale %s: %d -> %d trainers (policy %s, %d jobs, %d nodes)", self.cfg.job, mine.current, target,
+                 self.policy.name, len(peers), len(snapshot.nodes))
+        self.master.scale(target)
+        return target
+
+    def run(self, stop: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> None:
+        sleep(job_offset(self.cfg.job, self.cfg.jitter_s))
+        while not stop():
+            started = self.clock()
+            try:
+                self.step()
+            except Exception as e:  # noqa: BLE001 - one bad round must not kill the sidecar: hold and retry
+                log.warning("decision failed, holding the current size: %s", str(e).splitlines()[0] if str(e) else e)
+            sleep(max(0.0, self.cfg.period_s - (self.clock() - started)))

@@ -1,0 +1,139 @@
+"""The sidecar's decision step over in-memory parts: agreement, bounds, holding, the Lease codec."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources
+from edl.autoscale.policy import get_policy
+from edl.autoscale.sidecar import (
+    Sidecar,
+    SidecarConfig,
+    ThroughputMeter,
+    decode_demand,
+    demand_from_lease,
+    demand_lease,
+    encode_demand,
+    job_offset,
+    rescale_cost_s,
+)
+
+TR = Resources(2, 4, 0)
+
+
+class MemoryView:
+    """In-memory ClusterView: nodes, pods and a shared board of demands."""
+
+    def __init__(self, nodes, pods, board: dict, healthy: bool = True) -> None:
+        self._nodes, self._pods, self.board, self.ok = nodes, pods, board, healthy
+
+    def healthy(self):
+        return self.ok
+
+    def nodes(self):
+        return list(self._nodes)
+
+    def pods(self):
+        return list(self._pods)
+
+    def peer_demands(self, now):
+        return [d for d, at in self.board.values() if now - at < 30]
+
+    def publish(self, demand, now):
+        self.board[demand.name] = (demand, now)
+
+
+class MemoryMaster:
+    def __init__(self, desired: int, status: str = "running") -> None:
+        self.desired, self.st, self.calls = desired, status, []
+
+    def status(self):
+        return {"status": self.st, "desired_trainers": self.desired, "world_size": self.desired,
+                "done_rows": [0], "rows_per_epoch": 0, "epochs": 1, "generations": []}
+
+    def scale(self, n):
+        self.calls.append(n)
+        self.desired = n
+
+
+def nodes(n, cpu=8.0):
+    return [Node(f"n{i}", Resources(cpu, 64, 0)) for i in range(n)]
+
+
+def sidecar(job, view, master, lo=1, hi=8, clock=lambda: 1000.0):
+    return Sidecar(SidecarConfig(job, TR, lo, hi, 10, 2), view, master, get_policy("edl"), clock)
+
+
+def test_sidecars_of_two_jobs_agree_and_share_the_cluster():
+    board: dict = {}
+    view = MemoryView(nodes(2), [], board)
+    a, b = MemoryMaster(1), MemoryMaster(1)
+    sa, sb = sidecar("ns/a", view, a), sidecar("ns/b", view, b)
+    for _ in range(3):  # a few rounds: each publishes, reads the other, applies its own line
+        sa.step()
+        sb.step()
+    assert a.desired + b.desired == 8  # 16 cores / 2 per trainer, shared
+    assert a.desired == b.desired == 4
+
+
+def test_higher_priority_pending_pod_takes_capacity_back_in_one_step():
+    board: dict = {}
+    web = [Pod("web-0", Resources(8, 8, 0), PodPhase.PENDING, priority=1000)]
+    master = MemoryMaster(8)
+    s = sidecar("ns/a", MemoryView(nodes(2), web, board), master)
+    assert s.step() == 4 and master.calls == [4]
+
+
+def test_holds_the_size_while_the_cluster_view_is_not_current():
+    master = MemoryMaster(3)
+    s = sidecar("ns/a", MemoryView(nodes(4), [], {}, healthy=False), master)
+    assert s.step() is None and master.calls == [] and s.holding
+    # and does nothing for a job that is over or a master that is away
+    assert sidecar("ns/a", MemoryView(nodes(4), [], {}), MemoryMaster(3, "succeeded")).step() is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 4), st.integers(1, 10), st.integers(0, 10))
+def test_never_outside_min_and_max(lo, extra, n_nodes, current):
+    hi = lo + extra
+    master = MemoryMaster(max(lo, min(hi, current)))
+    s = sidecar("ns/a", MemoryView(nodes(n_nodes, cpu=4), [], {}), master, lo, hi)
+    s.step()
+    assert lo <= master.desired <= hi
+
+
+def test_demand_lease_round_trip_and_expiry():
+    d = JobDemand("ns/a", 1, 8, 3, TR, 5, (0.0, 100.0, 190.5), 0.8, 1234.0)
+    assert decode_demand(encode_demand(d)) == d
+    lease = demand_lease(d, "edl-a-demand", "ns", "pod-x", now=1_000_000.0, duration_s=30, labels={})
+    assert lease["kind"] == "Lease" and lease["spec"]["leaseDurationSeconds"] == 30
+    assert demand_from_lease(lease, 1_000_010.0) == d
+    assert demand_from_lease(lease, 1_000_031.0) is None  # its sidecar stopped renewing
+    lease["metadata"]["annotations"]["edl.dev/demand"] = '{"name": "x"}'
+    assert demand_from_lease(lease, 1_000_010.0) is None  # malformed: ignored, not fatal
+    with pytest.raises(ValueError):
+        decode_demand('{"name":"a","min":5,"max":2,"current":1,"trainer":{"cpu":1,"memory":1,"gpu":0}}')
+
+
+def test_throughput_meter_measures_per_world_size():
+    m = ThroughputMeter(alpha=1.0)
+    m.observe(0, 0, 2)
+    m.observe(10, 2000, 2)  # 200/s with 2
+    m.observe(20, 3000, 4)  # size changed in between: no figure
+    m.observe(30, 6600, 4)  # 360/s with 4
+    assert m.by_world == {2: 200.0, 4: 360.0}
+    assert m.curve() == (0.0, 100.0, 200.0, 280.0, 360.0)
+
+
+def test_rescale_cost_is_the_median_measured_pause():
+    gens = [{"reason": "start", "pause_s": 5.0}, {"reason": "scale_up", "pause_s": 0.5},
+            {"reason": "drain", "pause_s": 0.3}, {"reason": "failure", "pause_s": 0.9}, {"reason": "x", "pause_s": None}]
+    assert rescale_cost_s({"generations": gens}) == 0.5
+
+
+def test_job_offsets_are_fixed_and_spread():
+    offs = [job_offset(f"ns/job-{i}", 2.0) for i in range(50)]
+    assert all(0 <= o < 2.0 for o in offs) and len(set(offs)) == 50
+    assert job_offset("ns/job-1", 2.0) == offs[1]
