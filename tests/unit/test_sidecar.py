@@ -137,3 +137,14 @@ def test_job_offsets_are_fixed_and_spread():
     offs = [job_offset(f"ns/job-{i}", 2.0) for i in range(50)]
     assert all(0 <= o < 2.0 for o in offs) and len(set(offs)) == 50
     assert job_offset("ns/job-1", 2.0) == offs[1]
+
+
+def test_no_growth_for_a_while_after_trainers_were_unschedulable():
+    master = MemoryMaster(1)
+    base = master.status
+
+    master.status = lambda: {**base(), "unschedulable_at": 995.0}
+    s = sidecar("ns/a", MemoryView(nodes(4), [], {}), master, clock=lambda: 1000.0)
+    assert s.step() is None and master.calls == []
+    s.clock = lambda: 1000.0 + 10 * 6  # the back-off (6 periods of 10 s) is over
+    assert s.step() == 8

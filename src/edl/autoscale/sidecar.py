@@ -27,6 +27,7 @@ from edl.autoscale.policy import Policy
 
 log = logging.getLogger("edl.sidecar")
 DEMAND_ANNOTATION = "edl.dev/demand"
+UNSCHEDULABLE_BACKOFF_PERIODS = 6
 
 
 # ------------------------------------------------------------ the demand
@@ -223,6 +224,11 @@ class Sidecar:
         plan = self.policy.decide(snapshot)
         self.decisions += 1
         target = max(self.cfg.min, min(self.cfg.max, plan.get(mine.name, mine.current)))
+        blocked_at = status.get("unschedulable_at")
+        if blocked_at is not None and now - blocked_at < UNSCHEDULABLE_BACKOFF_PERIODS * self.cfg.period_s:
+            # The launcher just gave up on Pending trainers: the snapshot overstates what fits
+            # (taints, affinity, fragmentation the policy does not see). Do not grow for a while.
+            target = min(target, mine.current)
         if target == mine.current:
             return None
         log.info("scale %s: %d -> %d trainers (policy %s, %d jobs, %d nodes)", self.cfg.job, mine.current, target,

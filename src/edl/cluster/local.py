@@ -81,3 +81,107 @@ class LocalProcesses:
             except subprocess.TimeoutExpired:
                 p.popen.kill()
                 p.popen.wait()
+
+
+class LocalCluster:
+    """The ``Cluster`` of local processes: the master and each trainer are children of the launcher.
+
+    The job's address and token go to ``DIR/job.json`` (mode 0600) so that ``edl status``
+    and ``edl scale`` can reach the master.
+    """
+
+    def __init__(self, spec, job_dir: Path, env: dict[str, str]) -> None:
+        import secrets
+
+        from edl.net import free_port
+
+        self.spec = spec
+        self.dir = job_dir
+        self.procs = LocalProcesses(job_dir / "logs", env)
+        self.token = secrets.token_urlsafe(32)
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.master: Proc | None = None
+        self.procs_by_name: dict[str, Proc] = {}
+
+    def _save(self) -> None:
+        import json
+        import os
+
+        path = self.dir / "job.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({
+            "job": self.spec.job, "address": self.address, "token": self.token, "launcher_pid": os.getpid(),
+            "master_pid": self.master.pid if self.master else None,
+            "trainers": {k: p.pid for k, p in self.procs_by_name.items() if p.poll() is None},
+        }, indent=2) + "\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+
+    def _spawn_master(self) -> None:
+        from edl.jobargs import spec_to_argv
+
+        self.master = self.procs.spawn("master", ["master", *spec_to_argv(self.spec), "--port", str(self.port)],
+                                       {"EDL_TOKEN": self.token})
+        self._save()
+
+    # ------------------------------------------------------------ Cluster
+    def ensure_job(self):
+        from edl.cluster.interface import MasterEndpoint
+
+        self._spawn_master()
+        return MasterEndpoint(self.address, self.token, adopted=False)
+
+    def master_alive(self) -> bool:
+        return self.master is not None and self.master.poll() is None
+
+    def recreate_master(self) -> None:
+        from edl.errors import UserError
+
+        if self.master is not None and self.master.poll() == 2:  # it refused the job: restarting cannot help
+            raise UserError(self.master.last_line().removeprefix("edl: error: ") or "the master refused the job")
+        self._spawn_master()
+
+    def trainers(self):
+        from edl.autoscale.model import PodPhase
+        from edl.cluster.interface import TrainerExit, TrainerPod
+
+        out = []
+        for name, p in self.procs_by_name.items():
+            code = p.poll()
+            if code is None:
+                out.append(TrainerPod(name, PodPhase.RUNNING, p.started_at, "localhost"))
+            elif code == 0:
+                out.append(TrainerPod(name, PodPhase.SUCCEEDED, p.started_at, "localhost", TrainerExit.SUCCEEDED))
+            else:
+                line = p.last_line()
+                if code == 2:
+                    out.append(TrainerPod(name, PodPhase.FAILED, p.started_at, "localhost", TrainerExit.USER_ERROR,
+                                          line.removeprefix("edl: error: ")))
+                else:
+                    out.append(TrainerPod(name, PodPhase.FAILED, p.started_at, "localhost", TrainerExit.FAILED,
+                                          f"exit code {code}: {line[:200]}"))
+        return out
+
+    def create_trainer(self, name: str) -> None:
+        args = ["trainer", "--id", name, "--master", self.address]
+        if self.spec.audit:
+            args += ["--audit-dir", str(self.dir / "audit")]
+        self.procs_by_name[name] = self.procs.spawn(name, args, {"EDL_TOKEN": self.token})
+        self._save()
+
+    def delete_trainer(self, name: str) -> None:
+        p = self.procs_by_name.pop(name, None)
+        if p is not None:
+            LocalProcesses.stop_all([p], 3.0)
+            self._save()
+
+    def delete_job(self) -> None:
+        procs = list(self.procs_by_name.values()) + ([self.master] if self.master else [])
+        LocalProcesses.stop_all(procs, 3.0)
+        self.procs_by_name.clear()
+
+    def record(self, reason: str, message: str, warning: bool = False) -> None:
+        import logging
+
+        logging.getLogger("edl.launcher").log(logging.WARNING if warning else logging.INFO, "%s: %s", reason, message)

@@ -133,6 +133,9 @@ class Job:
         self.prior_generations: list[dict] = []
         self.prior_elapsed_s = 0.0
         self.last_step_seen = 0
+        # A checkpoint someone asked for (the launcher, before a cancel): served at the next step.
+        self.checkpoint_requested = False
+        self.unschedulable_at: float | None = None  # last time the launcher gave up on Pending trainers
         desired = spec.trainers
         if restored is not None:
             self.queue = TaskQueue.from_state(restored["queue"])
@@ -220,6 +223,7 @@ class Job:
             "generation": m.current.id if m.current else 0,
             "stop": m.change_pending_for(trainer) or self.status is not JobStatus.RUNNING,
             "job_status": self.status.value,
+            "checkpoint": self.checkpoint_requested,
         }
 
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None, now: float) -> Task | Next:
@@ -279,6 +283,7 @@ class Job:
         cur = self.membership.current
         if cur is None or cur.id != generation:
             return None
+        self.checkpoint_requested = False  # this cut serves any pending request
         return {
             "step": step,
             "queue": self.queue.cut(cursors),
@@ -288,6 +293,16 @@ class Job:
             "elapsed_s": self.elapsed_s(now),
             "spec": self.spec.to_dict(),
         }
+
+    def request_checkpoint(self) -> None:
+        self.checkpoint_requested = True
+
+    def report_unschedulable(self, count: int, now: float) -> None:
+        """Trainer pods the cluster could not place: lower the desired count (not below min) so the
+        launcher stops asking, and note when, so that the sidecar holds off growing for a while."""
+        if count > 0:
+            self.desired = max(self.spec.min_trainers, self.desired - count)
+            self.unschedulable_at = now
 
     def checkpoint_committed(self, record: CheckpointRecord, queue_state: dict) -> None:
         self.checkpoints.append(record)
@@ -379,6 +394,7 @@ class Job:
             "generation": gen.id if gen else 0,
             "world_size": gen.world_size if gen else 0,
             "desired_trainers": self.desired,
+            "unschedulable_at": self.unschedulable_at,
             "min_trainers": self.spec.min_trainers,
             "max_trainers": self.spec.max_trainers,
             "epoch": min(q.current_epoch, self.spec.epochs - 1),

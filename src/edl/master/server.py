@@ -83,6 +83,10 @@ class ScaleBody(BaseModel):
     trainers: int
 
 
+class UnschedulableBody(BaseModel):
+    count: int
+
+
 class ExitBody(BaseModel):
     code: int
 
@@ -344,6 +348,19 @@ def build_app(master: Master) -> FastAPI:
         log.info("desired trainers set to %d", body.trainers)
         await master.notify()
         return {"desired_trainers": job.desired}
+
+    @app.post("/v1/unschedulable", dependencies=auth)
+    async def unschedulable(body: UnschedulableBody) -> dict:
+        job.report_unschedulable(body.count, master.clock())
+        log.info("%d trainer(s) unschedulable; desired trainers now %d", body.count, job.desired)
+        await master.notify()
+        return {"desired_trainers": job.desired}
+
+    @app.post("/v1/checkpoints/request", dependencies=auth)
+    async def request_checkpoint() -> dict:
+        job.request_checkpoint()
+        log.info("checkpoint requested")
+        return {"ok": True, "committed": len(job.checkpoints)}
 
     @app.post("/v1/fatal", dependencies=auth)
     async def fatal(body: FatalBody) -> dict:

@@ -61,6 +61,7 @@ class Control:
     master_uid: str | None = None
     master_changed: bool = False
     job_done: bool = False
+    checkpoint_now: bool = False  # the master asks for a checkpoint at the next step (rank 0)
 
 
 class Trainer:
@@ -114,6 +115,11 @@ class Trainer:
             time.sleep(0.2)
         return r
 
+    def _take_checkpoint_request(self) -> bool:
+        with self.ctl_lock:
+            asked, self.ctl.checkpoint_now = self.ctl.checkpoint_now, False
+        return asked
+
     def _heartbeat_loop(self) -> None:
         client = MasterClient(self.master_addr, self.token, timeout_s=10)
         while self._alive:
@@ -137,6 +143,7 @@ class Trainer:
                     self.ctl.stop_generation = r["generation"]
                 if r.get("job_status") != "running":
                     self.ctl.job_done = True
+                self.ctl.checkpoint_now = bool(r.get("checkpoint"))
             if not r.get("known"):
                 time.sleep(0.1)
         client.close()
@@ -328,7 +335,8 @@ class Trainer:
                 self.client.try_call("POST", f"/v1/trainers/{self.id}/first-step", json={"generation": gen})
             if total == 0:
                 time.sleep(0.02)  # nobody had data this step: don't spin
-            if rank == 0 and time.monotonic() - self._last_ckpt >= self.spec.checkpoint_interval_s:
+            if rank == 0 and (time.monotonic() - self._last_ckpt >= self.spec.checkpoint_interval_s
+                              or self._take_checkpoint_request()):
                 self._checkpoint(gen, cursors)
             if tail[:, FINISHED].sum() >= world:
                 self.safe_cursor = prev_own

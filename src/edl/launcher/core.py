@@ -1,0 +1,271 @@
+"""The launcher: owns one job's lifecycle on any cluster backend.
+
+It creates (or adopts) the job's objects, keeps the trainers at the master's
+desired count by applying ``plan_trainers``, replaces a lost master, reports
+trainer exits to the master, fails the job on OOM, bad input or too many
+crashes, and on cancel asks for a last checkpoint before removing everything.
+The backend (``Cluster``) is the only thing that differs between Kubernetes,
+local processes and the simulator.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from edl.cluster.interface import Cluster, MasterEndpoint, TrainerExit
+from edl.errors import PermanentError, UserError
+from edl.launcher.reconcile import plan_trainers
+from edl.master.job import JobSpec
+
+log = logging.getLogger("edl.launcher")
+
+
+class MasterApi:
+    """The master's control routes the launcher uses, with the job token. ``None``: unreachable."""
+
+    def __init__(self, address: str, token: str, timeout_s: float = 5.0) -> None:
+        self.http = httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {token}"},
+                                 timeout=timeout_s)
+
+    def get(self, path: str) -> dict | None:
+        try:
+            r = self.http.get(path)
+            return r.json() if r.status_code == 200 else None
+        except httpx.TransportError:
+            return None
+
+    def post(self, path: str, body: dict | None = None) -> dict | None:
+        try:
+            r = self.http.post(path, json=body or {})
+            return r.json() if r.status_code == 200 else None
+        except httpx.TransportError:
+            return None
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class ProgressView:
+    """Progress bars per epoch on a terminal, a line every 10 s otherwise, one line per generation."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
+                                 transient=False, disable=not console.is_terminal)
+        self.bars: dict[int, int] = {}
+        self.shown_generations = 0
+        self.last_line = 0.0
+
+    def __enter__(self) -> "ProgressView":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def show(self, st: dict) -> None:
+        for e in range(st["epochs"]):
+            done = st["done_rows"][e]
+            if e not in self.bars and (done > 0 or e == st["epoch"]):
+                self.bars[e] = self.progress.add_task(f"epoch {e + 1}/{st['epochs']}", total=st["rows_per_epoch"],
+                                                      info="")
+            if e in self.bars:
+                self.progress.update(self.bars[e], completed=done,
+                                     info=f"gen {st['generation']} · {st['world_size']} trainers · step {st['step']}")
+        gens = st["generations"]
+        while self.shown_generations < len(gens):
+            g = gens[self.shown_generations]
+            if g["pause_s"] is None and self.shown_generations == len(gens) - 1 and st["status"] == "running":
+                break  # wait until its pause is known
+            prev = gens[self.shown_generations - 1]["world_size"] if self.shown_generations else 0
+            pause = "" if g["pause_s"] is None else f", pause {g['pause_s']:.2f} s"
+            back = f", rolled back {g['rolled_back_steps']} steps" if g["rolled_back_steps"] else ""
+            self.progress.console.print(
+                f"generation {g['id']}: {prev} → {g['world_size']} trainers ({g['reason']}){pause}{back}")
+            self.shown_generations += 1
+        if not self.console.is_terminal and time.monotonic() - self.last_line > 10:
+            self.last_line = time.monotonic()
+            e = min(st["epoch"], st["epochs"] - 1)
+            pct = 100.0 * st["done_rows"][e] / max(1, st["rows_per_epoch"])
+            self.console.print(f"epoch {e + 1}/{st['epochs']}: {pct:5.1f} % · {st['world_size']} trainers · "
+                               f"step {st['step']}")
+
+
+class Cancelled(Exception):
+    """SIGTERM or SIGINT: the run was cancelled."""
+
+
+class Launcher:
+    def __init__(self, spec: JobSpec, cluster: Cluster, *, max_trainer_failures: int = 5,
+                 pending_timeout_s: float = 120.0, drain_timeout_s: float = 60.0, trainer_prefix: str = "",
+                 console: Console | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, max_master_restarts: int = 10,
+                 master_start_timeout_s: float = 300.0) -> None:
+        self.spec = spec
+        self.cluster = cluster
+        self.max_trainer_failures = max_trainer_failures
+        self.pending_timeout_s = pending_timeout_s
+        self.drain_timeout_s = drain_timeout_s
+        self.prefix = trainer_prefix or f"{spec.job}-t"
+        self.console = console or Console()
+        self.clock = clock
+        self.sleep = sleep
+        self.max_master_restarts = max_master_restarts
+        self.master_start_timeout_s = master_start_timeout_s
+        self.draining: dict[str, float] = {}
+        self.failures = 0
+        self.relaunches = 0
+        self.unschedulable = 0
+        self.master_restarts = 0
+        self.counter = 0
+        self.endpoint: MasterEndpoint | None = None
+        self.master: MasterApi | None = None
+        self.cancelled = False
+
+    # --------------------------------------------------------------- start
+    def start(self) -> MasterEndpoint:
+        self.endpoint = self.cluster.ensure_job()
+        self.master = MasterApi(self.endpoint.address, self.endpoint.token)
+        for t in self.cluster.trainers():  # adopted trainers: continue numbering after theirs
+            suffix = t.name.removeprefix(self.prefix)
+            if suffix.isdigit():
+                self.counter = max(self.counter, int(suffix))
+        self.wait_for_master()
+        return self.endpoint
+
+    def wait_for_master(self) -> None:
+        deadline = self.clock() + self.master_start_timeout_s
+        while self.clock() < deadline:
+            if self.master.get("/healthz") is not None:
+                return
+            if not self.cluster.master_alive():
+                self._master_lost()
+            self.sleep(0.1)
+        raise PermanentError(f"master of job {self.spec.job} did not answer within {self.master_start_timeout_s:.0f} s")
+
+    def _master_lost(self) -> None:
+        self.master_restarts += 1
+        if self.master_restarts > self.max_master_restarts:
+            raise PermanentError(f"master of job {self.spec.job} keeps dying ({self.master_restarts} restarts)")
+        self.cluster.record("MasterLost", "master lost; recreating it (it resumes from the last checkpoint)",
+                            warning=True)
+        self.console.print("master lost; recreating it (it resumes from the last checkpoint)")
+        self.cluster.recreate_master()
+
+    # ---------------------------------------------------------------- loop
+    def tick(self) -> dict | None:
+        """One round. Returns the master's status once the job is no longer running."""
+        if not self.cluster.master_alive():
+            self._master_lost()
+            self.wait_for_master()
+        st = self.master.get("/v1/status")
+        if st is None:
+            return None
+        if st["status"] != "running":
+            return st
+        self._apply(st)
+        return None
+
+    def _apply(self, st: dict) -> None:
+        now = self.clock()
+        trainers = self.cluster.trainers()
+        plan = plan_trainers(st["desired_trainers"], trainers, self.draining, now, self.pending_timeout_s,
+                             self.drain_timeout_s)
+        by_name = {t.name: t for t in trainers}
+        for name, code in plan.exited:
+            self.master.post(f"/v1/trainers/{name}/exited", {"code": code})
+        for name in plan.relaunched:
+            self.relaunches += 1
+            t = by_name[name]
+            self.cluster.record("TrainerReplaced", f"trainer {name} {t.exit.value}: {t.message}; replacing it")
+            self.console.print(f"trainer {name} {t.exit.value} ({t.message}); replacing it")
+        for name, message in plan.failures:
+            self.failures += 1
+            self.cluster.record("TrainerFailed", f"{name}: {message}", warning=True)
+            self.console.print(f"trainer {name} failed: {message[:200]}")
+            if self.failures > self.max_trainer_failures:
+                raise PermanentError(f"{self.failures} trainer failures (limit {self.max_trainer_failures}); "
+                                     f"last: {message[:200]}")
+        if plan.fatal is not None:
+            why, message = plan.fatal
+            self.cluster.record("TrainerFatal", message, warning=True)
+            self.master.post("/v1/fatal", {"message": message})
+            raise UserError(message) if why is TrainerExit.USER_ERROR else PermanentError(message)
+        if plan.unschedulable:
+            self.unschedulable += len(plan.unschedulable)
+            msg = (f"{len(plan.unschedulable)} trainer pod(s) Pending for over {self.pending_timeout_s:.0f} s: "
+                   "removed and reported unschedulable")
+            self.cluster.record("TrainersUnschedulable", msg, warning=True)
+            self.console.print(msg)
+            self.master.post("/v1/unschedulable", {"count": len(plan.unschedulable)})
+        for name in plan.delete:
+            self.cluster.delete_trainer(name)
+            self.draining.pop(name, None)
+        if plan.drain and st["phase"] == "running":
+            for name in plan.drain:
+                if self.master.post(f"/v1/trainers/{name}/drain") is not None:
+                    self.draining[name] = now
+            self.cluster.record("ScaleDown", f"draining {', '.join(plan.drain)} (desired "
+                                             f"{st['desired_trainers']})")
+        if plan.create:
+            names = []
+            for _ in range(plan.create):
+                self.counter += 1
+                names.append(f"{self.prefix}{self.counter}")
+                self.cluster.create_trainer(names[-1])
+            self.cluster.record("ScaleUp", f"started {', '.join(names)} (desired {st['desired_trainers']})")
+
+    def run(self, view: ProgressView | None = None, poll_s: float = 0.1) -> dict:
+        """Until the job ends; returns the master's final status. ``Cancelled`` propagates."""
+        while True:
+            st = self.tick()
+            if st is not None:
+                return st
+            if view is not None and self.master is not None:
+                last = self.master.get("/v1/status")
+                if last is not None:
+                    view.show(last)
+            self.sleep(poll_s)
+
+    # ----------------------------------------------------------- endings
+    def wait_for_trainers(self, timeout_s: float = 120.0) -> None:
+        """Let trainers exit on their own (rank 0 exports the model), then report them."""
+        deadline = self.clock() + timeout_s
+        while self.clock() < deadline:
+            live = [t for t in self.cluster.trainers() if not t.phase.terminated]
+            if not live:
+                break
+            self.sleep(0.1)
+
+    def final_checkpoint(self, budget_s: float = 20.0) -> bool:
+        """Ask for a checkpoint now and wait (within ``budget_s``) until one more is committed."""
+        if self.master is None:
+            return False
+        st = self.master.get("/v1/status")
+        if st is None or st["status"] != "running":
+            return False
+        before = len(st.get("checkpoints") or [])
+        if self.master.post("/v1/checkpoints/request") is None:
+            return False
+        deadline = self.clock() + budget_s
+        while self.clock() < deadline:
+            st = self.master.get("/v1/status")
+            if st is not None and len(st.get("checkpoints") or []) > before:
+                return True
+            self.sleep(0.2)
+        return False
+
+    def shutdown(self, delete: bool = True) -> None:
+        """Stop the master and remove every object of the job (idempotent)."""
+        if self.master is not None:
+            self.master.post("/v1/shutdown")
+            self.master.close()
+        if delete:
+            self.cluster.delete_job()

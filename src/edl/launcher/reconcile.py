@@ -1,0 +1,74 @@
+"""What the launcher does about its trainers, decided as a pure function of what it sees.
+
+Input: the master's desired count, the trainer pods the cluster reports, which
+of them are being drained (since when) and the clock. Output: a ``Plan`` of
+effects. The launcher applies it; applying it twice does no harm (creates use
+fresh names only for the missing count, deletes are idempotent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from edl.autoscale.model import PodPhase
+from edl.cluster.interface import TrainerExit, TrainerPod
+
+RELAUNCH = (TrainerExit.PREEMPTED, TrainerExit.NODE_LOST)
+
+
+@dataclass(frozen=True)
+class Plan:
+    create: int = 0  # new trainers to start
+    drain: tuple[str, ...] = ()  # ask the master to drain these (then they exit 0)
+    delete: tuple[str, ...] = ()  # remove these pods now
+    unschedulable: tuple[str, ...] = ()  # pending too long: removed and reported
+    relaunched: tuple[str, ...] = ()  # ended by the cluster (preempted, node lost): replaced, not a failure
+    failures: tuple[tuple[str, str], ...] = ()  # (name, message) that count towards the limit
+    fatal: tuple[TrainerExit, str] | None = None  # the job must fail: why, and the message
+    exited: tuple[tuple[str, int], ...] = field(default=())  # (name, code) to report to the master
+
+
+def _code(t: TrainerPod) -> int:
+    return 0 if t.exit is TrainerExit.SUCCEEDED else 1
+
+
+def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[str, float], now: float,
+                  pending_timeout_s: float, drain_timeout_s: float = 60.0) -> Plan:
+    delete: list[str] = []
+    relaunched: list[str] = []
+    failures: list[tuple[str, str]] = []
+    exited: list[tuple[str, int]] = []
+    fatal = None
+    live: list[TrainerPod] = []
+    unschedulable: list[str] = []
+    for t in trainers:
+        if t.phase.terminated:
+            delete.append(t.name)
+            exited.append((t.name, _code(t)))
+            if t.exit is TrainerExit.SUCCEEDED or t.name in draining:
+                continue  # drained or finished: its exit is expected whatever the code
+            if t.exit in RELAUNCH:
+                relaunched.append(t.name)
+            elif t.exit in (TrainerExit.OOM_KILLED, TrainerExit.USER_ERROR):
+                fatal = fatal or (t.exit, t.message or f"trainer {t.name} ended: {t.exit.value}")
+            else:
+                failures.append((t.name, t.message or f"trainer {t.name} failed"))
+        elif t.name in draining:
+            if now - draining[t.name] > drain_timeout_s:
+                delete.append(t.name)  # it did not leave on its own: remove it
+        elif t.phase is PodPhase.PENDING and t.node is None and now - t.created_at > pending_timeout_s:
+            unschedulable.append(t.name)
+        else:
+            live.append(t)
+    create = max(0, desired - len(live) - len(unschedulable))
+    drain: list[str] = []
+    if len(live) > desired:
+        # Pods not yet running go first (nothing to drain), then the youngest: it holds the
+        # least warmed-up state.
+        excess = sorted(live, key=lambda t: (t.phase is PodPhase.RUNNING, -t.created_at, t.name))
+        for t in excess[: len(live) - desired]:
+            (drain if t.phase is PodPhase.RUNNING else delete).append(t.name)
+    return Plan(create=create, drain=tuple(drain), delete=tuple(delete + unschedulable),
+                unschedulable=tuple(unschedulable), relaunched=tuple(relaunched), failures=tuple(failures),
+                fatal=fatal, exited=tuple(exited))

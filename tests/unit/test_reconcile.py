@@ -1,0 +1,79 @@
+"""The launcher's trainer decisions, as a pure function."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edl.autoscale.model import PodPhase
+from edl.cluster.interface import TrainerExit, TrainerPod
+from edl.launcher.reconcile import plan_trainers
+
+R, P, S, F = PodPhase.RUNNING, PodPhase.PENDING, PodPhase.SUCCEEDED, PodPhase.FAILED
+
+
+def pod(name, phase=R, created=0.0, node="n", exit=None, message=""):
+    return TrainerPod(name, phase, created, None if phase is P else node, exit, message)
+
+
+def test_scale_up_creates_the_missing_trainers():
+    assert plan_trainers(3, [pod("a")], {}, 10, 60).create == 2
+
+
+def test_scale_down_drains_the_youngest_running_and_deletes_pending_first():
+    pods = [pod("old", created=1), pod("young", created=5), pod("waiting", P, created=6)]
+    plan = plan_trainers(1, pods, {}, 10, 60)
+    assert plan.delete == ("waiting",) and plan.drain == ("young",) and plan.create == 0
+
+
+def test_drained_trainers_are_not_counted_and_removed_after_a_timeout():
+    pods = [pod("a"), pod("b", created=3)]
+    plan = plan_trainers(1, pods, {"b": 0.0}, 10, 60)
+    assert plan == plan_trainers(1, pods, {"b": 0.0}, 10, 60) and not plan.drain and not plan.create
+    assert plan_trainers(1, pods, {"b": 0.0}, 100, 60, drain_timeout_s=60).delete == ("b",)
+    # A drained trainer that exits non-zero is not a failure.
+    done = plan_trainers(1, [pod("a"), pod("b", F, exit=TrainerExit.FAILED)], {"b": 0.0}, 10, 60)
+    assert done.delete == ("b",) and not done.failures and done.exited == (("b", 1),)
+
+
+def test_preempted_and_node_lost_trainers_are_replaced_without_counting_a_failure():
+    pods = [pod("a"), pod("b", F, exit=TrainerExit.PREEMPTED), pod("c", F, exit=TrainerExit.NODE_LOST)]
+    plan = plan_trainers(3, pods, {}, 10, 60)
+    assert plan.relaunched == ("b", "c") and not plan.failures and plan.create == 2
+    assert set(plan.delete) == {"b", "c"}
+
+
+def test_oom_killed_fails_the_job_and_other_crashes_count():
+    plan = plan_trainers(2, [pod("a", F, exit=TrainerExit.OOM_KILLED, message="limit 4Gi"),
+                             pod("b", F, exit=TrainerExit.FAILED, message="exit 1")], {}, 10, 60)
+    assert plan.fatal == (TrainerExit.OOM_KILLED, "limit 4Gi")
+    assert plan.failures == (("b", "exit 1"),)
+
+
+def test_pending_too_long_is_unschedulable_removed_and_not_replaced():
+    pods = [pod("a"), pod("stuck", P, created=0.0), pod("fresh", P, created=95.0)]
+    plan = plan_trainers(3, pods, {}, 100, 60)
+    assert plan.unschedulable == ("stuck",) and "stuck" in plan.delete and plan.create == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 6), st.lists(st.tuples(st.sampled_from([R, P, S, F]), st.sampled_from(list(TrainerExit)),
+                                             st.floats(0, 100), st.booleans()), max_size=8))
+def test_after_the_plan_the_live_count_meets_the_desired_count(desired, specs):
+    pods, draining = [], {}
+    for i, (phase, ex, created, drained) in enumerate(specs):
+        pods.append(pod(f"t{i}", phase, created, exit=ex if phase.terminated else None))
+        if drained:
+            draining[f"t{i}"] = 50.0
+    plan = plan_trainers(desired, pods, draining, 100.0, 60.0)
+    removed = set(plan.delete) | set(plan.drain)
+    live = [p for p in pods if not p.phase.terminated and p.name not in draining and p.name not in removed]
+    assert len(live) + plan.create + len(plan.unschedulable) >= desired  # unschedulable ones are reported
+    assert len(live) + plan.create <= max(desired, len(live))
+    for p in pods:
+        if p.name in plan.delete:  # only what ended, what never got placed, or drains that overran
+            assert p.phase.terminated or p.phase is P or p.name in draining
+        if p.name in plan.drain:
+            assert p.phase is R and p.name not in draining
+    assert not set(plan.drain) & set(plan.delete)
+    assert len(plan.delete) == len(set(plan.delete))
