@@ -300,3 +300,216 @@ class FakeKubeApiServer:
         with self.store.cond:
             self.store.events.clear()
             self.store.rv += 1
+
+
+# ---------------------------------------------------------------------------------------------
+class LoopbackKubelet:
+    """TEST DOUBLE of the scheduler, kubelet and cluster DNS behind FakeKubeApiServer.
+
+    Binds each Pending pod that ``admit`` accepts to ``node``, gives it a loopback IP of
+    its own (127.0.0.N), and runs its containers as local processes: ``edl`` commands
+    run with this interpreter, env comes from values, Secrets and the downward API,
+    ``--host 0.0.0.0`` binds the pod IP and ``SVC.NS.svc:PORT`` arguments resolve to
+    the IP of the pod the Service selects (what cluster DNS and kube-proxy do).
+    Container exits become pod phases and terminated container states, with the
+    last log lines as the termination message (FallbackToLogsOnError). Deleting a
+    pod through the API stops its processes. ``evict`` and ``oom_kill`` play the
+    node under pressure.
+    """
+
+    def __init__(self, api: FakeKubeApiServer, kubeconfig: str, log_dir, node: str = "node-0",
+                 admit=lambda pod: True, base_env: dict | None = None) -> None:
+        import os
+
+        self.api = api
+        self.kubeconfig = kubeconfig
+        self.log_dir = log_dir
+        self.node = node
+        self.admit = admit
+        self.base_env = dict(base_env or os.environ)
+        self.running: dict[tuple[str, str], dict] = {}  # (ns, name) -> {"uid", "ip", "procs": {container: Popen}}
+        self.next_ip = 2
+        self.ips: dict[tuple[str, str], str] = {}
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> "LoopbackKubelet":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.thread.join(5)
+        for key in list(self.running):
+            self._kill(key)
+
+    # ------------------------------------------------------------------ helpers
+    def _secret(self, ns: str, name: str, key: str) -> str:
+        import base64
+
+        with self.api.store.cond:
+            obj = self.api.store.objects.get(("secrets", ns, name))
+        if obj is None:
+            raise KeyError(f"secret {ns}/{name} not found")
+        return base64.b64decode(obj["data"][key]).decode()
+
+    def _resolve(self, ns: str, arg: str, pod_ip: str) -> str:
+        m = re.match(r"^([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)$", arg)
+        if not m:
+            return arg
+        with self.api.store.cond:
+            svc = self.api.store.objects.get(("services", m[2], m[1]))
+        if svc is None:
+            return arg
+        sel = svc["spec"]["selector"]
+        for pod in self.api.objects("pods", m[2]):
+            labels = pod["metadata"].get("labels") or {}
+            ip = (pod.get("status") or {}).get("podIP")
+            if ip and all(labels.get(k) == v for k, v in sel.items()):
+                return f"{ip}:{m[3]}"
+        return arg
+
+    def _start(self, pod: dict) -> None:
+        import subprocess
+        import sys
+
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        # One address per pod name: a recreated master keeps it, as its Service's address stays put
+        # in a real cluster (processes here resolve the Service once, at start).
+        ip = self.ips.get((ns, name))
+        if ip is None:
+            ip = self.ips[(ns, name)] = f"127.0.0.{self.next_ip}"
+            self.next_ip = 2 + (self.next_ip - 1) % 250
+        pod["spec"]["nodeName"] = self.node
+        pod["status"] = {"phase": "Running", "podIP": ip, "containerStatuses": []}
+        procs = {}
+        for c in pod["spec"]["containers"]:
+            env = {**self.base_env, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1"}
+            for e in c.get("env") or []:
+                if "value" in e:
+                    env[e["name"]] = e["value"]
+                    continue
+                src = e["valueFrom"]
+                if "secretKeyRef" in src:
+                    env[e["name"]] = self._secret(ns, src["secretKeyRef"]["name"], src["secretKeyRef"]["key"])
+                else:
+                    field = src["fieldRef"]["fieldPath"]
+                    env[e["name"]] = {"metadata.name": name, "metadata.namespace": ns, "status.podIP": ip}[field]
+            args = [self._resolve(ns, a, ip) for a in c.get("args") or []]
+            # Containers of a pod share its network: here, the pod's own loopback address.
+            args = [ip if a == "0.0.0.0" else re.sub(r"^127\.0\.0\.1:", f"{ip}:", a) for a in args]
+            cmd = list(c["command"])
+            if cmd[0] == "edl":
+                cmd = [sys.executable, "-m", "edl", *cmd[1:]]
+            log = open(self.log_dir / f"{ns}-{name}-{c['name']}.log", "ab")
+            procs[c["name"]] = subprocess.Popen([*cmd, *args], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                start_new_session=True)
+            procs[c["name"]].edl_env = env  # kept for a restart in place
+            log.close()
+        self.running[(ns, name)] = {"uid": meta["uid"], "ip": ip, "procs": procs, "restarts": {}}
+        self.api.store.put("pods", pod)
+
+    def _kill(self, key: tuple[str, str], sig: int | None = None) -> None:
+        import os
+        import signal as sg
+
+        entry = self.running.pop(key, None)
+        if entry is None:
+            return
+        for p in entry["procs"].values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, sig or sg.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in entry["procs"].values():
+            try:
+                p.wait(3)
+            except Exception:  # noqa: BLE001
+                os.killpg(p.pid, sg.SIGKILL)
+                p.wait()
+
+    def _tail(self, ns: str, name: str, container: str) -> str:
+        try:
+            text = (self.log_dir / f"{ns}-{name}-{container}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-20:])[-2048:]
+
+    def _terminate(self, key, pod: dict, codes: dict[str, int], reasons: dict[str, str] | None = None,
+                   status_extra: dict | None = None) -> None:
+        ns, name = key
+        statuses = [{"name": c, "ready": False, "restartCount": 0,
+                     "state": {"terminated": {"exitCode": code, "reason": (reasons or {}).get(c) or (
+                         "Completed" if code == 0 else "Error"),
+                                              "message": self._tail(ns, name, c) if code else ""}}}
+                    for c, code in codes.items()]
+        pod["status"] = {**pod.get("status", {}), "phase": "Succeeded" if all(v == 0 for v in codes.values())
+                         else "Failed", "containerStatuses": statuses, **(status_extra or {})}
+        self.running.pop(key, None)
+        self.api.store.put("pods", pod)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._round()
+            except Exception as e:  # noqa: BLE001 - a test double's hiccup must show, not hang
+                print(f"LoopbackKubelet: {e!r}")
+            self._stop.wait(0.1)
+
+    def _round(self) -> None:
+        pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in self.api.objects("pods")}
+        for key in [k for k in self.running if k not in pods or pods[k]["metadata"]["uid"] != self.running[k]["uid"]]:
+            self._kill(key)  # deleted through the API
+        for key, pod in pods.items():
+            phase = (pod.get("status") or {}).get("phase", "Pending")
+            if key not in self.running:
+                if phase == "Pending" and not pod["spec"].get("nodeName") and self.admit(pod):
+                    self._start(pod)
+                continue
+            entry = self.running[key]
+            codes = {c: p.poll() for c, p in entry["procs"].items()}
+            if pod["spec"].get("restartPolicy") == "Always":
+                for c, code in codes.items():
+                    if code is not None:  # restart the container in place, as kubelet does
+                        self._restart(key, pod, c)
+                continue
+            if all(code is not None for code in codes.values()):
+                self._terminate(key, pod, codes)
+
+    def _restart(self, key, pod, container: str) -> None:
+        import subprocess
+
+        entry = self.running[key]
+        old = entry["procs"][container]
+        argv = old.args
+        log = open(self.log_dir / f"{key[0]}-{key[1]}-{container}.log", "ab")
+        new = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=old.edl_env, start_new_session=True)
+        new.edl_env = old.edl_env
+        entry["procs"][container] = new
+        log.close()
+        entry["restarts"][container] = entry["restarts"].get(container, 0) + 1
+
+    # ---- what a node under pressure does
+    def evict(self, ns: str, name: str) -> None:
+        """Kubelet eviction: processes killed, pod Failed with reason Evicted."""
+        import signal as sg
+
+        pod = self.api.pod(ns, name)
+        entry = self.running.get((ns, name))
+        codes = {c: 137 for c in (entry["procs"] if entry else {})}
+        self._kill((ns, name), sg.SIGKILL)
+        self._terminate((ns, name), pod, codes, status_extra={"reason": "Evicted",
+                                                              "message": "The node was low on resource: memory."})
+
+    def oom_kill(self, ns: str, name: str) -> None:
+        """The container hit its memory limit."""
+        import signal as sg
+
+        pod = self.api.pod(ns, name)
+        entry = self.running.get((ns, name))
+        containers = list(entry["procs"]) if entry else ["trainer"]
+        self._kill((ns, name), sg.SIGKILL)
+        self._terminate((ns, name), pod, {c: 137 for c in containers}, {c: "OOMKilled" for c in containers})
+

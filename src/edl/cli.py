@@ -168,6 +168,16 @@ def cmd_sidecar(a: argparse.Namespace) -> int:
                        a.min_trainers, a.max_trainers, trainer, a.kubeconfig)
 
 
+def cmd_launch(a: argparse.Namespace) -> int:
+    from edl.cluster.manifests import options_from_args
+    from edl.jobargs import spec_from_args
+    from edl.launcher.kube import launch
+
+    return launch(spec_from_args(a), options_from_args(a), kubeconfig=a.kubeconfig,
+                  max_trainer_failures=a.max_trainer_failures,
+                  summary_out=Path(a.summary_out) if a.summary_out else None, master_via=a.master_via)
+
+
 def cmd_k8s_render(a: argparse.Namespace) -> int:
     import yaml
 
@@ -244,6 +254,22 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--out", default=None, help="write the JSON report here")
     sim.add_argument("--plot", default=None, help="write a PNG of utilization, trainers, pending jobs and services")
     sim.set_defaults(fn=cmd_simulate)
+
+    la = sub.add_parser("launch", help="run a job on Kubernetes (the elastic-train step's entrypoint)",
+                        description="Create or adopt the job's token Secret, master pod (with its autoscale sidecar) "
+                                    "and Service, keep the trainer pods at the master's desired count, and remove "
+                                    "everything when the job ends or on SIGTERM (after a last checkpoint, if it "
+                                    "fits in 20 s). Exits 0 when the job succeeded.")
+    add_job_arguments(la)
+    add_k8s_arguments(la)
+    la.add_argument("--max-trainer-failures", type=int, default=5,
+                    help="fail the job after this many trainer crashes; preemptions do not count (default 5)")
+    la.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
+    la.add_argument("--kubeconfig", default=None,
+                    help="kubeconfig to use outside a cluster (default: in-cluster config, else ~/.kube/config)")
+    la.add_argument("--master-via", choices=["service", "pod-ip"], default="service",
+                    help="reach the master through its Service (default) or its pod IP (outside the cluster DNS)")
+    la.set_defaults(fn=cmd_launch)
 
     sc2 = sub.add_parser("sidecar", help="run the autoscale sidecar next to a job's master (token from EDL_TOKEN)",
                          description="Watch nodes and pods, publish this job's demand in a Lease, read the peers', "

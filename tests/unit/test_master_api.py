@@ -44,6 +44,20 @@ def test_scale_outside_range_is_refused_with_the_reason():
     assert client.post("/v1/scale", json={"trainers": 2}, headers=auth).json() == {"desired_trainers": 2}
 
 
+def test_unschedulable_reports_lower_the_desired_count_and_checkpoints_can_be_requested():
+    client, job = make_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    client.post("/v1/scale", json={"trainers": 3}, headers=auth)
+    assert client.post("/v1/unschedulable", json={"count": 1}, headers=auth).json() == {"desired_trainers": 2}
+    assert client.post("/v1/unschedulable", json={"count": 5}, headers=auth).json() == {"desired_trainers": 1}
+    st = client.get("/v1/status", headers=auth).json()
+    assert st["desired_trainers"] == 1 and st["unschedulable_at"] is not None
+    assert client.post("/v1/unschedulable", json={"count": 1}, headers={}).status_code == 401
+    assert not job.checkpoint_requested
+    client.post("/v1/checkpoints/request", headers=auth)
+    assert job.checkpoint_requested and job.heartbeat_answer("t1")["checkpoint"] is True
+
+
 def test_status_and_metrics():
     client, job = make_client()
     auth = {"Authorization": f"Bearer {TOKEN}"}

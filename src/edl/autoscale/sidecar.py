@@ -189,6 +189,7 @@ class Sidecar:
         self.clock = clock
         self.meter = ThroughputMeter()
         self.holding = False
+        self.master_away = False
         self.decisions = 0
 
     def demand(self, status: dict, pods: list[Pod]) -> JobDemand:
@@ -204,8 +205,14 @@ class Sidecar:
         """One decision. Returns the new size if it changed it, else ``None``."""
         now = self.clock()
         status = self.master.status()
-        if status is None or status.get("status") not in (None, "running"):
-            return None  # master restarting or job over: nothing to negotiate
+        if status is None:
+            if not self.master_away:
+                log.warning("master unreachable (restarting?); holding")
+            self.master_away = True
+            return None
+        self.master_away = False
+        if status.get("status") not in (None, "running"):
+            return None  # the job is over: nothing to negotiate
         self.meter.observe(now, sum(status.get("done_rows") or [0]), int(status.get("world_size") or 0))
         if not self.view.healthy():
             if not self.holding:

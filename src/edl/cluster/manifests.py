@@ -199,6 +199,7 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": MASTER_PORT}, "periodSeconds": 5},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         "securityContext": _security(), "volumeMounts": [mount],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     sidecar = {
         "name": "autoscale-sidecar", "image": opts.image, "imagePullPolicy": "IfNotPresent",
@@ -239,6 +240,7 @@ def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:
         # Requests equal limits: the scheduler's accounting is the truth the policy plans with.
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "securityContext": _security(), "volumeMounts": [mount],
+        "terminationMessagePolicy": "FallbackToLogsOnError",  # the launcher reports the last lines
     }
     pod_spec: dict = {"serviceAccountName": TRAINER_SA, "automountServiceAccountToken": False,
                       "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,

@@ -47,6 +47,14 @@ class MasterApi:
         except httpx.TransportError:
             return None
 
+    def drain(self, trainer: str) -> bool | None:
+        """True: draining; False: the master does not know it (never registered); None: unreachable."""
+        try:
+            r = self.http.post(f"/v1/trainers/{trainer}/drain", json={})
+        except httpx.TransportError:
+            return None
+        return True if r.status_code == 200 else (False if r.status_code == 400 else None)
+
     def close(self) -> None:
         self.http.close()
 
@@ -210,8 +218,11 @@ class Launcher:
             self.draining.pop(name, None)
         if plan.drain and st["phase"] == "running":
             for name in plan.drain:
-                if self.master.post(f"/v1/trainers/{name}/drain") is not None:
+                answer = self.master.drain(name)
+                if answer:
                     self.draining[name] = now
+                elif answer is False:  # not registered (yet): nothing to hand over, remove it
+                    self.cluster.delete_trainer(name)
             self.cluster.record("ScaleDown", f"draining {', '.join(plan.drain)} (desired "
                                              f"{st['desired_trainers']})")
         if plan.create:

@@ -301,7 +301,7 @@ class Job:
         """Trainer pods the cluster could not place: lower the desired count (not below min) so the
         launcher stops asking, and note when, so that the sidecar holds off growing for a while."""
         if count > 0:
-            self.desired = max(self.spec.min_trainers, self.desired - count)
+            self.membership.config.desired = max(self.spec.min_trainers, self.desired - count)
             self.unschedulable_at = now
 
     def checkpoint_committed(self, record: CheckpointRecord, queue_state: dict) -> None:

@@ -1,0 +1,171 @@
+"""``KubeCluster``: the launcher's ``Cluster`` on Kubernetes.
+
+Objects come from ``manifests`` (the same builders ``edl k8s render`` writes),
+owned by the launcher pod so that they are garbage-collected with the workflow
+step. Names are deterministic from the job name: a retried step finds the token
+Secret, Service and master pod it created before and adopts them.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+import time
+import uuid
+from datetime import datetime, timezone
+
+from edl.autoscale.model import PodPhase
+from edl.cluster import manifests as m
+from edl.cluster.interface import MasterEndpoint, TrainerExit, TrainerPod
+from edl.cluster.kubernetes import KubeApi
+from edl.errors import UserError
+from edl.master.job import JobSpec
+
+log = logging.getLogger("edl.launcher")
+_PHASE = {"Pending": PodPhase.PENDING, "Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED,
+          "Failed": PodPhase.FAILED, "Unknown": PodPhase.RUNNING}
+
+
+def _timestamp(s: str | None) -> float:
+    if not s:
+        return time.time()
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def classify_exit(pod: dict) -> tuple[TrainerExit, str]:
+    """Why a terminated trainer pod ended, from its status (evicted, OOMKilled, exit code...)."""
+    status = pod.get("status") or {}
+    name = pod["metadata"]["name"]
+    if status.get("reason") == "Evicted":
+        return TrainerExit.PREEMPTED, f"evicted: {status.get('message', '')}".strip()
+    if status.get("reason") == "NodeLost":
+        return TrainerExit.NODE_LOST, "its node was lost"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return TrainerExit.PREEMPTED, f"{cond.get('reason', 'disrupted')}: {cond.get('message', '')}".strip()
+    term = None
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term:
+            break
+    if not term:
+        if status.get("phase") == "Succeeded":
+            return TrainerExit.SUCCEEDED, ""
+        return TrainerExit.FAILED, status.get("message") or "failed without a container exit"
+    code, reason = int(term.get("exitCode", 1)), term.get("reason", "")
+    text = (term.get("message") or "").strip().splitlines()
+    last = text[-1] if text else ""
+    if code == 0:
+        return TrainerExit.SUCCEEDED, ""
+    if reason == "OOMKilled":
+        limit = ""
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            limit = ((c.get("resources") or {}).get("limits") or {}).get("memory", limit)
+        return TrainerExit.OOM_KILLED, (f"trainer {name} was OOMKilled: its memory limit {limit or '(none)'} is too "
+                                        "small for this model and batch size; raise --trainer-memory")
+    if code == 2:
+        return TrainerExit.USER_ERROR, last.removeprefix("edl: error: ") or f"trainer {name} refused the job"
+    if code in (137, 143):  # killed from outside without OOM: the node or the scheduler took it back
+        return TrainerExit.PREEMPTED, f"killed by the system (exit {code})"
+    return TrainerExit.FAILED, f"exit code {code}{' (' + reason + ')' if reason else ''}: {last[:200]}"
+
+
+class KubeCluster:
+    def __init__(self, kube: KubeApi, spec: JobSpec, opts: m.K8sOptions, owner: dict | None = None,
+                 master_via: str = "service") -> None:
+        self.kube = kube
+        self.spec = spec
+        self.opts = opts
+        self.owner = owner  # {"name", "uid"} of the launcher pod, from the downward API
+        self.master_via = master_via  # "service" in the cluster; "pod-ip" from outside its DNS
+        self.names = m.names(spec.job)
+        self.trainer_prefix = self.names["trainer_prefix"]
+        self.selector = f"edl.dev/job={spec.job}"
+
+    # ------------------------------------------------------------ Cluster
+    def ensure_job(self) -> MasterEndpoint:
+        secret, created = self.kube.create(m.token_secret(self.spec, self.opts, secrets.token_urlsafe(32), self.owner))
+        token = base64.b64decode((secret.get("data") or {})["token"]).decode()
+        self.kube.create(m.master_service(self.spec, self.opts, self.owner))
+        pod = self.kube.get("pods", self.names["master"])
+        if pod is None or _PHASE.get((pod.get("status") or {}).get("phase"), PodPhase.PENDING).terminated:
+            self.recreate_master()
+        adopted = not created
+        self.record("JobAdopted" if adopted else "JobCreated",
+                    f"job {self.spec.job}: {'adopted existing' if adopted else 'created'} token, service and master")
+        return MasterEndpoint(self._master_address(), token, adopted)
+
+    def _master_address(self) -> str:
+        if self.master_via == "pod-ip":
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                pod = self.kube.get("pods", self.names["master"])
+                ip = ((pod or {}).get("status") or {}).get("podIP")
+                if ip:
+                    return f"{ip}:{m.MASTER_PORT}"
+                time.sleep(0.2)
+            raise UserError(f"master pod {self.names['master']} got no IP within 300 s")
+        return m.master_address(self.spec.job, self.opts.namespace)
+
+    def master_alive(self) -> bool:
+        pod = self.kube.get("pods", self.names["master"])
+        if pod is None:
+            return False
+        phase = _PHASE.get((pod.get("status") or {}).get("phase"), PodPhase.PENDING)
+        return not phase.terminated
+
+    def recreate_master(self) -> None:
+        pod = self.kube.get("pods", self.names["master"])
+        if pod is not None:
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                term = (cs.get("state") or {}).get("terminated") or {}
+                if cs.get("name") == "master" and term.get("exitCode") == 2:
+                    lines = (term.get("message") or "").strip().splitlines()
+                    raise UserError(lines[-1].removeprefix("edl: error: ") if lines else "the master refused the job")
+            self.kube.delete("pods", self.names["master"], grace_s=0)
+        self.kube.create(m.master_pod(self.spec, self.opts, self.owner))
+
+    def trainers(self) -> list[TrainerPod]:
+        out = []
+        for pod in self.kube.list("pods", f"{self.selector},edl.dev/role=trainer"):
+            meta, status = pod["metadata"], pod.get("status") or {}
+            phase = _PHASE.get(status.get("phase"), PodPhase.PENDING)
+            exit_, message = classify_exit(pod) if phase.terminated else (None, "")
+            out.append(TrainerPod(meta["name"], phase, _timestamp(meta.get("creationTimestamp")),
+                                  (pod.get("spec") or {}).get("nodeName"), exit_, message))
+        return out
+
+    def create_trainer(self, name: str) -> None:
+        self.kube.create(m.trainer_pod(self.spec, self.opts, name, self.owner))
+
+    def delete_trainer(self, name: str) -> None:
+        self.kube.delete("pods", name)
+
+    def delete_job(self) -> None:
+        for pod in self.kube.list("pods", self.selector):
+            self.kube.delete("pods", pod["metadata"]["name"], grace_s=0)
+        self.kube.delete("services", self.names["service"])
+        self.kube.delete("leases", self.names["lease"])
+        self.kube.delete("secrets", self.names["secret"])
+
+    def record(self, reason: str, message: str, warning: bool = False) -> None:
+        log.log(logging.WARNING if warning else logging.INFO, "%s: %s", reason, message)
+        if self.owner is None:
+            return
+        now = _now_rfc3339()
+        try:
+            self.kube.create({
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": f"{self.owner['name']}.{uuid.uuid4().hex[:16]}", "namespace": self.opts.namespace},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": self.owner["name"],
+                                   "namespace": self.opts.namespace, "uid": self.owner["uid"]},
+                "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+                "source": {"component": "edl-launcher"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            })
+        except Exception as e:  # noqa: BLE001 - an event that cannot be written must not stop the job
+            log.debug("event %s not written: %s", reason, e)

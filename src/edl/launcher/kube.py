@@ -1,0 +1,92 @@
+"""``edl launch``: the elastic-train step's entrypoint on Kubernetes.
+
+Runs in the step's pod (KFP or Argo). Creates or adopts the job's objects,
+follows the job to its end, streams progress and trainer failures to its log,
+writes Kubernetes Events on its own pod, and removes every object of the job
+when it ends or is cancelled (SIGTERM: a last checkpoint if it fits in 20 s).
+Exit code: 0 when the job succeeded, non-zero with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from edl.cluster import manifests as m
+from edl.cluster.kube_cluster import KubeCluster
+from edl.cluster.kubernetes import KubeApi, load_api_client
+from edl.errors import PermanentError, UserError
+from edl.launcher.core import Cancelled, Launcher, ProgressView
+from edl.master.job import JobSpec
+
+EXIT_CANCELLED = 143
+FINAL_CHECKPOINT_S = 20.0
+
+
+def _cancel(signum: int, _frame) -> None:
+    raise Cancelled(signal.Signals(signum).name)
+
+
+def launch(spec: JobSpec, opts: m.K8sOptions, *, kubeconfig: str | None = None, max_trainer_failures: int = 5,
+           summary_out: Path | None = None, master_via: str = "service", console: Console | None = None) -> int:
+    console = console or Console(soft_wrap=True)  # a pod log: one event per line, never wrapped
+    m.validate_for_kubernetes(spec, opts)
+    kube = KubeApi(load_api_client(kubeconfig), opts.namespace)
+    if opts.s3_secret and kube.get("secrets", opts.s3_secret) is None:
+        # Before any object is created: a step that cannot reach its data should not start pods.
+        raise UserError(f"--s3-secret {opts.s3_secret!r}: no such Secret in namespace {opts.namespace!r}")
+    owner = None
+    if os.environ.get("POD_NAME") and os.environ.get("POD_UID"):
+        owner = {"name": os.environ["POD_NAME"], "uid": os.environ["POD_UID"]}
+    else:
+        console.print("POD_NAME/POD_UID not set (not in a pod?): the job's objects get no owner; "
+                      "they are removed when this launcher ends")
+    cluster = KubeCluster(kube, spec, opts, owner, master_via)
+    launcher = Launcher(spec, cluster, max_trainer_failures=max_trainer_failures,
+                        pending_timeout_s=opts.pending_timeout_s, trainer_prefix=cluster.trainer_prefix,
+                        console=console, clock=time.time)
+    previous = {sig: signal.signal(sig, _cancel) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        endpoint = launcher.start()
+        console.print(f"[bold]job {spec.job}[/] in namespace {opts.namespace}: master at {endpoint.address}, "
+                      f"trainers {spec.min_trainers}..{spec.max_trainers}"
+                      + (" (adopted the existing job)" if endpoint.adopted else ""))
+        with ProgressView(console) as view:
+            final = launcher.run(view, poll_s=0.5)
+            view.show(final)
+        launcher.wait_for_trainers()
+        summary = launcher.master.get("/v1/summary") or {"job": spec.job, "status": "failed", "error": "master lost"}
+        summary.update(trainer_failures=launcher.failures, trainer_relaunches=launcher.relaunches,
+                       unschedulable_trainers=launcher.unschedulable, master_restarts=launcher.master_restarts)
+        if summary_out is not None:
+            summary_out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = summary_out.with_suffix(summary_out.suffix + ".tmp")
+            tmp.write_text(json.dumps(summary, indent=2) + "\n")
+            tmp.replace(summary_out)
+        if summary["status"] != "succeeded":
+            raise PermanentError(f"job {spec.job} failed: {summary.get('error')}")
+        cluster.record("JobSucceeded", f"{summary['epochs_completed']} epochs; model at {summary['final_model_uri']}")
+        console.print(f"[green]job {spec.job} succeeded[/]: {summary['epochs_completed']} epochs, "
+                      f"{summary['steps']} steps; model at {summary['final_model_uri']}")
+        return 0
+    except Cancelled as why:
+        console.print(f"cancelled ({why}): asking for a last checkpoint (up to {FINAL_CHECKPOINT_S:.0f} s), "
+                      "then removing the job's objects")
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)  # a second SIGTERM must not interrupt the cleanup
+        saved = launcher.final_checkpoint(FINAL_CHECKPOINT_S)
+        cluster.record("JobCancelled", "cancelled; last checkpoint " + ("written" if saved else "not written"),
+                       warning=True)
+        return EXIT_CANCELLED
+    except (UserError, PermanentError) as e:
+        cluster.record("JobFailed", str(e), warning=True)
+        raise
+    finally:
+        launcher.shutdown(delete=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
