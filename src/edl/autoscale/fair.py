@@ -25,7 +25,7 @@ import heapq
 import math
 
 from edl.autoscale.accounting import Capacity, capacity
-from edl.autoscale.model import JobDemand, Pod, PodPhase, Snapshot
+from edl.autoscale.model import JobDemand, Pod, Snapshot
 
 
 def log_gain(j: JobDemand, n: int) -> float:
@@ -76,21 +76,16 @@ def completion_weights(jobs: list[JobDemand]) -> dict[str, float]:
 class EdlPolicy:
     name = "edl"
 
-    def __init__(self, horizon_s: float = 120.0, band: int = 1, band_frac: float = 0.0) -> None:
+    def __init__(self, horizon_s: float = 120.0, band: int = 1) -> None:
         self.horizon_s = horizon_s
         self.band = band
-        self.band_frac = band_frac
 
     def decide(self, snapshot: Snapshot) -> dict[str, int]:
-        planned = {j.name for j in snapshot.jobs}
-
-        def background(p: Pod) -> bool:
-            # Everything except the trainers we are planning, and pods still waiting for a node.
-            return p.phase is not PodPhase.PENDING and not (p.role == "trainer" and p.job in planned)
-
-        cap = capacity(snapshot, background)
-        pending = [p for p in snapshot.pods if p.phase is PodPhase.PENDING
-                   and not (p.role == "trainer" and p.job in planned)]
+        planned = frozenset(j.name for j in snapshot.jobs)
+        # Everything but the trainers we are planning counts as load; pods still waiting for a
+        # node are placed below, by priority.
+        pending: list[Pod] = []
+        cap = capacity(snapshot, planned, pending)
         tiers = sorted({j.priority for j in snapshot.jobs} | {p.priority for p in pending}, reverse=True)
         alloc = {j.name: 0 for j in snapshot.jobs}
         # Strict priority for what must run: waiting pods and every job's minimum, tier by tier.
@@ -116,9 +111,11 @@ class EdlPolicy:
         target = {}
         for j in sorted(jobs, key=lambda j: (-j.priority, j.name)):
             want = plan[j.name]
-            if 0 < j.current - want <= max(self.band, int(self.band_frac * j.current)) and j.min <= j.current <= j.max:
+            if 0 < j.current - want <= self.band and j.min <= j.current <= j.max:
                 want = j.current  # a voluntary shrink by one: keep the trainer if it still fits
             target[j.name] = want
+        if target == plan:
+            return target  # nothing kept beyond the plan, which was placed trainer by trainer already
         # Verify on a copy of the cluster that the sticky plan fits; fall back per job if not.
         for j in sorted(jobs, key=lambda j: (-j.priority, j.name)):
             have = floor.get(j.name, 0)

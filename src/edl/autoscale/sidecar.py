@@ -191,9 +191,20 @@ class Sidecar:
         self.holding = False
         self.master_away = False
         self.decisions = 0
+        self.priority: int | None = None
+
+    def _priority(self, pods: list[Pod]) -> int:
+        """The priority the scheduler resolved for this job's trainers (fixed for the job's life:
+        found once, then kept, so that a large cluster is not scanned every period)."""
+        if self.priority is None:
+            found = [p.priority for p in pods if p.job == self.cfg.job and p.role == "trainer"]
+            if not found:
+                return 0
+            self.priority = max(found)
+        return self.priority
 
     def demand(self, status: dict, pods: list[Pod]) -> JobDemand:
-        priority = max((p.priority for p in pods if p.job == self.cfg.job and p.role == "trainer"), default=0)
+        priority = self._priority(pods)
         rows_left = None
         if status.get("rows_per_epoch") and status.get("epochs"):
             rows_left = max(0.0, float(status["rows_per_epoch"] * status["epochs"] - sum(status["done_rows"])))
