@@ -115,7 +115,8 @@ class Launcher:
                  pending_timeout_s: float = 120.0, drain_timeout_s: float = 60.0, trainer_prefix: str = "",
                  console: Console | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, max_master_restarts: int = 10,
-                 master_start_timeout_s: float = 300.0) -> None:
+                 master_start_timeout_s: float = 300.0,
+                 master_factory: Callable[[MasterEndpoint], MasterApi] | None = None) -> None:
         self.spec = spec
         self.cluster = cluster
         self.max_trainer_failures = max_trainer_failures
@@ -127,6 +128,8 @@ class Launcher:
         self.sleep = sleep
         self.max_master_restarts = max_master_restarts
         self.master_start_timeout_s = master_start_timeout_s
+        # How to talk to the master: HTTP with the job token, or the simulator's job model.
+        self.master_factory = master_factory or (lambda ep: MasterApi(ep.address, ep.token))
         self.draining: dict[str, float] = {}
         self.failures = 0
         self.relaunches = 0
@@ -140,7 +143,7 @@ class Launcher:
     # --------------------------------------------------------------- start
     def start(self) -> MasterEndpoint:
         self.endpoint = self.cluster.ensure_job()
-        self.master = MasterApi(self.endpoint.address, self.endpoint.token)
+        self.master = self.master_factory(self.endpoint)
         for t in self.cluster.trainers():  # adopted trainers: continue numbering after theirs
             suffix = t.name.removeprefix(self.prefix)
             if suffix.isdigit():

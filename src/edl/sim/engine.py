@@ -45,6 +45,7 @@ class SimPod:
     terminating_until: float | None = None
     view: Pod | None = None  # cached snapshot view and the state it was built from
     view_key: tuple | None = None
+    name: str | None = None  # set for pods created by name (a launcher's trainers and master)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class JobState:
     paused_until: float = 0.0
     last_running: int = 0
     trainer_samples: list[int] = field(default_factory=list)
+    cancelled: bool = False  # its launcher removed it
     curve: tuple[float, ...] = ()  # throughput with n trainers, n = 0..max (computed once)
 
     def __post_init__(self) -> None:
@@ -65,8 +67,12 @@ class JobState:
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario, policy: str, seed: int = 0, check_invariants: bool = True) -> None:
+    def __init__(self, scenario: Scenario, policy: str, seed: int = 0, check_invariants: bool = True,
+                 external: frozenset[str] = frozenset()) -> None:
         self.sc = scenario
+        # Jobs whose trainers a real launcher and sidecar manage through ``edl.sim.backend``:
+        # the built-in controllers and autoscaler leave them alone.
+        self.external = external
         self.policy_name = policy
         self.policy = None if policy == "off" else get_policy(policy)
         self.rng_startup = random.Random(seed * 7919 + 1)  # one generator per stream
@@ -90,16 +96,19 @@ class Simulation:
         self.timeline: list[dict] = []
         self._nodes_view: tuple[Node, ...] | None = None
         self.running_cpu = 0.0  # CPU requests of running pods, kept as pods start and go
+        self.now = 0.0  # virtual time of the current tick
+        self.events: list[tuple[float, str, str, str]] = []  # (time, job, reason, message) from launchers
 
     # ------------------------------------------------------------------ pods
     def _create(self, owner: str, kind: str, role: str, req: Resources, priority: int, t: float, startup: float,
-                grace_s: float) -> None:
+                grace_s: float) -> SimPod:
         jitter = startup * self.rng_startup.uniform(0.8, 1.2)
         pod = SimPod(self.next_id, owner, kind, role, np.array([req.cpu, req.memory, req.gpu]), priority, t, jitter,
                      grace_s)
         self.pods[pod.id] = pod
         self.by_owner.setdefault(owner, {})[pod.id] = pod
         self.next_id += 1
+        return pod
 
     def _delete(self, pod: SimPod, t: float | None = None) -> None:
         """Delete now (``t`` None), or start the pod's grace period: it holds its node until then."""
@@ -139,13 +148,15 @@ class Simulation:
             self._reconcile(s.name, "service", "replica", target, s.pod, s.priority, t, s.startup_s, s.termination_s)
         for js in self.jobs.values():
             j = js.spec
-            if js.completed_at is not None or t < j.submit_at:
+            if js.completed_at is not None or js.cancelled or t < j.submit_at:
                 continue
             if not js.submitted:
                 js.submitted = True
                 js.target = j.static if self.policy is None else j.min
             for f in j.fixed_pods:
                 self._reconcile(j.name, "job", f.role, f.count, f.pod, j.priority, t, j.startup_s)
+            if j.name in self.external:
+                continue  # its launcher creates and deletes the trainers
             # edl's launcher drains a trainer at a step boundary before deleting it; a plain
             # Job controller (off, edl2017) deletes and waits out the grace period.
             grace = j.drain_s if self.policy_name == "edl" else j.termination_s
@@ -169,7 +180,7 @@ class Simulation:
         key = (p.running, p.terminating_until is not None, p.node)
         if p.view is None or p.view_key != key:
             terminating = p.terminating_until is not None
-            p.view = Pod(f"p{p.id}", Resources(*p.req),
+            p.view = Pod(p.name or f"p{p.id}", Resources(*p.req),
                          PodPhase.RUNNING if (p.running or terminating) else PodPhase.PENDING, p.priority,
                          None if p.node is None else self.node_names[p.node],
                          p.owner if p.kind == "job" and not terminating else None,
@@ -186,6 +197,8 @@ class Simulation:
             return
         plan = self.policy.decide(snap)
         for name, n in plan.items():
+            if name in self.external:
+                continue  # sized by its own sidecar
             js = self.jobs[name]
             if not js.spec.min <= n <= js.spec.max:
                 raise AssertionError(f"policy planned {n} trainers for {name} outside {js.spec.min}..{js.spec.max}")
@@ -292,15 +305,31 @@ class Simulation:
         steps = int(round(self.sc.duration_s / dt))
         period_ticks = max(1, int(round(self.sc.period_s / dt)))
         for k in range(steps):
-            t = k * dt
-            self._controllers(t)
-            if k % period_ticks == 0:
-                self._autoscale(t)
-                self._controllers(t)
-            self._schedule(t)
-            self._start_and_progress(t, dt)
-            self._observe(t)
+            self.tick(k, period_ticks)
         return self.report(time.perf_counter() - start)
+
+    def tick(self, k: int, period_ticks: int) -> None:
+        """Tick ``k``: controllers, the autoscaler every ``period_ticks``, scheduler, start-up, progress."""
+        dt = self.sc.tick_s
+        t = k * dt
+        self.now = t
+        self._controllers(t)
+        if k % period_ticks == 0:
+            self._autoscale(t)
+            self._controllers(t)
+        self._schedule(t)
+        self._start_and_progress(t, dt)
+        self._observe(t)
+
+    def remove_node(self, node: int, t: float) -> list[SimPod]:
+        """A node is lost: its pods are gone and nothing can be placed on it again."""
+        lost = [p for p in self.pods.values() if p.node == node]
+        for p in lost:
+            self._delete(p)
+        self.alloc[node] = 0.0
+        self.used[node] = 0.0
+        self._nodes_view = None
+        return lost
 
     # ---------------------------------------------------------------- report
     def report(self, wall_s: float) -> dict:

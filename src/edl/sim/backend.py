@@ -1,0 +1,197 @@
+"""The simulator's cluster as a launcher/sidecar backend, in virtual time.
+
+``SimCluster`` implements the launcher's ``Cluster``, ``SimClusterView`` the
+sidecar's ``ClusterView`` and ``SimMaster`` the master routes both use, over one
+``Simulation`` in which the job is *external*: the engine's own controllers and
+autoscaler leave its trainers alone, and the real ``Launcher`` and ``Sidecar``
+manage them. The master is the simulator's job model (progress at the modelled
+throughput of the running trainers), not the HTTP master: no Paddle runs here.
+
+``VirtualDriver`` advances the simulation whenever the launcher sleeps and runs
+the sidecar every period, so a whole run is a loop over virtual time.
+"""
+
+from __future__ import annotations
+
+import re
+
+from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources
+from edl.autoscale.sidecar import Sidecar
+from edl.cluster.interface import MasterEndpoint, TrainerPod
+from edl.sim.engine import SimPod, Simulation
+
+MASTER = Resources(0.5, 1.0, 0.0)
+
+
+class SimCluster:
+    def __init__(self, sim: Simulation, job: str) -> None:
+        self.sim = sim
+        self.job = job
+        self.spec = sim.jobs[job].spec
+        self.trainer_prefix = f"{job}-trainer-"
+        self.deleted: list[str] = []
+
+    @property
+    def now(self) -> float:
+        return self.sim.now
+
+    def _pods(self, role: str) -> list[SimPod]:
+        return [p for p in self.sim.by_owner.get(self.job, {}).values()
+                if p.role == role and p.terminating_until is None]
+
+    def ensure_job(self) -> MasterEndpoint:
+        adopted = bool(self._pods("master"))
+        if not adopted:
+            self.recreate_master()
+        return MasterEndpoint(f"sim/{self.job}", "sim", adopted)
+
+    def master_alive(self) -> bool:
+        return bool(self._pods("master")) or self.sim.jobs[self.job].completed_at is not None
+
+    def recreate_master(self) -> None:
+        for p in self._pods("master"):
+            self.sim._delete(p)
+        pod = self.sim._create(self.job, "job", "master", MASTER, self.spec.priority, self.now, self.spec.startup_s, 0)
+        pod.name = f"{self.job}-master"
+
+    def trainers(self) -> list[TrainerPod]:
+        out = []
+        for p in self._pods("trainer"):
+            phase = PodPhase.RUNNING if p.running else PodPhase.PENDING
+            node = None if p.node is None else self.sim.node_names[p.node]
+            out.append(TrainerPod(p.name or f"p{p.id}", phase, p.created, node))
+        return out
+
+    def create_trainer(self, name: str) -> None:
+        j = self.spec
+        pod = self.sim._create(self.job, "job", "trainer", j.trainer, j.priority, self.now, j.startup_s, j.drain_s)
+        pod.name = name
+
+    def delete_trainer(self, name: str) -> None:
+        for p in self._pods("trainer"):
+            if p.name == name:
+                self.sim._delete(p, self.now)  # held for its drain time, like a pod in its grace period
+
+    def delete_job(self) -> None:
+        for p in list(self.sim.by_owner.get(self.job, {}).values()):
+            self.sim._delete(p)
+        js = self.sim.jobs[self.job]
+        js.cancelled = True  # its controller must not recreate the fixed pods
+
+    def record(self, reason: str, message: str, warning: bool = False) -> None:
+        self.sim.events.append((self.now, self.job, reason, message))
+
+
+class SimMaster:
+    """The master routes the launcher and sidecar call, answered from the simulated job."""
+
+    def __init__(self, sim: Simulation, job: str) -> None:
+        self.sim = sim
+        self.job = job
+        self.unschedulable_at: float | None = None
+        self.checkpoints = 0
+
+    def _js(self):
+        return self.sim.jobs[self.job]
+
+    def status(self) -> dict:
+        js, spec = self._js(), self._js().spec
+        running = sum(1 for p in self.sim.by_owner.get(self.job, {}).values() if p.role == "trainer" and p.running)
+        work = spec.work or 0.0
+        done = js.completed_at is not None
+        return {"job": self.job, "status": "succeeded" if done else "running", "phase": "running",
+                "desired_trainers": js.target, "world_size": running, "min_trainers": spec.min,
+                "max_trainers": spec.max, "epochs": 1, "epoch": 0, "rows_per_epoch": int(work),
+                "done_rows": [int(min(js.done, work))], "step": 0, "generation": 0, "generations": [],
+                "checkpoints": [{"step": k} for k in range(self.checkpoints)],
+                "unschedulable_at": self.unschedulable_at}
+
+    # the MasterApi surface (get/post/drain) ------------------------------------------------
+    def get(self, path: str) -> dict | None:
+        alive = any(p.role == "master" and p.running for p in self.sim.by_owner.get(self.job, {}).values())
+        if not alive and self._js().completed_at is None:
+            return None  # not started yet, or lost
+        if path == "/healthz":
+            return {"ok": True}
+        if path in ("/v1/status", "/v1/summary"):
+            return self.status()
+        raise KeyError(path)
+
+    def post(self, path: str, body: dict | None = None) -> dict | None:
+        if self.get("/healthz") is None:
+            return None
+        js, spec = self._js(), self._js().spec
+        if path == "/v1/unschedulable":
+            js.target = max(spec.min, js.target - int(body["count"]))
+            self.unschedulable_at = self.sim.now
+            return {"desired_trainers": js.target}
+        if path == "/v1/checkpoints/request":
+            self.checkpoints += 1  # the simulated job checkpoints at once
+            return {"ok": True}
+        if re.fullmatch(r"/v1/trainers/[^/]+/exited", path) or path in ("/v1/shutdown", "/v1/fatal"):
+            return {"ok": True}
+        raise KeyError(path)
+
+    def drain(self, trainer: str) -> bool:
+        return True  # a simulated trainer leaves at its next step: the pod's drain time
+
+    def close(self) -> None:
+        pass
+
+    # the MasterLink surface (status/scale) for the sidecar ---------------------------------
+    def scale(self, trainers: int) -> None:
+        spec = self._js().spec
+        if not spec.min <= trainers <= spec.max:
+            raise ValueError(f"{trainers} outside {spec.min}..{spec.max}")
+        self._js().target = trainers
+
+
+class SimClusterView:
+    """What the sidecar sees of the simulated cluster, and a board where demands are published."""
+
+    def __init__(self, sim: Simulation, board: dict[str, tuple[JobDemand, float]] | None = None,
+                 lease_s: float = 30.0) -> None:
+        self.sim = sim
+        self.board = {} if board is None else board
+        self.lease_s = lease_s
+        self.up = True  # tests switch it off to play an unreachable API
+
+    def healthy(self) -> bool:
+        return self.up
+
+    def nodes(self) -> list[Node]:
+        return [n for n in self.sim.snapshot(self.sim.now).nodes if n.allocatable.cpu > 0]
+
+    def pods(self) -> list[Pod]:
+        return list(self.sim.snapshot(self.sim.now).pods)
+
+    def peer_demands(self, now: float) -> list[JobDemand]:
+        return [d for d, at in self.board.values() if now - at <= self.lease_s]
+
+    def publish(self, demand: JobDemand, now: float) -> None:
+        self.board[demand.name] = (demand, now)
+
+
+class VirtualDriver:
+    """Advance virtual time while the launcher sleeps; run the sidecar every period."""
+
+    def __init__(self, sim: Simulation, sidecar: Sidecar | None = None, period_s: float = 5.0) -> None:
+        self.sim = sim
+        self.sidecar = sidecar
+        self.period_s = period_s
+        self.k = 0
+        self.next_decision = 0.0
+        self.period_ticks = max(1, int(round(sim.sc.period_s / sim.sc.tick_s)))
+
+    def sleep(self, seconds: float) -> None:
+        target = self.sim.now + max(seconds, self.sim.sc.tick_s)
+        while self.sim.now < target:
+            if self.sidecar is not None and self.sim.now >= self.next_decision:
+                self.sidecar.step()
+                self.next_decision = self.sim.now + self.period_s
+            self.sim.tick(self.k, self.period_ticks)  # other jobs, if any, keep the engine's autoscaler
+            self.k += 1
+            self.sim.now = self.k * self.sim.sc.tick_s
+
+    def clock(self) -> float:
+        return self.sim.now
