@@ -7,7 +7,6 @@ import json
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from edl.cluster import manifests as m
 from edl.errors import UserError
