@@ -24,7 +24,18 @@ def cmd_train(a: argparse.Namespace) -> int:
     from edl.launcher.local import LocalLauncher
 
     spec = spec_from_args(a)
-    return LocalLauncher(spec, Path(a.summary_out) if a.summary_out else None, a.max_trainer_failures).run()
+    autoscale = None
+    if a.autoscale_slots is not None:
+        from edl.autoscale.local_view import CapacitySchedule
+        from edl.launcher.local import LocalAutoscale
+
+        if a.autoscale_slots < spec.min_trainers:
+            raise UserError(f"--autoscale-slots {a.autoscale_slots} is below --min-trainers {spec.min_trainers}")
+        autoscale = LocalAutoscale(a.autoscale_slots, CapacitySchedule.parse(a.capacity_schedule), a.sidecar_period)
+    elif a.capacity_schedule:
+        raise UserError("--capacity-schedule needs --autoscale-slots")
+    return LocalLauncher(spec, Path(a.summary_out) if a.summary_out else None, a.max_trainer_failures,
+                         autoscale=autoscale).run()
 
 
 def cmd_master(a: argparse.Namespace) -> int:
@@ -214,6 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
     t.add_argument("--max-trainer-failures", type=int, default=5,
                    help="fail the job after this many trainer crashes (default 5)")
+    t.add_argument("--autoscale-slots", type=int, default=None,
+                   help="run the autoscale sidecar locally: this machine holds this many trainers (default: off)")
+    t.add_argument("--capacity-schedule", default="",
+                   help="other tenants taking slots over time, TIME:SLOTS pairs, e.g. 0:0,30:2,60:1 "
+                        "(with --autoscale-slots)")
+    t.add_argument("--sidecar-period", type=float, default=2.0,
+                   help="seconds between the local sidecar's decisions (default 2)")
     t.set_defaults(fn=cmd_train)
 
     m = sub.add_parser("master", help="run the job master (token from EDL_TOKEN)",

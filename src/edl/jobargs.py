@@ -47,6 +47,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--max-task-failures", "max_task_failures", int,
          "fail the job when one data task fails more often than this (default 3)", 3),
     Flag("--seed", "seed", int, "seed for model initialisation and task order (default 0)", 0),
+    Flag("--init-model", "init_model", str,
+         "warm start from this model (a previous run's CHECKPOINT_URI/model, with params.npz); default: seeded init"),
 )
 AUDIT_HELP = "log every record id that enters the model and report lost/duplicate samples"
 

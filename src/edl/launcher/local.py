@@ -12,11 +12,19 @@ import json
 import os
 import shutil
 import signal
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import httpx
 from rich.console import Console
 
+from edl.autoscale.local_view import SLOT, CapacitySchedule, LocalClusterView
+from edl.autoscale.policy import get_policy
+from edl.autoscale.run import HttpMasterLink
+from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.data.dataset import Dataset
 from edl.errors import PermanentError, UserError
 from edl.cluster.local import LocalCluster
@@ -59,14 +67,52 @@ def write_json_atomic(path: Path, data: dict, mode: int = 0o644) -> None:
     os.replace(tmp, path)
 
 
+@dataclass(frozen=True)
+class LocalAutoscale:
+    """Run the autoscale sidecar on this machine: ``slots`` trainer slots, other tenants on a schedule."""
+
+    slots: int
+    schedule: CapacitySchedule
+    period_s: float = 2.0
+    policy: str = "edl"
+
+
+class RecordingView(ProgressView):
+    """Progress display that also hands every status it shows to ``record`` (timelines)."""
+
+    def __init__(self, console: Console, record: Callable[[dict], None]) -> None:
+        super().__init__(console)
+        self.record = record
+
+    def show(self, st: dict) -> None:
+        super().show(st)
+        self.record(st)
+
+
 class LocalLauncher:
     def __init__(self, spec: JobSpec, summary_out: Path | None, max_trainer_failures: int = 5,
-                 console: Console | None = None) -> None:
+                 console: Console | None = None, autoscale: LocalAutoscale | None = None,
+                 on_status: Callable[[dict], None] | None = None) -> None:
         self.spec = spec
         self.summary_out = summary_out
         self.max_trainer_failures = max_trainer_failures
         self.console = console or Console()
         self.dir = job_dir(spec.job)
+        self.autoscale = autoscale
+        self.on_status = on_status
+        self.started_at = time.time()
+        self.view: LocalClusterView | None = None
+
+    def _start_sidecar(self, cluster: LocalCluster, stop: threading.Event) -> threading.Thread:
+        a = self.autoscale
+        self.view = LocalClusterView(self.spec.job, a.slots, a.schedule, self.started_at, time.time)
+        sidecar = Sidecar(SidecarConfig(self.spec.job, SLOT, self.spec.min_trainers, self.spec.max_trainers,
+                                        a.period_s, 0.0),
+                          self.view, HttpMasterLink(cluster.address, cluster.token), get_policy(a.policy))
+        thread = threading.Thread(target=sidecar.run, args=(stop.is_set, stop.wait), name="edl-sidecar",
+                                  daemon=True)
+        thread.start()
+        return thread
 
     def run(self) -> int:
         self.spec, _, ckpts = prepare_job(self.spec)  # fail fast on bad data or storage
@@ -82,6 +128,7 @@ class LocalLauncher:
                             console=self.console, master_start_timeout_s=60.0)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _interrupt)
+        stop_sidecar = threading.Event()
         try:
             launcher.start()
             self.console.print(
@@ -89,13 +136,26 @@ class LocalLauncher:
                 f"{self.spec.min_trainers}..{self.spec.max_trainers}, logs in {self.dir / 'logs'}"
                 + (" (resuming from checkpoint)" if resuming else "")
             )
-            with ProgressView(self.console) as view:
+            if self.autoscale is not None:
+                self._start_sidecar(cluster, stop_sidecar)
+                self.console.print(f"autoscale sidecar: {self.autoscale.slots} trainer slots on this machine, "
+                                   f"policy {self.autoscale.policy}, every {self.autoscale.period_s:g} s")
+            record = self._record if self.on_status is not None else None
+            view = RecordingView(self.console, record) if record else ProgressView(self.console)
+            with view:
                 final = launcher.run(view)
                 view.show(final)
             launcher.wait_for_trainers()
             return self._finish(launcher)
         finally:
+            stop_sidecar.set()
             launcher.shutdown()
+
+    def _record(self, st: dict) -> None:
+        free = self.view.free_slots() if self.view is not None else None
+        self.on_status({"t": time.time() - self.started_at, "world_size": st["world_size"],
+                        "desired": st["desired_trainers"], "loss": st.get("loss"), "free_slots": free,
+                        "status": st["status"]})
 
     def _finish(self, launcher: Launcher) -> int:
         summary = (launcher.master.get("/v1/summary") if launcher.master else None) or {

@@ -52,6 +52,7 @@ class JobSpec:
     max_task_failures: int = 3
     seed: int = 0
     audit: bool = False
+    init_model: str | None = None  # warm start: a model directory with params.npz (a previous run's model)
 
     def validate(self) -> None:
         if not self.job or not all(c.isalnum() or c in "-_." for c in self.job):
@@ -133,6 +134,7 @@ class Job:
         self.prior_generations: list[dict] = []
         self.prior_elapsed_s = 0.0
         self.last_step_seen = 0
+        self.loss: float | None = None  # the latest step's mean training loss, as trainers report it
         # A checkpoint someone asked for (the launcher, before a cancel): served at the next step.
         self.checkpoint_requested = False
         self.unschedulable_at: float | None = None  # last time the launcher gave up on Pending trainers
@@ -204,11 +206,14 @@ class Job:
         m.register(trainer, pid, host, store_port, now)
         self.tick(now)
 
-    def heartbeat(self, trainer: str, step: int, safe_cursor: Cursor | None, now: float) -> dict:
+    def heartbeat(self, trainer: str, step: int, safe_cursor: Cursor | None, now: float,
+                  loss: float | None = None) -> dict:
         m = self.membership
         t = m.heartbeat(trainer, step, now)
         if t is not None and t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING:
             self.queue.commit(trainer, safe_cursor)
+            if loss is not None and step >= self.last_step_seen:
+                self.loss = loss
             self.last_step_seen = max(self.last_step_seen, step)
         self.tick(now)
         return self.heartbeat_answer(trainer)
@@ -403,6 +408,7 @@ class Job:
             "rows_per_epoch": q.rows_per_epoch,
             "done_rows": [q.done_rows.get(e, 0) for e in range(self.spec.epochs)],
             "step": self.last_step_seen,
+            "loss": self.loss,
             "trainers": [
                 {
                     "id": t.id,

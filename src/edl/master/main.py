@@ -10,9 +10,10 @@ import time
 import uvicorn
 
 from edl.data.dataset import Dataset, resolve_split
+from edl.errors import UserError
 from edl.master.job import Job, JobSpec
 from edl.master.server import Master, build_app
-from edl.storage.checkpoint import FINAL, CheckpointStore
+from edl.storage.checkpoint import FINAL, WARM_START_FILE, CheckpointStore
 from edl.storage.store import open_store
 
 log = logging.getLogger("edl.master")
@@ -28,6 +29,11 @@ def prepare_job(spec: JobSpec) -> tuple[JobSpec, list, CheckpointStore]:
     shards = Dataset(spec.data).shards()
     if spec.eval_data:
         Dataset(spec.eval_data, "--eval-data").shards()
+    if spec.init_model:
+        init = open_store(spec.init_model, "--init-model")
+        if not init.exists(WARM_START_FILE):
+            raise UserError(f"--init-model {spec.init_model!r}: no {WARM_START_FILE} there (expected a model "
+                            "directory written by edl, e.g. a previous run's CHECKPOINT_URI/model)")
     store = open_store(spec.checkpoint_uri, "--checkpoint-uri")
     store.check()
     return spec, shards, CheckpointStore(store, spec.keep_checkpoints)

@@ -55,6 +55,7 @@ class HeartbeatBody(BaseModel):
     step: int = 0
     safe_cursor: CursorJSON = None
     wait_s: float = 0.0
+    loss: float | None = None  # mean training loss of the trainer's last step
 
 
 class TaskBody(BaseModel):
@@ -249,7 +250,7 @@ def build_app(master: Master) -> FastAPI:
 
     @app.post("/v1/trainers/{trainer}/heartbeat", dependencies=auth)
     async def heartbeat(trainer: str, body: HeartbeatBody) -> dict:
-        answer = job.heartbeat(trainer, body.step, cursor_in(body.safe_cursor), master.clock())
+        answer = job.heartbeat(trainer, body.step, cursor_in(body.safe_cursor), master.clock(), body.loss)
         await master.notify()
         if body.wait_s > 0 and not answer["stop"]:
             await master.wait_for(

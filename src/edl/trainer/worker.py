@@ -32,7 +32,7 @@ from edl.errors import CollectiveError, EdlError, UserError
 from edl.master.job import JobSpec
 from edl.master.tasks import Cursor, Task
 from edl.modeldef import ModelDef, load_model_def
-from edl.storage.checkpoint import FINAL, AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays, encode_arrays
+from edl.storage.checkpoint import FINAL, WARM_START_FILE, AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays, encode_arrays
 from edl.storage.store import open_store
 from edl.trainer import state as mstate
 from edl.trainer.audit import AuditLog
@@ -68,6 +68,8 @@ class Trainer:
     def __init__(self, trainer_id: str, master: str, token: str, host: str, audit_dir: Path | None,
                  backend: str = "gloo") -> None:
         self.id = trainer_id
+        self.last_loss: float | None = None
+        self._init_params: dict[str, np.ndarray] | None = None
         self.master_addr = master
         self.token = token
         self.host = host
@@ -100,8 +102,24 @@ class Trainer:
         np.random.seed(self.spec.seed)
         self.model = self.md.model()
         self.opt = self.md.optimizer(self.model.parameters(), self.spec.learning_rate)
+        if self.spec.init_model:
+            self._warm_start()
         self.params = [p for p in self.model.parameters() if not p.stop_gradient]
         self.dirty = False
+
+    def _warm_start(self) -> None:
+        """Start from a previous model's parameters (its params.npz) instead of a seeded init."""
+        if self._init_params is None:
+            uri = self.spec.init_model
+            try:
+                self._init_params = decode_arrays(open_store(uri, "--init-model").get(WARM_START_FILE))
+            except (OSError, ValueError, EdlError) as e:
+                raise UserError(f"--init-model {uri!r}: cannot read {WARM_START_FILE}: {e}") from None
+        try:
+            mstate.restore(self.model, self.opt, self._init_params, {}, {})
+        except ValueError as e:
+            raise UserError(f"--init-model {self.spec.init_model!r}: the warm-start model does not match "
+                            f"--model-def {self.spec.model_def}: {e}") from None
 
     # ------------------------------------------------------------ background
     @staticmethod
@@ -124,7 +142,7 @@ class Trainer:
         client = MasterClient(self.master_addr, self.token, timeout_s=10)
         while self._alive:
             body = {"generation": self.generation, "step": self.step, "wait_s": 1.0,
-                    "safe_cursor": cursor_json(self.safe_cursor)}
+                    "safe_cursor": cursor_json(self.safe_cursor), "loss": self.last_loss}
             r = self._background_call(client, f"/v1/trainers/{self.id}/heartbeat", body)
             if r is None:
                 continue
@@ -317,6 +335,7 @@ class Trainer:
                     if rank == 0:
                         self.client.call("POST", "/v1/fatal", json={"message": msg})
                     raise SystemExit(EXIT_FAILED)
+                self.last_loss = total_loss / total
                 with paddle.no_grad():
                     for p in self.params:
                         p.grad.scale_(1.0 / total)  # summed per-sample gradients -> the mean
@@ -438,6 +457,9 @@ class Trainer:
             self.model.train()
             for f in sorted(Path(tmp).iterdir()):
                 store.put(f"model/{f.name}", f.read_bytes())
+        # Parameters by structured name: what a later run warm-starts from (--init-model).
+        params, _, _ = mstate.snapshot(self.model, self.opt)
+        store.put(f"model/{WARM_START_FILE}", encode_arrays(params))
         return store.child("model")
 
     def _evaluate(self) -> dict[str, float]:
