@@ -189,6 +189,22 @@ def cmd_launch(a: argparse.Namespace) -> int:
                   summary_out=Path(a.summary_out) if a.summary_out else None, master_via=a.master_via)
 
 
+def cmd_demo(a: argparse.Namespace) -> int:
+    from edl.pipeline.demo import run_demo
+
+    if a.epochs < 1:
+        raise UserError(f"--epochs must be at least 1 (got {a.epochs})")
+    return run_demo(Path(a.out), a.epochs)
+
+
+def cmd_pipeline_compile(a: argparse.Namespace) -> int:
+    from edl.pipeline.compile import compile_all
+
+    for path in compile_all(Path(a.out)):
+        print(f"wrote {path}")
+    return 0
+
+
 def cmd_k8s_render(a: argparse.Namespace) -> int:
     import yaml
 
@@ -308,6 +324,23 @@ def build_parser() -> argparse.ArgumentParser:
     sc2.add_argument("--kubeconfig", default=None,
                      help="kubeconfig to use outside a cluster (default: in-cluster config, else ~/.kube/config)")
     sc2.set_defaults(fn=cmd_sidecar)
+
+    de = sub.add_parser("demo", help="run the retraining pipeline on this machine (kfp.local), about 2 minutes",
+                        description="Prepare digits, train elastically while other tenants take and return trainer "
+                                    "slots, evaluate on held-out data and publish the model to a local registry if "
+                                    "it is better: the same KFP pipeline as on a cluster, run by kfp.local. Writes "
+                                    "OUT/summary.json and OUT/timeline.png.")
+    de.add_argument("--out", default="out/demo", help="directory for everything the run writes (default out/demo)")
+    de.add_argument("--epochs", type=int, default=60, help="training epochs (default 60)")
+    de.set_defaults(fn=cmd_demo)
+
+    pl = sub.add_parser("pipeline", help="pipeline tools")
+    plsub = pl.add_subparsers(dest="pipeline_command", required=True, metavar="ACTION")
+    pc = plsub.add_parser("compile", help="write the KFP and Argo YAML of the retraining pipeline",
+                          description="Compile the elastic-train component, the KFP retraining pipeline and the "
+                                      "Argo CronWorkflow into --out.")
+    pc.add_argument("--out", required=True, help="directory to write the YAML files into")
+    pc.set_defaults(fn=cmd_pipeline_compile)
 
     k = sub.add_parser("k8s", help="Kubernetes tools")
     ksub = k.add_subparsers(dest="k8s_command", required=True, metavar="ACTION")

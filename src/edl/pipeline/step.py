@@ -52,6 +52,7 @@ class TrainParams:
     capacity_slots: int = 0  # local only: trainer slots on this machine (0: max_trainers)
     capacity_schedule: str = ""  # local only: other tenants, TIME:SLOTS pairs
     warm_start_uri: str = ""
+    audit: bool = False  # local only: log every record id and report lost/duplicated samples
     seed: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -81,6 +82,18 @@ class TrainParams:
         need(self.capacity_slots >= 0, "capacity_slots", f"must be 0 or more (got {self.capacity_slots})")
 
 
+def artifact_uri(uri: str, path: str) -> str:
+    """Where a KFP artifact's files are for edl: its object-store URI on a cluster (KFP's
+    ``minio://bucket/key`` is S3), else its local path (``kfp.local``)."""
+    if uri.startswith("minio://"):
+        return "s3://" + uri.removeprefix("minio://")
+    if uri.startswith("s3://"):
+        return uri
+    if "://" in uri and not uri.startswith("file://"):
+        raise UserError(f"artifact {uri!r}: only MinIO/S3 (s3://, minio://) and local artifacts are supported")
+    return path
+
+
 def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
@@ -91,7 +104,8 @@ def _job_spec(p: TrainParams, checkpoint_uri: str):
     spec = JobSpec(job=p.job_name, model_def=p.model_def, data=p.data_uri, epochs=p.epochs,
                    batch_size=p.batch_size, min_trainers=p.min_trainers, max_trainers=p.max_trainers,
                    trainers=p.initial_trainers or p.min_trainers, checkpoint_uri=checkpoint_uri,
-                   learning_rate=p.learning_rate, seed=p.seed, init_model=p.warm_start_uri or None)
+                   learning_rate=p.learning_rate, seed=p.seed, init_model=p.warm_start_uri or None,
+                   audit=p.audit and not in_cluster())
     spec.validate()
     return spec
 
@@ -126,7 +140,7 @@ def _run_locally(p: TrainParams, work: Path, summary_path: Path, timeline: list[
     spec = _job_spec(p, checkpoint_uri)
     slots = p.capacity_slots or p.max_trainers
     autoscale = LocalAutoscale(slots, CapacitySchedule.parse(p.capacity_schedule, "capacity_schedule"),
-                               min(p.sidecar_period_s, 2.0), p.sidecar_policy)
+                               p.sidecar_period_s, p.sidecar_policy)
     os.environ.setdefault("EDL_HOME", str(work / "edl-home"))
     LocalLauncher(spec, summary_path, autoscale=autoscale, on_status=timeline.append).run()
     return json.loads(summary_path.read_text())
@@ -210,5 +224,5 @@ def plot_timeline(points: list[dict], path: Path, title: str) -> None:
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")  # exactly this path: a KFP artifact has no suffix
     plt.close(fig)

@@ -1,0 +1,113 @@
+"""KFP components (KFP SDK 2.17; no `from __future__ import annotations`: KFP reads the real types): lightweight Python components, so that the same definitions run
+in ``kfp.local`` (subprocesses on this machine) and on a cluster (in the images of images/).
+
+Each body only imports ``edl`` and calls one function; the work lives in the package
+where it is tested without KFP. ``install_kfp_package=False``: the images already hold
+the pinned kfp, and a cluster without internet access must not pip-install at start.
+"""
+
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+
+VERSION = "0.1.0"
+RUNTIME_IMAGE = f"edl-runtime:{VERSION}"  # launcher, master, sidecar: no PaddlePaddle
+TRAINER_IMAGE = f"edl-trainer-cpu:{VERSION}"  # PaddlePaddle (CPU): evaluation needs it too
+
+
+@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)  # scikit-learn's digits live there
+def prepare_data(dataset: Output[Dataset], kind: str = "digits", rows: int = 20000, seed: int = 0):
+    """Write a ready-to-train data set (Parquet shards in train/ and test/) into the artifact."""
+    from edl.pipeline.tasks import prepare_dataset
+
+    prepare_dataset(kind, dataset.path, rows, seed, dataset.metadata)
+
+
+@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+def elastic_train(
+    data: Input[Dataset],
+    model: Output[Model],
+    metrics: Output[Metrics],
+    summary: Output[Artifact],
+    timeline: Output[Artifact],
+    model_def: str = "edl.zoo.digits",
+    epochs: int = 10,
+    batch_size: int = 32,
+    learning_rate: float = 0.01,
+    min_trainers: int = 1,
+    max_trainers: int = 4,
+    initial_trainers: int = 0,
+    trainer_cpu: str = "2",
+    trainer_memory: str = "4Gi",
+    trainer_gpu: int = 0,
+    priority_class: str = "",
+    checkpoint_uri: str = "",
+    s3_secret: str = "",
+    warm_start_uri: str = "",
+    sidecar_policy: str = "edl",
+    sidecar_period_s: float = 10.0,
+    sidecar_jitter_s: float = 2.0,
+    capacity_slots: int = 0,
+    capacity_schedule: str = "",
+    job_name: str = "",
+    audit: bool = False,
+    warm_start: Input[Model] = None,
+):
+    """Elastic data-parallel training of ``model_def`` on ``data``: a master, an autoscale sidecar and
+    min..max trainers (pods on a cluster, processes locally); the exported model goes to ``model``.
+
+    Re-running the step (KFP retry) adopts the job the first attempt created and resumes from its
+    checkpoint in ``checkpoint_uri`` (an s3:// URI on a cluster; credentials from Secret ``s3_secret``).
+    ``warm_start`` (an earlier Model artifact) or ``warm_start_uri`` (where one lives) starts from its
+    parameters. ``capacity_slots`` and ``capacity_schedule`` only matter locally: trainer slots on the
+    machine and other tenants taking them over time (TIME:SLOTS pairs); ``audit`` (local only)
+    counts every record that enters the model and reports lost and duplicated samples.
+    """
+    from pathlib import Path
+
+    from edl.pipeline.step import TrainParams, artifact_uri, run_elastic_train
+
+    start_from = warm_start_uri
+    if warm_start is not None:
+        start_from = artifact_uri(warm_start.uri, warm_start.path)
+    params = TrainParams(
+        data_uri=artifact_uri(data.uri, data.path), model_def=model_def, epochs=epochs, batch_size=batch_size,
+        learning_rate=learning_rate, min_trainers=min_trainers, max_trainers=max_trainers,
+        initial_trainers=initial_trainers, trainer_cpu=trainer_cpu, trainer_memory=trainer_memory,
+        trainer_gpu=trainer_gpu, priority_class=priority_class, checkpoint_uri=checkpoint_uri, s3_secret=s3_secret,
+        job_name=job_name, sidecar_policy=sidecar_policy, sidecar_period_s=sidecar_period_s,
+        sidecar_jitter_s=sidecar_jitter_s, capacity_slots=capacity_slots, capacity_schedule=capacity_schedule,
+        warm_start_uri=start_from, audit=audit)
+    result = run_elastic_train(params, Path(model.path), Path(summary.path), Path(timeline.path),
+                               metrics.log_metric)
+    model.metadata.update({"framework": "paddlepaddle", "format": "paddle.jit.save + params.npz",
+                           "source_uri": result.get("final_model_uri"), "model_def": model_def})
+
+
+@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+def evaluate(model: Input[Model], data: Input[Dataset], metrics: Output[Metrics],
+             model_def: str = "edl.zoo.digits") -> float:
+    """Accuracy of ``model`` on the held-out split (test/) of ``data``; also logged as metrics."""
+    from edl.pipeline.step import artifact_uri
+    from edl.pipeline.tasks import evaluate_model
+
+    result = evaluate_model(model.path, artifact_uri(data.uri, data.path), model_def)
+    for name, value in result.items():
+        metrics.log_metric(name, value)
+    return float(result["accuracy"])
+
+
+@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+def beats_published(accuracy: float, registry_uri: str) -> bool:
+    """Whether ``accuracy`` beats the model currently published at ``registry_uri`` (or none is)."""
+    from edl.pipeline.tasks import beats_published as check
+
+    return check(accuracy, registry_uri)
+
+
+@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+def publish(model: Input[Model], accuracy: float, registry_uri: str) -> str:
+    """Publish ``model`` as the current one at ``registry_uri``; returns where it went."""
+    from edl.pipeline.tasks import publish_model
+
+    return publish_model(model.path, accuracy, registry_uri, model.uri)

@@ -1,0 +1,133 @@
+"""The pipeline's small steps, as plain functions: data, evaluation, the publish decision.
+
+A *registry* is a directory or s3:// prefix: ``current/`` holds the published model's
+files, ``current.json`` its accuracy and origin. Retraining warm-starts from
+``REGISTRY/current`` and publishes only a better model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edl.errors import UserError
+from edl.storage.store import open_store
+
+CURRENT = "current"
+CURRENT_INFO = "current.json"
+
+
+def prepare_dataset(kind: str, out: str, rows: int, seed: int, metadata: dict | None = None) -> dict:
+    from edl.data.prepare import prepare_digits, prepare_synthetic
+
+    if kind == "digits":
+        info = prepare_digits(out, seed=seed)
+    elif kind == "synthetic":
+        info = prepare_synthetic(out, rows, 64, 10, seed=seed)
+    else:
+        raise UserError(f"pipeline parameter data_kind: {kind!r}; choose digits or synthetic")
+    if metadata is not None:
+        metadata.update({k: v for k, v in info.items() if isinstance(v, (int, float, str))})
+    return info
+
+
+def evaluate_model(model_dir: str, data_uri: str, model_def: str) -> dict[str, float]:
+    """Accuracy and loss of a model directory (params.npz) on the held-out split of ``data_uri``."""
+    import paddle
+
+    from edl.data.dataset import Dataset, resolve_split
+    from edl.modeldef import load_model_def
+    from edl.storage.checkpoint import WARM_START_FILE, decode_arrays
+    from edl.trainer import state as mstate
+
+    md = load_model_def(model_def)
+    path = Path(model_dir) / WARM_START_FILE
+    if not path.exists():
+        raise UserError(f"model {model_dir}: no {WARM_START_FILE} (not a model written by edl)")
+    model = md.model()
+    opt = md.optimizer(model.parameters(), 0.01)
+    try:
+        mstate.restore(model, opt, decode_arrays(path.read_bytes()), {}, {})
+    except ValueError as e:
+        raise UserError(f"model {model_dir} does not match model_def {model_def}: {e}") from None
+    test = resolve_split(data_uri, "test")
+    if test == data_uri:
+        raise UserError(f"data {data_uri}: no held-out split (test/) to evaluate on")
+    x, y = md.collate(Dataset(test, "held-out data").read_all())
+    model.eval()
+    with paddle.no_grad():
+        out = paddle.concat([model(paddle.to_tensor(x[i:i + 1024])) for i in range(0, len(x), 1024)])
+        loss = float(md.loss(out, paddle.to_tensor(y)))
+    if md.metrics is not None:
+        result = {k: float(v) for k, v in md.metrics(out.numpy(), y).items()}
+    else:
+        result = {"accuracy": float((out.numpy().argmax(axis=1) == np.asarray(y)).mean())}
+    result.setdefault("loss", loss)
+    if "accuracy" not in result:
+        raise UserError(f"model_def {model_def}: its metrics() returned no 'accuracy'")
+    return result
+
+
+def published(registry_uri: str) -> dict | None:
+    store = open_store(registry_uri, "registry_uri")
+    if not store.exists(CURRENT_INFO):
+        return None
+    return json.loads(store.get(CURRENT_INFO))
+
+
+def beats_published(accuracy: float, registry_uri: str) -> bool:
+    current = published(registry_uri)
+    return current is None or accuracy > float(current["accuracy"])
+
+
+def publish_model(model_dir: str, accuracy: float, registry_uri: str, source: str = "") -> str:
+    """Copy the model files to REGISTRY/current/, then write current.json last (readers trust it)."""
+    store = open_store(registry_uri, "registry_uri")
+    files = sorted(p for p in Path(model_dir).rglob("*") if p.is_file())
+    if not files:
+        raise UserError(f"model {model_dir}: no files to publish")
+    for f in files:
+        store.put(f"{CURRENT}/{f.relative_to(model_dir).as_posix()}", f.read_bytes())
+    info = {"accuracy": accuracy, "published_at": time.time(), "source": source,
+            "files": [f.relative_to(model_dir).as_posix() for f in files]}
+    store.put(CURRENT_INFO, json.dumps(info, indent=2).encode())
+    return store.child(CURRENT)
+
+
+def warm_start_uri(registry_uri: str) -> str:
+    """``REGISTRY/current`` when a model is published there, else "" (train from scratch)."""
+    if not registry_uri or published(registry_uri) is None:
+        return ""
+    return open_store(registry_uri, "registry_uri").child(CURRENT)
+
+
+def _download(uri: str, into: Path) -> Path:
+    store = open_store(uri, "model")
+    names = store.list("")
+    if not names:
+        raise UserError(f"model {uri}: no files there")
+    for name in names:
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        (into / name).write_bytes(store.get(name))
+    return into
+
+
+def evaluate_remote(model_uri: str, data_uri: str, model_def: str) -> float:
+    """``evaluate_model`` for a model in an object store (the Argo workflow's evaluate step)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return evaluate_model(str(_download(model_uri, Path(tmp))), data_uri, model_def)["accuracy"]
+
+
+def publish_if_better(model_uri: str, accuracy: float, registry_uri: str) -> str | None:
+    """The Argo workflow's last step: publish only a model that beats the current one."""
+    import tempfile
+
+    if not beats_published(accuracy, registry_uri):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        return publish_model(str(_download(model_uri, Path(tmp))), accuracy, registry_uri, model_uri)
