@@ -2,8 +2,8 @@
 
 It speaks, over real HTTP on loopback, the REST paths and semantics that
 ``edl.cluster.kubernetes`` uses, and nothing more:
-- core/v1 nodes, pods, services, secrets, events, podtemplates and
-  coordination.k8s.io/v1 leases; namespaced and all-namespace collections;
+- core/v1 nodes, pods, services, secrets, events, podtemplates,
+  coordination.k8s.io/v1 leases and scheduling.k8s.io/v1 priorityclasses; namespaced and all-namespace collections;
 - get, list (``labelSelector`` with ``a=b`` terms), create (409 AlreadyExists),
   replace (409 Conflict on a stale ``resourceVersion``), delete (404 when gone);
 - watch with ``resourceVersion``: events after that version, streamed as JSON
@@ -29,9 +29,10 @@ from urllib.parse import parse_qs, urlparse
 
 TOKEN = "test-double-token"
 KINDS = {"nodes": "Node", "pods": "Pod", "services": "Service", "secrets": "Secret", "events": "Event",
-         "podtemplates": "PodTemplate", "leases": "Lease"}
-CLUSTER_SCOPED = {"nodes"}
-_PATH = re.compile(r"^/(?:api/v1|apis/coordination\.k8s\.io/v1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[a-z]+)"
+         "podtemplates": "PodTemplate", "leases": "Lease", "priorityclasses": "PriorityClass"}
+CLUSTER_SCOPED = {"nodes", "priorityclasses"}
+_PATH = re.compile(r"^/(?:api/v1|apis/coordination\.k8s\.io/v1|apis/scheduling\.k8s\.io/v1)"
+                   r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[a-z]+)"
                    r"(?:/(?P<name>[^/]+))?(?P<sub>/status)?$")
 
 

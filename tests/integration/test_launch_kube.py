@@ -204,9 +204,14 @@ def test_trainers_pending_too_long_are_removed_and_reported(tmp_path, s3):
         world.close()
 
 
-def test_a_missing_s3_secret_fails_before_any_pod_is_created(world):
+def test_a_missing_s3_secret_or_priority_class_fails_before_any_pod_is_created(world):
     p = world.launch("nosecret", "--s3-secret", "does-not-exist")
     assert p.wait(60) == 2
     log = world.log("nosecret")
     assert "does-not-exist" in log and "Traceback" not in log
     assert world.objects_of("nosecret") == []
+    p = world.launch("noclass", "--priority-class", "gold")
+    assert p.wait(60) == 2
+    log = world.log("noclass", 1)
+    assert "--priority-class 'gold'" in log and "Traceback" not in log
+    assert world.objects_of("noclass") == []

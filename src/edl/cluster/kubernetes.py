@@ -40,6 +40,7 @@ _RESOURCES: dict[str, tuple[str, str, bool]] = {
     "podtemplates": ("core", "pod_template", True),
     "leases": ("coordination", "lease", True),
     "nodes": ("core", "node", False),
+    "priorityclasses": ("scheduling", "priority_class", False),
 }
 KIND_TO_RESOURCE = {"Pod": "pods", "Service": "services", "Secret": "secrets", "Event": "events",
                     "PodTemplate": "podtemplates", "Lease": "leases", "Node": "nodes"}
@@ -70,7 +71,8 @@ class KubeApi:
     def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
         self.api_client = api_client
         self.namespace = namespace
-        self._apis = {"core": client.CoreV1Api(api_client), "coordination": client.CoordinationV1Api(api_client)}
+        self._apis = {"core": client.CoreV1Api(api_client), "coordination": client.CoordinationV1Api(api_client),
+                      "scheduling": client.SchedulingV1Api(api_client)}
 
     def _call(self, verb: str, resource: str, *args: Any, all_namespaces: bool = False, **kw: Any) -> Any:
         api_name, suffix, namespaced = _RESOURCES[resource]

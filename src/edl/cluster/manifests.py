@@ -296,6 +296,9 @@ def rbac(namespace: str) -> list[dict]:
          "verbs": ["get", "list", "watch", "create", "update"]},
     ]
     sidecar_cluster_rules = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+    # The launcher checks that --priority-class exists before it creates anything.
+    launcher_cluster_rules = [{"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
+                               "verbs": ["get"]}]
     role_meta = {"namespace": namespace, "labels": {"app.kubernetes.io/name": APP}}
     return [
         sa(LAUNCHER_SA, True), sa(SIDECAR_SA, True), sa(TRAINER_SA, False),
@@ -309,6 +312,10 @@ def rbac(namespace: str) -> list[dict]:
          "metadata": {"name": "edl-sidecar-readonly", "labels": {"app.kubernetes.io/name": APP}},
          "rules": sidecar_cluster_rules},
         binding("ClusterRoleBinding", "edl-sidecar-readonly", SIDECAR_SA, cluster=True),
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "edl-launcher-priorityclasses", "labels": {"app.kubernetes.io/name": APP}},
+         "rules": launcher_cluster_rules},
+        binding("ClusterRoleBinding", "edl-launcher-priorityclasses", LAUNCHER_SA, cluster=True),
     ]
 
 

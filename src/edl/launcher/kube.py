@@ -40,6 +40,8 @@ def launch(spec: JobSpec, opts: m.K8sOptions, *, kubeconfig: str | None = None, 
     if opts.s3_secret and kube.get("secrets", opts.s3_secret) is None:
         # Before any object is created: a step that cannot reach its data should not start pods.
         raise UserError(f"--s3-secret {opts.s3_secret!r}: no such Secret in namespace {opts.namespace!r}")
+    if opts.priority_class and kube.get("priorityclasses", opts.priority_class) is None:
+        raise UserError(f"--priority-class {opts.priority_class!r}: no such PriorityClass in the cluster")
     owner = None
     if os.environ.get("POD_NAME") and os.environ.get("POD_UID"):
         owner = {"name": os.environ["POD_NAME"], "uid": os.environ["POD_UID"]}

@@ -1,0 +1,69 @@
+"""The retraining pipeline run by kfp.local (SubprocessRunner, use_venv=False) with the local backend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edl.errors import PermanentError, UserError
+from tests.conftest import run_edl
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def test_edl_demo_runs_the_pipeline_and_writes_summary_and_timeline(tmp_path):
+    out = tmp_path / "demo"
+    r = run_edl("demo", "--out", str(out), "--epochs", "12", timeout=360)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 12
+    assert s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+    assert s["evaluation"]["accuracy"] > 0.9 and s["published"] is True
+    assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "registry" / "current" / "params.npz").exists()
+    assert "exactly-once" in r.stdout and "held-out accuracy" in r.stdout
+
+
+def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_better(tmp_path):
+    from kfp import local
+
+    from edl.pipeline.retrain import retrain
+    from edl.pipeline.tasks import published
+
+    root, registry = tmp_path / "kfp", tmp_path / "registry"
+    root.mkdir()
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
+    args = dict(registry_uri=str(registry), epochs=3, batch_size=32, learning_rate=0.003, min_trainers=1,
+                max_trainers=1, sidecar_period_s=2.0, sidecar_jitter_s=0.0)
+    retrain(**args)
+    first = published(str(registry))
+    assert first is not None
+    # An impossible bar: the second run (warm-started) must not replace a better model.
+    (registry / "current.json").write_text(json.dumps({**first, "accuracy": 1.01}))
+    retrain(**args)
+    runs = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    warm = json.loads((runs[-1] / "warm-start-from" / "executor_output.json").read_text())
+    assert warm["parameterValues"]["Output"].endswith("registry/current")  # started from the published model
+    assert published(str(registry))["accuracy"] == 1.01  # not beaten: not published
+    assert not (runs[-1] / "publish").exists()
+
+
+def test_a_warm_start_model_that_does_not_match_fails_with_a_message(tmp_path, digits):
+    from edl.pipeline.step import TrainParams, run_elastic_train
+
+    bad = tmp_path / "bad-model"
+    bad.mkdir()
+    np.savez(bad / "params.npz", **{"fc1.weight": np.zeros((3, 3), dtype="float32")})
+    p = TrainParams(data_uri=str(digits), epochs=1, batch_size=32, max_trainers=1, job_name="warmbad",
+                    sidecar_period_s=2.0, sidecar_jitter_s=0.0, warm_start_uri=str(bad))
+    # The trainer refuses the model; the job fails with its message (and no model is output).
+    with pytest.raises((UserError, PermanentError), match="does not match --model-def edl.zoo.digits"):
+        run_elastic_train(p, tmp_path / "model", tmp_path / "summary.json", work_dir=tmp_path / "work")
+    missing = TrainParams(data_uri=str(digits), epochs=1, batch_size=32, max_trainers=1, job_name="warmnone",
+                          sidecar_period_s=2.0, sidecar_jitter_s=0.0, warm_start_uri=str(tmp_path / "nowhere"))
+    with pytest.raises(UserError, match="init-model"):
+        run_elastic_train(missing, tmp_path / "model2", tmp_path / "summary2.json", work_dir=tmp_path / "work2")
+    assert not Path(tmp_path / "model").exists()

@@ -1,0 +1,154 @@
+"""Components and pipelines: parameters, compiled artifacts (golden), Argo schema, scheduling, registry."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edl.errors import UserError
+from edl.pipeline.step import TrainParams, artifact_uri, step_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("over, culprit", [
+    ({"min_trainers": 3, "max_trainers": 2}, "min_trainers"),
+    ({"epochs": -1}, "epochs"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"learning_rate": 0.0}, "learning_rate"),
+    ({"initial_trainers": 9}, "initial_trainers"),
+    ({"priority_class": "Not A Class!"}, "priority_class"),
+    ({"sidecar_policy": "greedy"}, "sidecar_policy"),
+    ({"sidecar_jitter_s": 20.0}, "sidecar_jitter_s"),
+    ({"data_uri": ""}, "data"),
+])
+def test_out_of_range_parameters_fail_naming_the_pipeline_parameter(over, culprit):
+    p = dataclasses.replace(TrainParams(data_uri="s3://d/x"), **over)
+    with pytest.raises(UserError, match=rf"pipeline parameter {culprit}:"):
+        p.validate()
+
+
+def test_artifact_uris_map_to_what_edl_reads():
+    assert artifact_uri("minio://mlpipeline/v2/artifacts/x", "/tmp/x") == "s3://mlpipeline/v2/artifacts/x"
+    assert artifact_uri("s3://b/k", "/gcs/k") == "s3://b/k"
+    assert artifact_uri("/tmp/root/task/data", "/tmp/root/task/data") == "/tmp/root/task/data"
+    with pytest.raises(UserError, match="only MinIO/S3"):
+        artifact_uri("gs://bucket/x", "/gcs/bucket/x")
+
+
+def test_step_metrics_from_a_summary():
+    s = {"epochs_completed": 3, "steps": 90, "throughput_samples_per_s": 1200.5, "trainer_failures": 0,
+         "generations": [{"world_size": 1}, {"world_size": 3}, {"world_size": 2}],
+         "lost_samples": 0, "duplicate_samples": 0, "metrics": {"accuracy": 0.97}}
+    m = step_metrics(s)
+    assert m["scale_events"] == 2 and m["max_trainers_seen"] == 3 and m["accuracy"] == 0.97
+    assert m["lost_samples"] == 0 and m["epochs"] == 3
+
+
+def test_compiled_artifacts_match_the_code(tmp_path):
+    from edl.pipeline.compile import ARGO_FILE, COMPONENT_FILE, PIPELINE_FILE, compile_all
+
+    compile_all(tmp_path)
+    committed = {COMPONENT_FILE: REPO / "components" / "elastic_train" / COMPONENT_FILE,
+                 PIPELINE_FILE: REPO / "pipelines" / PIPELINE_FILE, ARGO_FILE: REPO / "pipelines" / ARGO_FILE}
+    for name, path in committed.items():
+        assert path.read_text() == (tmp_path / name).read_text(), \
+            f"{path} drifted from the code: run `edl pipeline compile --out DIR` and copy {name}"
+
+
+def test_the_component_loads_and_declares_its_interface():
+    from kfp import components
+
+    comp = components.load_component_from_file(str(REPO / "components" / "elastic_train" /
+                                                   "elastic_train.component.yaml"))
+    spec = comp.component_spec
+    assert {"data", "warm_start", "min_trainers", "max_trainers", "checkpoint_uri", "s3_secret",
+            "priority_class", "trainer_gpu"} <= set(spec.inputs)
+    assert spec.inputs["warm_start"].optional
+    assert {"model", "metrics", "summary", "timeline"} <= set(spec.outputs)
+    assert spec.outputs["model"].type.startswith("system.Model")
+    assert spec.outputs["metrics"].type.startswith("system.Metrics")
+
+
+def test_the_pipeline_round_trips_through_its_yaml(tmp_path):
+    from kfp import compiler, components
+
+    path = REPO / "pipelines" / "retrain.pipeline.yaml"
+    loaded = components.load_component_from_file(str(path))
+    compiler.Compiler().compile(loaded, str(tmp_path / "again.yaml"))
+    first, again = yaml.safe_load(path.read_text()), yaml.safe_load((tmp_path / "again.yaml").read_text())
+    assert first["root"] == again["root"] and first["deploymentSpec"] == again["deploymentSpec"]
+    tasks = first["root"]["dag"]["tasks"]
+    assert {"prepare-data", "warm-start-from", "elastic-train", "evaluate", "beats-published",
+            "condition-1"} <= set(tasks)
+    assert tasks["elastic-train"]["cachingOptions"] == {}  # caching off
+    assert tasks["elastic-train"]["retryPolicy"]["maxRetryCount"] == 2
+
+
+def test_the_argo_cron_workflow_validates_against_the_argo_schema():
+    from hera.workflows.models import CronWorkflow
+
+    doc = yaml.safe_load((REPO / "pipelines" / "retrain.cronworkflow.yaml").read_text())
+    cw = CronWorkflow.model_validate(doc)  # the SDK's generated Argo models (pydantic): raises on a bad field
+    assert doc["kind"] == "CronWorkflow" and doc["apiVersion"] == "argoproj.io/v1alpha1"
+    assert cw.spec.schedules == ["0 3 * * *"] and len(cw.spec.schedules[0].split()) == 5
+    templates = {t["name"]: t for t in doc["spec"]["workflowSpec"]["templates"]}
+    train = templates["elastic-train"]["container"]
+    assert train["command"] == ["edl", "launch"] and train["image"] == "edl-runtime:0.1.0"
+    assert doc["spec"]["workflowSpec"]["serviceAccountName"] == "edl-launcher"
+    for t in templates.values():
+        c = t.get("container")
+        if c:
+            assert c["resources"]["limits"] and c["securityContext"]["runAsNonRoot"]
+            assert not any("SECRET" in a for a in c.get("args", []))
+    with pytest.raises(UserError, match="five fields"):
+        from edl.pipeline.retrain import argo_cron_workflow
+
+        argo_cron_workflow(schedule="0 0 3 * * *")
+
+
+class FakeKfpClient:
+    """A kfp.Client double: records the calls a recurring run makes."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+
+    def create_experiment(self, name):
+        self.calls.append(("create_experiment", {"name": name}))
+        return type("Exp", (), {"experiment_id": "exp-1"})()
+
+    def create_recurring_run(self, **kw):
+        self.calls.append(("create_recurring_run", kw))
+        return kw
+
+
+def test_recurring_runs_take_six_field_cron_and_warm_start(tmp_path):
+    from edl.pipeline.retrain import schedule_retraining
+
+    client = FakeKfpClient()
+    kw = schedule_retraining(client, experiment="retraining", cron="0 0 3 * * *", registry_uri="s3://models/digits",
+                             pipeline_package=REPO / "pipelines" / "retrain.pipeline.yaml", params={"epochs": 5})
+    assert kw["cron_expression"] == "0 0 3 * * *" and kw["experiment_id"] == "exp-1"
+    assert kw["params"] == {"registry_uri": "s3://models/digits", "warm_start": True, "epochs": 5}
+    assert kw["enable_caching"] is False and kw["service_account"] == "edl-launcher"
+    with pytest.raises(UserError, match="six fields"):
+        schedule_retraining(client, experiment="x", cron="0 3 * * *", registry_uri="r",
+                            pipeline_package=REPO / "pipelines" / "retrain.pipeline.yaml")
+
+
+def test_registry_publishes_only_better_models_and_offers_the_warm_start(tmp_path):
+    from edl.pipeline.tasks import beats_published, publish_model, published, warm_start_uri
+
+    registry = tmp_path / "registry"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "params.npz").write_bytes(b"weights")
+    assert warm_start_uri(str(registry)) == "" and beats_published(0.5, str(registry))
+    where = publish_model(str(model), 0.9, str(registry), "run-1")
+    assert (registry / "current" / "params.npz").read_bytes() == b"weights"
+    assert published(str(registry))["accuracy"] == 0.9 and where.endswith("current")
+    assert warm_start_uri(str(registry)).endswith("current")
+    assert not beats_published(0.9, str(registry)) and beats_published(0.91, str(registry))
