@@ -49,11 +49,20 @@ def test_step_metrics_from_a_summary():
 
 
 def test_compiled_artifacts_match_the_code(tmp_path):
-    from edl.pipeline.compile import ARGO_FILE, COMPONENT_FILE, PIPELINE_FILE, compile_all
+    from edl.pipeline.compile import (
+        ARGO_FILE,
+        COMPONENT_FILE,
+        PIPELINE_FILE,
+        SIDECAR_CONTAINER_FILE,
+        SIDECAR_RBAC_FILE,
+        compile_all,
+    )
 
     compile_all(tmp_path)
     committed = {COMPONENT_FILE: REPO / "components" / "elastic_train" / COMPONENT_FILE,
-                 PIPELINE_FILE: REPO / "pipelines" / PIPELINE_FILE, ARGO_FILE: REPO / "pipelines" / ARGO_FILE}
+                 PIPELINE_FILE: REPO / "pipelines" / PIPELINE_FILE, ARGO_FILE: REPO / "pipelines" / ARGO_FILE,
+                 SIDECAR_CONTAINER_FILE: REPO / "components" / "autoscale_sidecar" / SIDECAR_CONTAINER_FILE,
+                 SIDECAR_RBAC_FILE: REPO / "components" / "autoscale_sidecar" / SIDECAR_RBAC_FILE}
     for name, path in committed.items():
         assert path.read_text() == (tmp_path / name).read_text(), \
             f"{path} drifted from the code: run `edl pipeline compile --out DIR` and copy {name}"
