@@ -164,7 +164,22 @@ def _run_on_cluster(p: TrainParams, summary_path: Path) -> dict:
     code = launch(spec, opts, summary_out=summary_path)
     if code != 0:
         raise UserError(f"the job was cancelled (exit {code})")
+    _s3_env_from_secret(namespace, p.s3_secret)  # this step copies the model out of MinIO itself
     return json.loads(summary_path.read_text())
+
+
+def _s3_env_from_secret(namespace: str, name: str) -> None:
+    """Put the Secret's S3 settings into this process's environment (never into argv or files)."""
+    import base64
+
+    from edl.cluster.kubernetes import KubeApi, load_api_client
+
+    secret = KubeApi(load_api_client(), namespace).get("secrets", name)
+    if secret is None:
+        raise UserError(f"pipeline parameter s3_secret: no Secret {name!r} in namespace {namespace!r}")
+    for key, value in (secret.get("data") or {}).items():
+        if key.startswith("AWS_"):
+            os.environ[key] = base64.b64decode(value).decode()
 
 
 def _copy_model(uri: str | None, model_dir: Path) -> None:
