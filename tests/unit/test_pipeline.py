@@ -74,9 +74,9 @@ def test_the_component_loads_and_declares_its_interface():
     comp = components.load_component_from_file(str(REPO / "components" / "elastic_train" /
                                                    "elastic_train.component.yaml"))
     spec = comp.component_spec
-    assert {"data", "warm_start", "min_trainers", "max_trainers", "checkpoint_uri", "s3_secret",
+    assert {"data", "data_uri", "warm_start", "min_trainers", "max_trainers", "checkpoint_uri", "s3_secret",
             "priority_class", "trainer_gpu"} <= set(spec.inputs)
-    assert spec.inputs["warm_start"].optional
+    assert spec.inputs["warm_start"].optional and spec.inputs["data"].optional
     assert {"model", "metrics", "summary", "timeline"} <= set(spec.outputs)
     assert spec.outputs["model"].type.startswith("system.Model")
     assert spec.outputs["metrics"].type.startswith("system.Metrics")
@@ -161,3 +161,37 @@ def test_registry_publishes_only_better_models_and_offers_the_warm_start(tmp_pat
     assert published(str(registry))["accuracy"] == 0.9 and where.endswith("current")
     assert warm_start_uri(str(registry)).endswith("current")
     assert not beats_published(0.9, str(registry)) and beats_published(0.91, str(registry))
+
+
+def test_on_a_cluster_the_step_launches_with_the_parameters_mapped(monkeypatch, tmp_path):
+    """The cluster path of the step with ``launch`` faked (it is tested for real against the Kubernetes doubles)."""
+    import json as _json
+
+    from edl.launcher import kube
+    from edl.pipeline import step
+
+    seen = {}
+
+    def fake_launch(spec, opts, summary_out=None, **kw):
+        seen.update(spec=spec, opts=opts)
+        summary_out.write_text(_json.dumps({"status": "succeeded", "final_model_uri": "s3://c/job/model"}))
+        return 0
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setattr(kube, "launch", fake_launch)
+    monkeypatch.setattr(step, "_s3_env_from_secret", lambda ns, name: seen.update(secret=(ns, name)))
+    monkeypatch.setattr(step, "_copy_model", lambda uri, path: seen.update(copied=uri))
+    p = TrainParams(data_uri="s3://d/digits", checkpoint_uri="s3://c/job", s3_secret="minio", namespace="ml",
+                    job_name="job", min_trainers=2, max_trainers=6, trainer_cpu="4", trainer_memory="8Gi",
+                    trainer_gpu=1, priority_class="batch", sidecar_period_s=5, sidecar_jitter_s=1)
+    summary = step.run_elastic_train(p, tmp_path / "model", tmp_path / "summary.json")
+    assert summary["status"] == "succeeded" and seen["copied"] == "s3://c/job/model"
+    o, s = seen["opts"], seen["spec"]
+    assert (o.namespace, o.s3_secret, o.trainer_cpu, o.trainer_memory, o.trainer_gpu, o.priority_class) == \
+        ("ml", "minio", "4", "8Gi", 1, "batch")
+    assert (o.sidecar_period_s, o.sidecar_jitter_s) == (5, 1) and seen["secret"] == ("ml", "minio")
+    assert (s.min_trainers, s.max_trainers, s.trainers, s.audit) == (2, 6, 2, False)
+    with pytest.raises(UserError, match="pipeline parameter checkpoint_uri"):
+        step.run_elastic_train(dataclasses.replace(p, checkpoint_uri="/local"), tmp_path / "m", tmp_path / "s.json")
+    with pytest.raises(UserError, match="pipeline parameter s3_secret"):
+        step.run_elastic_train(dataclasses.replace(p, s3_secret=""), tmp_path / "m", tmp_path / "s.json")

@@ -25,7 +25,6 @@ def prepare_data(dataset: Output[Dataset], kind: str = "digits", rows: int = 200
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def elastic_train(
-    data: Input[Dataset],
     model: Output[Model],
     metrics: Output[Metrics],
     summary: Output[Artifact],
@@ -51,9 +50,12 @@ def elastic_train(
     capacity_schedule: str = "",
     job_name: str = "",
     audit: bool = False,
+    data_uri: str = "",
+    data: Input[Dataset] = None,
     warm_start: Input[Model] = None,
 ):
-    """Elastic data-parallel training of ``model_def`` on ``data``: a master, an autoscale sidecar and
+    """Elastic data-parallel training of ``model_def`` on ``data`` (a Dataset artifact) or ``data_uri``
+    (s3://bucket/prefix, or a directory locally): a master, an autoscale sidecar and
     min..max trainers (pods on a cluster, processes locally); the exported model goes to ``model``.
 
     Re-running the step (KFP retry) adopts the job the first attempt created and resumes from its
@@ -71,7 +73,7 @@ def elastic_train(
     if warm_start is not None:
         start_from = artifact_uri(warm_start.uri, warm_start.path)
     params = TrainParams(
-        data_uri=artifact_uri(data.uri, data.path), model_def=model_def, epochs=epochs, batch_size=batch_size,
+        data_uri=artifact_uri(data.uri, data.path) if data is not None else data_uri, model_def=model_def, epochs=epochs, batch_size=batch_size,
         learning_rate=learning_rate, min_trainers=min_trainers, max_trainers=max_trainers,
         initial_trainers=initial_trainers, trainer_cpu=trainer_cpu, trainer_memory=trainer_memory,
         trainer_gpu=trainer_gpu, priority_class=priority_class, checkpoint_uri=checkpoint_uri, s3_secret=s3_secret,

@@ -61,7 +61,7 @@ class TrainParams:
             if not ok:
                 raise UserError(f"pipeline parameter {name}: {why}")
 
-        need(bool(self.data_uri), "data", "no data set given")
+        need(bool(self.data_uri), "data", "no data set given (connect a Dataset or set data_uri)")
         need(self.epochs >= 1, "epochs", f"must be at least 1 (got {self.epochs})")
         need(self.batch_size >= 1, "batch_size", f"must be at least 1 (got {self.batch_size})")
         need(self.learning_rate > 0, "learning_rate", f"must be positive (got {self.learning_rate})")
