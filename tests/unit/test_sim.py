@@ -113,3 +113,15 @@ def test_seed_case2_targets_exceed_what_any_policy_can_pack():
 
     b = utilization_bound(load("seed-case2"), "edl")
     assert 0.9 < b["mean"] < 0.92 and 0.9 < b["offpeak_mean"] < 0.92
+
+
+@pytest.mark.parametrize("policy", ["edl2017", "edl"])
+def test_skipping_decisions_that_cannot_differ_changes_nothing(policy):
+    """The engine reuses the last plan when nothing the policy reads has changed (pods, jobs,
+    targets; remaining work only through the completion order): the runs must be identical."""
+    for scenario in (parse(SMALL), load("seed-case2")):
+        fast, full = Simulation(scenario, policy), Simulation(scenario, policy, reuse_plans=False)
+        a, b = fast.run(), full.run()
+        a.pop("wall_s"), b.pop("wall_s")
+        assert a == b
+        assert fast.decisions < full.decisions

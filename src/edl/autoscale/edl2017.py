@@ -33,6 +33,10 @@ class Edl2017:
     def __init__(self, max_load: float = MAX_LOAD) -> None:
         self.max_load = max_load
 
+    @staticmethod
+    def remaining_key(jobs) -> tuple:
+        return ()  # remaining work plays no part in this policy
+
     def considered(self, snapshot: Snapshot) -> list[JobDemand]:
         pods = pods_by_job(snapshot.pods)
         running, pending = [], []

@@ -64,13 +64,21 @@ def completion_weights(jobs: list[JobDemand]) -> dict[str, float]:
     p = min(0.9, max(0.0, sum(scaling_exponent(j, even) for j in jobs) / len(jobs)))
     c = 1.0 / (1.0 - p)
     m = len(jobs)
-    # Order by remaining time at the job's own size or an even split, whichever is larger:
-    # a job that holds many trainers keeps its rank (no flip-flop between near-equal jobs,
-    # each flip costs both a pause), while a newcomer is judged by what it would get.
-    # The name breaks ties so that every sidecar computes the same order.
-    order = sorted(jobs, key=lambda j: (-(j.remaining or 0.0) / max(j.speed(max(j.current, even)), 1e-9), j.name))
+    order = completion_order(jobs)
     share = {j.name: (i / m) ** c - ((i - 1) / m) ** c for i, j in enumerate(order, start=1)}
     return {name: max(s * m, 1e-3) for name, s in share.items()}
+
+
+def completion_order(jobs: list[JobDemand]) -> list[JobDemand]:
+    """Most remaining time first: the order heSRPT shares follow.
+
+    Remaining time is taken at the job's own size or an even split, whichever is larger:
+    a job that holds many trainers keeps its rank (no flip-flop between near-equal jobs,
+    each flip costs both a pause), while a newcomer is judged by what it would get. The
+    name breaks ties so that every sidecar computes the same order.
+    """
+    even = max(1, sum(j.current for j in jobs) // max(1, len(jobs)))
+    return sorted(jobs, key=lambda j: (-(j.remaining or 0.0) / max(j.speed(max(j.current, even)), 1e-9), j.name))
 
 
 class EdlPolicy:
@@ -124,6 +132,14 @@ class EdlPolicy:
             if have < target[j.name]:
                 target[j.name] = max(min(plan[j.name], have) if have >= j.min else j.min, j.min)
         return target
+
+    @staticmethod
+    def remaining_key(jobs: tuple[JobDemand, ...]) -> tuple:
+        """All this policy reads of the jobs' remaining work: the completion order per priority
+        level. Two snapshots that differ only in remaining work but share this key get the same plan."""
+        levels = sorted({j.priority for j in jobs})
+        return tuple((level, tuple(j.name for j in completion_order(
+            [j for j in jobs if j.priority == level and j.remaining is not None]))) for level in levels)
 
     @staticmethod
     def weights(jobs: tuple[JobDemand, ...]) -> dict[str, float]:

@@ -20,6 +20,11 @@ class Policy(Protocol):
         """Target trainer count for every job in ``snapshot.jobs``, each within its min..max."""
         ...
 
+    def remaining_key(self, jobs: tuple) -> tuple:
+        """What the decision reads of the jobs' remaining work (it changes every instant; the
+        plan does not, unless this key does). Lets a caller skip a decision that cannot differ."""
+        ...
+
 
 def get_policy(name: str) -> Policy:
     from edl.autoscale.edl2017 import Edl2017

@@ -61,14 +61,16 @@ class JobState:
     trainer_samples: list[int] = field(default_factory=list)
     cancelled: bool = False  # its launcher removed it
     curve: tuple[float, ...] = ()  # throughput with n trainers, n = 0..max (computed once)
+    roles: tuple[str, ...] = ()  # its pods' roles other than trainer: fixed pods, and a launcher's master
 
     def __post_init__(self) -> None:
         self.curve = tuple(self.spec.throughput(n) for n in range(max(self.spec.max, self.spec.static) + 1))
+        self.roles = (*dict.fromkeys(f.role for f in self.spec.fixed_pods if f.role != "trainer"), "master")
 
 
 class Simulation:
     def __init__(self, scenario: Scenario, policy: str, seed: int = 0, check_invariants: bool = True,
-                 external: frozenset[str] = frozenset()) -> None:
+                 external: frozenset[str] = frozenset(), reuse_plans: bool = True) -> None:
         self.sc = scenario
         # Jobs whose trainers a real launcher and sidecar manage through ``edl.sim.backend``:
         # the built-in controllers and autoscaler leave them alone.
@@ -97,6 +99,18 @@ class Simulation:
         self._nodes_view: tuple[Node, ...] | None = None
         self.running_cpu = 0.0  # CPU requests of running pods, kept as pods start and go
         self.now = 0.0  # virtual time of the current tick
+        # Anything the policy sees changed since its last decision (pods, jobs, targets)? If not,
+        # and the jobs' completion order is the same, the pure policy would plan the same: skip.
+        self.changed = True
+        self._last_key: tuple | None = None
+        self.reuse_plans = reuse_plans
+        self.decisions = 0
+        # Incremental bookkeeping, so that a tick costs what changes, not what exists:
+        self.pending: dict[int, SimPod] = {}  # waiting for a node
+        self.starting: dict[int, SimPod] = {}  # bound, not running yet
+        self.terminating: dict[int, SimPod] = {}  # in their grace period
+        self.active: dict[tuple[str, str], int] = {}  # (owner, role) -> pods not terminating
+        self.running_active: dict[tuple[str, str], int] = {}  # ... of which running
         self.events: list[tuple[float, str, str, str]] = []  # (time, job, reason, message) from launchers
 
     # ------------------------------------------------------------------ pods
@@ -108,20 +122,40 @@ class Simulation:
         self.pods[pod.id] = pod
         self.by_owner.setdefault(owner, {})[pod.id] = pod
         self.next_id += 1
+        self.changed = True
+        self.pending[pod.id] = pod
+        key = (owner, role)
+        self.active[key] = self.active.get(key, 0) + 1
         return pod
+
+    def _deactivate(self, pod: SimPod) -> None:
+        """The pod stops counting for its owner (it terminates or is gone)."""
+        key = (pod.owner, pod.role)
+        self.active[key] -= 1
+        if pod.running:
+            self.running_active[key] -= 1
 
     def _delete(self, pod: SimPod, t: float | None = None) -> None:
         """Delete now (``t`` None), or start the pod's grace period: it holds its node until then."""
+        self.changed = True
         if t is not None and pod.node is not None and pod.grace_s > 0:
             if pod.terminating_until is None:
                 pod.terminating_until = t + pod.grace_s
+                self._deactivate(pod)
+                self.starting.pop(pod.id, None)
+                self.terminating[pod.id] = pod
             return
+        if pod.terminating_until is None:
+            self._deactivate(pod)
         if pod.node is not None:
             self.used[pod.node] -= pod.req
         if pod.running:
             self.running_cpu -= pod.req[0]
         del self.pods[pod.id]
         del self.by_owner[pod.owner][pod.id]
+        self.pending.pop(pod.id, None)
+        self.starting.pop(pod.id, None)
+        self.terminating.pop(pod.id, None)
 
     def _owned(self, owner: str, role: str | None = None) -> list[SimPod]:
         return [p for p in self.by_owner.get(owner, {}).values() if p.terminating_until is None
@@ -129,6 +163,8 @@ class Simulation:
 
     def _reconcile(self, owner: str, kind: str, role: str, want: int, req: Resources, prio: int, t: float,
                    startup: float, grace_s: float = 0.0) -> None:
+        if self.active.get((owner, role), 0) == want:
+            return  # the common case, without looking at the pods
         have = self._owned(owner, role)
         for _ in range(want - len(have)):
             self._create(owner, kind, role, req, prio, t, startup, grace_s)
@@ -152,6 +188,7 @@ class Simulation:
                 continue
             if not js.submitted:
                 js.submitted = True
+                self.changed = True
                 js.target = j.static if self.policy is None else j.min
             for f in j.fixed_pods:
                 self._reconcile(j.name, "job", f.role, f.count, f.pod, j.priority, t, j.startup_s)
@@ -163,17 +200,18 @@ class Simulation:
             self._reconcile(j.name, "job", "trainer", js.target, j.trainer, j.priority, t, j.startup_s, grace)
 
     # ------------------------------------------------------------- autoscaler
-    def snapshot(self, t: float) -> Snapshot:
-        if self._nodes_view is None:
-            self._nodes_view = tuple(Node(n, Resources(*a)) for n, a in zip(self.node_names, self.alloc))
-        pods = tuple(self._view(p) for p in self.pods.values())
-        nodes = self._nodes_view
-        jobs = tuple(
+    def _demands(self) -> tuple[JobDemand, ...]:
+        return tuple(
             JobDemand(js.spec.name, js.spec.min, js.spec.max, js.target, js.spec.trainer, js.spec.priority,
                       js.curve, js.spec.rescale_cost_s,
                       None if js.spec.work is None else max(0.0, js.spec.work - js.done))
-            for js in self.jobs.values() if js.submitted and js.completed_at is None)
-        return Snapshot(nodes, pods, jobs, t)
+            for js in self.jobs.values() if js.submitted and js.completed_at is None and not js.cancelled)
+
+    def snapshot(self, t: float, jobs: tuple[JobDemand, ...] | None = None) -> Snapshot:
+        if self._nodes_view is None:
+            self._nodes_view = tuple(Node(n, Resources(*a)) for n, a in zip(self.node_names, self.alloc))
+        pods = tuple(self._view(p) for p in self.pods.values())
+        return Snapshot(self._nodes_view, pods, self._demands() if jobs is None else jobs, t)
 
     def _view(self, p: SimPod) -> Pod:
         """What the sidecar's informer would hold for this pod (rebuilt only when it changes)."""
@@ -192,22 +230,29 @@ class Simulation:
     def _autoscale(self, t: float) -> None:
         if self.policy is None:
             return
-        snap = self.snapshot(t)
-        if not snap.jobs:
+        jobs = self._demands()
+        if not jobs:
             return
+        key = self.policy.remaining_key(jobs)
+        if self.reuse_plans and not self.changed and key == self._last_key:
+            return  # the same input up to remaining work, the same completion order: the same plan
+        snap = self.snapshot(t, jobs)
         plan = self.policy.decide(snap)
+        self.decisions += 1
+        self.changed, self._last_key = False, key
         for name, n in plan.items():
             if name in self.external:
                 continue  # sized by its own sidecar
             js = self.jobs[name]
             if not js.spec.min <= n <= js.spec.max:
                 raise AssertionError(f"policy planned {n} trainers for {name} outside {js.spec.min}..{js.spec.max}")
-            js.target = n
+            if js.target != n:
+                js.target = n
+                self.changed = True
 
     # -------------------------------------------------------------- scheduler
     def _schedule(self, t: float) -> None:
-        pending = sorted((p for p in self.pods.values() if p.node is None and p.terminating_until is None),
-                         key=lambda p: (-p.priority, p.created, p.id))
+        pending = sorted(self.pending.values(), key=lambda p: (-p.priority, p.created, p.id))
         for p in pending:
             if p.id not in self.pods:
                 continue  # preempted while we went
@@ -226,6 +271,9 @@ class Simulation:
                     continue
             p.node, p.bound_at = node, t
             self.used[node] += p.req
+            self.changed = True
+            del self.pending[p.id]
+            self.starting[p.id] = p
 
     def _preempt(self, p: SimPod) -> int | None:
         """Evict strictly lower-priority pods from the node where the fewest must go."""
@@ -252,21 +300,26 @@ class Simulation:
 
     # ------------------------------------------------------------- the clock
     def _start_and_progress(self, t: float, dt: float) -> None:
-        for p in list(self.pods.values()):
+        for p in sorted([*self.terminating.values(), *self.starting.values()], key=lambda p: p.id):
             if p.terminating_until is not None:
                 if t >= p.terminating_until:
                     self._delete(p)
-            elif p.node is not None and not p.running and t >= p.bound_at + p.startup:
+            elif t >= p.bound_at + p.startup:
                 p.running = True
                 self.running_cpu += p.req[0]
+                self.changed = True
+                del self.starting[p.id]
+                key = (p.owner, p.role)
+                self.running_active[key] = self.running_active.get(key, 0) + 1
         for js in self.jobs.values():
             if not js.submitted or js.completed_at is not None:
                 continue
-            pods = self._owned(js.spec.name)
-            if js.first_running_at is None and any(p.running for p in pods):
+            name = js.spec.name
+            roles = [(name, "trainer"), *((name, r) for r in js.roles)]
+            if js.first_running_at is None and any(self.running_active.get(k, 0) for k in roles):
                 js.first_running_at = t
-            running = sum(1 for p in pods if p.role == "trainer" and p.running)
-            fixed_ok = all(p.running for p in pods if p.role != "trainer")
+            running = self.running_active.get((name, "trainer"), 0)
+            fixed_ok = all(self.running_active.get(k, 0) == self.active.get(k, 0) for k in roles[1:])
             js.trainer_samples.append(running)
             if running != js.last_running:
                 if js.last_running > 0 and running > 0:
@@ -284,7 +337,7 @@ class Simulation:
         running_cpu = self.running_cpu
         svc = {}
         for s in self.sc.services:
-            n = sum(1 for p in self._owned(s.name) if p.running)
+            n = self.running_active.get((s.name, "replica"), 0)
             svc[s.name] = (n, s.target(t))
             inc = self._open_increase[s.name]
             if inc is not None and n >= min(inc[1], s.target(t)):
@@ -329,6 +382,7 @@ class Simulation:
         self.alloc[node] = 0.0
         self.used[node] = 0.0
         self._nodes_view = None
+        self.changed = True
         return lost
 
     # ---------------------------------------------------------------- report
