@@ -196,7 +196,10 @@ class EdlPolicy:
         if fair <= j.current:
             return fair  # shrinking hands capacity back now
         if j.rescale_cost_s > 0 and j.current >= 1:
-            gained = (j.speed(fair) - j.speed(j.current)) * self.horizon_s
+            horizon = self.horizon_s
+            if j.remaining is not None and j.speed(j.current) > 0:
+                horizon = min(horizon, j.remaining / j.speed(j.current))  # no gain after the job is done
+            gained = (j.speed(fair) - j.speed(j.current)) * horizon
             lost = j.speed(j.current) * j.rescale_cost_s
             if gained <= lost:
                 return max(j.current, j.min)
