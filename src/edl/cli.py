@@ -325,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="kubeconfig to use outside a cluster (default: in-cluster config, else ~/.kube/config)")
     sc2.set_defaults(fn=cmd_sidecar)
 
-    de = sub.add_parser("demo", help="run the retraining pipeline on this machine (kfp.local), about 2 minutes",
+    de = sub.add_parser("demo", help="run the retraining pipeline on this machine (kfp.local), about a minute",
                         description="Prepare digits, train elastically while other tenants take and return trainer "
                                     "slots, evaluate on held-out data and publish the model to a local registry if "
                                     "it is better: the same KFP pipeline as on a cluster, run by kfp.local. Writes "
