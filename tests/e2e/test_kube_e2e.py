@@ -60,38 +60,114 @@ def test_rendered_objects_pass_server_side_validation(kube):
     _dry_run(kube, m.trainer_pod(spec, opts, "edl-e2e-render-trainer-1"))
 
 
-@pytest.mark.skipif(not (os.environ.get("EDL_E2E_IMAGE") and os.environ.get("EDL_E2E_S3_SECRET")
-                         and os.environ.get("EDL_E2E_DATA")),
-                    reason="needs EDL_E2E_IMAGE, EDL_E2E_S3_SECRET and EDL_E2E_DATA")
-def test_launcher_pod_runs_a_job_and_leaves_nothing_behind(kube):
+needs_image = pytest.mark.skipif(
+    not (os.environ.get("EDL_E2E_IMAGE") and os.environ.get("EDL_E2E_S3_SECRET") and os.environ.get("EDL_E2E_DATA")),
+    reason="needs EDL_E2E_IMAGE, EDL_E2E_S3_SECRET and EDL_E2E_DATA")
+
+
+def _launcher(kube, job: str, *extra: str, epochs: int = 3) -> str:
+    """A launcher pod running `edl launch` in the cluster, as a pipeline step would."""
     image = os.environ["EDL_E2E_IMAGE"]
-    job = f"e2e-{uuid.uuid4().hex[:6]}"
     for obj in m.rbac(NS):
         try:
             kube.create(obj)
         except Exception:  # noqa: BLE001 - cluster-scoped RBAC may need an admin; then apply it beforehand
             pass
     args = ["launch", "--job-name", job, "--model-def", "edl.zoo.digits", "--data", os.environ["EDL_E2E_DATA"],
-            "--epochs", "3", "--batch-size", "32", "--min-trainers", "1", "--max-trainers", "2",
-            "--checkpoint-uri", f"s3://edl-e2e/{job}", "--namespace", NS, "--image", image,
-            "--trainer-image", image, "--trainer-cpu", "500m", "--trainer-memory", "1Gi",
-            "--s3-secret", os.environ["EDL_E2E_S3_SECRET"]]
+            "--epochs", str(epochs), "--batch-size", "32", "--min-trainers", "1", "--max-trainers", "2",
+            "--checkpoint-uri", f"s3://edl-e2e/{job}", "--checkpoint-interval", "5", "--namespace", NS,
+            "--image", image, "--trainer-image", image, "--trainer-cpu", "500m", "--trainer-memory", "1Gi",
+            "--s3-secret", os.environ["EDL_E2E_S3_SECRET"], *extra]
     env = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
            {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
-    kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{job}-launcher", "namespace": NS},
+    name = f"{job}-launcher"
+    kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
                  "spec": {"serviceAccountName": m.LAUNCHER_SA, "restartPolicy": "Never",
+                          "terminationGracePeriodSeconds": 30,
                           "containers": [{"name": "launch", "image": image, "command": ["edl"], "args": args,
                                           "env": env, "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
                                                                     "limits": {"cpu": "1", "memory": "1Gi"}}}]}})
-    deadline = time.monotonic() + 800
-    phase = None
+    return name
+
+
+def _phase(kube, name: str) -> str | None:
+    return ((kube.get("pods", name) or {}).get("status") or {}).get("phase")
+
+
+def _wait(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        phase = ((kube.get("pods", f"{job}-launcher") or {}).get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            break
+        value = pred()
+        if value:
+            return value
         time.sleep(2)
-    assert phase == "Succeeded"
-    assert kube.list("pods", f"edl.dev/job={job}") == []
-    assert kube.get("services", m.names(job)["service"]) is None
-    assert kube.get("secrets", m.names(job)["secret"]) is None
-    kube.delete("pods", f"{job}-launcher")
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _log(kube, name: str) -> str:
+    from kubernetes import client
+
+    return client.CoreV1Api(kube.api_client).read_namespaced_pod_log(name, NS)
+
+
+def _nothing_left(kube, job: str) -> bool:
+    return (not kube.list("pods", f"edl.dev/job={job}") and kube.get("services", m.names(job)["service"]) is None
+            and kube.get("secrets", m.names(job)["secret"]) is None)
+
+
+@needs_image
+def test_launcher_pod_runs_a_job_and_leaves_nothing_behind(kube):
+    job = f"e2e-{uuid.uuid4().hex[:6]}"
+    name = _launcher(kube, job)
+    assert _wait(lambda: _phase(kube, name) in ("Succeeded", "Failed") and _phase(kube, name), 800,
+                 "the launcher to end") == "Succeeded", _log(kube, name)
+    assert _nothing_left(kube, job)
+    kube.delete("pods", name)
+
+
+@needs_image
+def test_deleting_the_launcher_pod_removes_every_object_within_25_s(kube):
+    job = f"e2e-{uuid.uuid4().hex[:6]}"
+    name = _launcher(kube, job, epochs=400)
+    _wait(lambda: kube.list("pods", f"edl.dev/job={job},edl.dev/role=trainer"), 600, "a trainer pod")
+    t0 = time.monotonic()
+    kube.delete("pods", name)  # what KFP terminate and Argo stop do: SIGTERM, then SIGKILL after the grace period
+    _wait(lambda: _nothing_left(kube, job), 60, "the job's objects to go")
+    assert time.monotonic() - t0 <= 25
+
+
+@needs_image
+def test_a_lost_master_pod_is_recreated_and_the_job_succeeds(kube):
+    job = f"e2e-{uuid.uuid4().hex[:6]}"
+    name = _launcher(kube, job, epochs=30)
+    master = m.names(job)["master"]
+    _wait(lambda: _phase(kube, master) == "Running", 600, "the master")
+    uid = kube.get("pods", master)["metadata"]["uid"]
+    kube.delete("pods", master, grace_s=0)
+    _wait(lambda: (kube.get("pods", master) or {"metadata": {"uid": uid}})["metadata"]["uid"] != uid, 120,
+          "a new master pod")
+    assert _wait(lambda: _phase(kube, name) in ("Succeeded", "Failed") and _phase(kube, name), 900,
+                 "the launcher to end") == "Succeeded", _log(kube, name)
+    kube.delete("pods", name)
+
+
+@needs_image
+def test_an_oom_killed_trainer_fails_the_job_naming_the_memory_limit(kube):
+    job = f"e2e-{uuid.uuid4().hex[:6]}"
+    name = _launcher(kube, job, "--trainer-memory", "48Mi")  # PaddlePaddle alone needs more
+    assert _wait(lambda: _phase(kube, name) in ("Succeeded", "Failed") and _phase(kube, name), 600,
+                 "the launcher to end") == "Failed"
+    log = _log(kube, name)
+    assert "OOMKilled" in log and "48Mi" in log
+    assert _nothing_left(kube, job)
+    kube.delete("pods", name)
+
+
+@needs_image
+def test_trainers_that_cannot_be_scheduled_are_reported(kube):
+    job = f"e2e-{uuid.uuid4().hex[:6]}"
+    name = _launcher(kube, job, "--trainer-cpu", "1000", "--pending-timeout", "10", epochs=400)
+    _wait(lambda: any(e["reason"] == "TrainersUnschedulable" and e["involvedObject"]["name"] == name
+                      for e in kube.list("events")), 300, "an unschedulable report")
+    kube.delete("pods", name)
+    _wait(lambda: _nothing_left(kube, job), 60, "the job's objects to go")
