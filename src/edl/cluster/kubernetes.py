@@ -92,8 +92,6 @@ class KubeApi:
             fn = getattr(api, f"{verb}_{suffix}")
         try:
             resp = fn(*args, _preload_content=False, **kw)
-        except ApiException:
-            raise
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise TemporaryError(f"Kubernetes API unreachable: {e}") from e
         return json.loads(resp.data) if resp.data else None

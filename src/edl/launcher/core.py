@@ -137,6 +137,7 @@ class Launcher:
         self.master_restarts = 0
         self.counter = 0
         self.endpoint: MasterEndpoint | None = None
+        self.last_status: dict | None = None  # the master's status as the last tick read it
         self.master: MasterApi | None = None
         self.cancelled = False
 
@@ -179,6 +180,7 @@ class Launcher:
         st = self.master.get("/v1/status")
         if st is None:
             return None
+        self.last_status = st
         if st["status"] != "running":
             return st
         self._apply(st)
@@ -242,10 +244,8 @@ class Launcher:
             st = self.tick()
             if st is not None:
                 return st
-            if view is not None and self.master is not None:
-                last = self.master.get("/v1/status")
-                if last is not None:
-                    view.show(last)
+            if view is not None and self.last_status is not None:
+                view.show(self.last_status)  # what this round's tick read: no second request
             self.sleep(poll_s)
 
     # ----------------------------------------------------------- endings
