@@ -129,7 +129,8 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from edl.sim.report import plot, simulate, write_json
+    from edl.files import write_json_atomic
+    from edl.sim.report import plot, simulate
     from edl.sim.scenario import load
 
     if a.runs < 1:
@@ -161,7 +162,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
                   f"{r['rescale_events']:.0f}")
     Console().print(t)
     if a.out:
-        write_json(Path(a.out), reports[0] if len(reports) == 1 else {"compare": reports})
+        write_json_atomic(Path(a.out), reports[0] if len(reports) == 1 else {"compare": reports})
     return 0
 
 

@@ -7,12 +7,25 @@ leaves no orphans behind; their output goes to one log file each.
 from __future__ import annotations
 
 import ctypes
+import logging
+import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from edl.autoscale.model import PodPhase
+from edl.cluster.interface import MasterEndpoint, TrainerExit, TrainerPod
+from edl.errors import UserError
+from edl.files import write_json_atomic
+from edl.jobargs import spec_to_argv
+from edl.master.job import JobSpec
+from edl.net import free_port
+
+log = logging.getLogger("edl.launcher")
 
 _PR_SET_PDEATHSIG = 1
 
@@ -90,11 +103,7 @@ class LocalCluster:
     and ``edl scale`` can reach the master.
     """
 
-    def __init__(self, spec, job_dir: Path, env: dict[str, str]) -> None:
-        import secrets
-
-        from edl.net import free_port
-
+    def __init__(self, spec: JobSpec, job_dir: Path, env: dict[str, str]) -> None:
         self.spec = spec
         self.dir = job_dir
         self.procs = LocalProcesses(job_dir / "logs", env)
@@ -105,30 +114,19 @@ class LocalCluster:
         self.procs_by_name: dict[str, Proc] = {}
 
     def _save(self) -> None:
-        import json
-        import os
-
-        path = self.dir / "job.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({
+        write_json_atomic(self.dir / "job.json", {
             "job": self.spec.job, "address": self.address, "token": self.token, "launcher_pid": os.getpid(),
             "master_pid": self.master.pid if self.master else None,
             "trainers": {k: p.pid for k, p in self.procs_by_name.items() if p.poll() is None},
-        }, indent=2) + "\n")
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        }, mode=0o600)  # it holds the job token
 
     def _spawn_master(self) -> None:
-        from edl.jobargs import spec_to_argv
-
         self.master = self.procs.spawn("master", ["master", *spec_to_argv(self.spec), "--port", str(self.port)],
                                        {"EDL_TOKEN": self.token})
         self._save()
 
     # ------------------------------------------------------------ Cluster
-    def ensure_job(self):
-        from edl.cluster.interface import MasterEndpoint
-
+    def ensure_job(self) -> MasterEndpoint:
         self._spawn_master()
         return MasterEndpoint(self.address, self.token, adopted=False)
 
@@ -136,16 +134,11 @@ class LocalCluster:
         return self.master is not None and self.master.poll() is None
 
     def recreate_master(self) -> None:
-        from edl.errors import UserError
-
         if self.master is not None and self.master.poll() == 2:  # it refused the job: restarting cannot help
             raise UserError(self.master.last_line().removeprefix("edl: error: ") or "the master refused the job")
         self._spawn_master()
 
-    def trainers(self):
-        from edl.autoscale.model import PodPhase
-        from edl.cluster.interface import TrainerExit, TrainerPod
-
+    def trainers(self) -> list[TrainerPod]:
         out = []
         for name, p in self.procs_by_name.items():
             code = p.poll()
@@ -182,6 +175,4 @@ class LocalCluster:
         self.procs_by_name.clear()
 
     def record(self, reason: str, message: str, warning: bool = False) -> None:
-        import logging
-
-        logging.getLogger("edl.launcher").log(logging.WARNING if warning else logging.INFO, "%s: %s", reason, message)
+        log.log(logging.WARNING if warning else logging.INFO, "%s: %s", reason, message)

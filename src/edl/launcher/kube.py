@@ -9,7 +9,6 @@ Exit code: 0 when the job succeeded, non-zero with the reason otherwise.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -21,6 +20,7 @@ from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
 from edl.cluster.kubernetes import KubeApi, load_api_client
 from edl.errors import PermanentError, UserError
+from edl.files import write_json_atomic
 from edl.launcher.core import Cancelled, Launcher, ProgressView
 from edl.master.job import JobSpec
 
@@ -66,10 +66,7 @@ def launch(spec: JobSpec, opts: m.K8sOptions, *, kubeconfig: str | None = None, 
         summary.update(trainer_failures=launcher.failures, trainer_relaunches=launcher.relaunches,
                        unschedulable_trainers=launcher.unschedulable, master_restarts=launcher.master_restarts)
         if summary_out is not None:
-            summary_out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = summary_out.with_suffix(summary_out.suffix + ".tmp")
-            tmp.write_text(json.dumps(summary, indent=2) + "\n")
-            tmp.replace(summary_out)
+            write_json_atomic(summary_out, summary)
         if summary["status"] != "succeeded":
             raise PermanentError(f"job {spec.job} failed: {summary.get('error')}")
         cluster.record("JobSucceeded", f"{summary['epochs_completed']} epochs; model at {summary['final_model_uri']}")

@@ -27,6 +27,7 @@ from edl.autoscale.run import HttpMasterLink
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.data.dataset import Dataset
 from edl.errors import PermanentError, UserError
+from edl.files import write_json_atomic
 from edl.cluster.local import LocalCluster
 from edl.master.job import JobSpec
 from edl.launcher.core import Launcher, ProgressView
@@ -58,13 +59,6 @@ def local_job_status(job: str, home: Path | None = None, timeout_s: float = 3.0)
         return r.json() if r.status_code == 200 else None
     except (UserError, OSError, ValueError, KeyError, httpx.HTTPError):
         return None
-
-
-def write_json_atomic(path: Path, data: dict, mode: int = 0o644) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -169,7 +163,6 @@ class LocalLauncher:
         summary["trainer_failures"] = launcher.failures
         summary["master_restarts"] = launcher.master_restarts
         if self.summary_out:
-            self.summary_out.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.summary_out, summary)
         if summary["status"] == "succeeded":
             m = summary.get("metrics", {})
