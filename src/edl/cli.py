@@ -228,6 +228,11 @@ def cmd_k8s_render(a: argparse.Namespace) -> int:
     return 0
 
 
+def _add_kubeconfig(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", default=None,
+                   help="kubeconfig to use outside a cluster (default: in-cluster config, else ~/.kube/config)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from edl.cluster.manifests import add_k8s_arguments
     from edl.jobargs import add_job_arguments
@@ -300,8 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     la.add_argument("--max-trainer-failures", type=int, default=5,
                     help="fail the job after this many trainer crashes; preemptions do not count (default 5)")
     la.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
-    la.add_argument("--kubeconfig", default=None,
-                    help="kubeconfig to use outside a cluster (default: in-cluster config, else ~/.kube/config)")
+    _add_kubeconfig(la)
     la.add_argument("--master-via", choices=["service", "pod-ip"], default="service",
                     help="reach the master through its Service (default) or its pod IP (outside the cluster DNS)")
     la.set_defaults(fn=cmd_launch)
@@ -322,8 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc2.add_argument("--trainer-cpu", default="1", help="CPU request of one trainer pod (default 1)")
     sc2.add_argument("--trainer-memory", default="1Gi", help="memory request of one trainer pod (default 1Gi)")
     sc2.add_argument("--trainer-gpu", type=int, default=0, help="GPUs of one trainer pod (default 0)")
-    sc2.add_argument("--kubeconfig", default=None,
-                     help="kubeconfig to use outside a cluster (default: in-cluster config, else ~/.kube/config)")
+    _add_kubeconfig(sc2)
     sc2.set_defaults(fn=cmd_sidecar)
 
     de = sub.add_parser("demo", help="run the retraining pipeline on this machine (kfp.local), about a minute",
