@@ -160,10 +160,10 @@ class SimClusterView:
         return self.up
 
     def nodes(self) -> list[Node]:
-        return [n for n in self.sim.snapshot(self.sim.now).nodes if n.allocatable.cpu > 0]
+        return [n for n in self.sim.nodes_view() if n.allocatable.cpu > 0]  # a lost node has nothing left
 
     def pods(self) -> list[Pod]:
-        return list(self.sim.snapshot(self.sim.now).pods)
+        return list(self.sim.pods_view())
 
     def peer_demands(self, now: float) -> list[JobDemand]:
         return [d for d, at in self.board.values() if now - at <= self.lease_s]

@@ -207,11 +207,16 @@ class Simulation:
                       None if js.spec.work is None else max(0.0, js.spec.work - js.done))
             for js in self.jobs.values() if js.submitted and js.completed_at is None and not js.cancelled)
 
-    def snapshot(self, t: float, jobs: tuple[JobDemand, ...] | None = None) -> Snapshot:
+    def nodes_view(self) -> tuple[Node, ...]:
         if self._nodes_view is None:
             self._nodes_view = tuple(Node(n, Resources(*a)) for n, a in zip(self.node_names, self.alloc))
-        pods = tuple(self._view(p) for p in self.pods.values())
-        return Snapshot(self._nodes_view, pods, self._demands() if jobs is None else jobs, t)
+        return self._nodes_view
+
+    def pods_view(self) -> tuple[Pod, ...]:
+        return tuple(self._view(p) for p in self.pods.values())
+
+    def snapshot(self, t: float, jobs: tuple[JobDemand, ...] | None = None) -> Snapshot:
+        return Snapshot(self.nodes_view(), self.pods_view(), self._demands() if jobs is None else jobs, t)
 
     def _view(self, p: SimPod) -> Pod:
         """What the sidecar's informer would hold for this pod (rebuilt only when it changes)."""
