@@ -74,9 +74,31 @@ def test_edl_hands_capacity_back_to_pending_higher_priority_pods_at_once():
 
 
 def test_edl_shares_fairly_between_equal_jobs():
-    s = snap(nodes(2), [job("a", 12), job("b", 2), job("c", 1)])
+    s = snap(nodes(2), [job("a", 2), job("b", 2), job("c", 1)])
     plan = get_policy("edl").decide(s)
     assert sorted(plan.values()) == [6, 7, 7]
+    # A job that holds more keeps some of its lead (a held trainer counts 1.5x), never more.
+    s = snap(nodes(2), [job("a", 12), job("b", 2), job("c", 1)])
+    plan = get_policy("edl").decide(s)
+    assert sum(plan.values()) == 20
+    assert plan["a"] < 12 and plan["a"] <= 1.5 * min(plan["b"], plan["c"])
+
+
+def test_edl_gives_trainers_up_only_when_the_move_pays_for_the_pauses():
+    # b arrives and a must share. With a cheap pause the move goes through,
+    # with a pause worth more than the throughput the trainers would buy elsewhere, a keeps them.
+    def plan(cost: float) -> dict[str, int]:
+        a = job("a", 10, 1, 10, rescale_cost_s=cost)
+        b = job("b", 0, 1, 10, rescale_cost_s=cost)
+        return get_policy("edl").decide(snap(nodes(1), [a, b]))
+
+    assert plan(1.0) == {"a": 6, "b": 4}  # 6:4 rather than 5:5: a held trainer counts 1.5x
+    assert plan(100.0) == {"a": 9, "b": 1}  # only the minimum of b is forced
+
+
+def test_edl_does_not_move_a_single_trainer_between_equal_jobs():
+    a, b = job("a", 6), job("b", 4)  # 10 slots: fair is 5/5, but a move of one costs two pauses
+    assert get_policy("edl").decide(snap(nodes(1), [a, b])) == {"a": 6, "b": 4}
 
 
 def test_edl_shares_by_priority_between_training_jobs():
