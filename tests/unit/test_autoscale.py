@@ -173,11 +173,14 @@ def test_unknown_policy_is_a_user_error():
     st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4), st.integers(0, 8), st.integers(0, 2),
                        st.sampled_from([0.5, 1, 2])), min_size=1, max_size=5),
     st.integers(1, 4), st.integers(0, 12), st.sampled_from(["edl", "edl2017"]),
+    st.sampled_from([0.0, 2.0, 50.0]), st.sampled_from([None, 10.0, 1e6]),
 )
-def test_plans_respect_bounds_and_capacity(specs, n_nodes, n_web, policy):
+def test_plans_respect_bounds_and_capacity(specs, n_nodes, n_web, policy, cost, remaining):
+    # Rescale costs and remaining work exercise the rescale gates (held sizes, partial growth).
     js = []
     for i, (cur, lo, extra, prio, cpu) in enumerate(specs):
-        js.append(JobDemand(f"j{i}", lo, lo + extra, min(cur, lo + extra), Resources(cpu, 1), prio))
+        js.append(JobDemand(f"j{i}", lo, lo + extra, min(cur, lo + extra), Resources(cpu, 1), prio,
+                            rescale_cost_s=cost, remaining=remaining))
     web = [Pod(f"w{i}", Resources(1, 1), PodPhase.PENDING if i % 2 else PodPhase.RUNNING, 100,
                None if i % 2 else "n0") for i in range(n_web)]
     ns = nodes(n_nodes, cpu=8, mem=64)
