@@ -152,6 +152,19 @@ def test_completion_weights_are_deterministic_and_mean_one():
     assert completion_weights(list(reversed(jobs))) == w
 
 
+def test_completion_order_does_not_flip_between_near_equal_jobs():
+    from edl.autoscale.fair import completion_order
+
+    curve = tuple(100.0 * n ** 0.7 for n in range(41))
+    # By time alone b (292 s left) would rank before a (283 s); within 25 % of each other, the
+    # job that holds more trainers (b) ranks as the shorter one and keeps its larger share.
+    a = job("a", 4, 1, 40, throughput=curve, remaining=99_000.0)
+    b = job("b", 8, 1, 40, throughput=curve, remaining=125_000.0)
+    assert [j.name for j in completion_order([a, b])] == ["a", "b"]  # most remaining first
+    far = job("a", 4, 1, 40, throughput=curve, remaining=40_000.0)  # clearly shorter: ranks by time
+    assert [j.name for j in completion_order([far, b])] == ["b", "a"]
+
+
 def test_edl_gpu_trainers_only_on_gpu_nodes():
     g = Resources(cpu=1, memory=1, gpu=1)
     s = snap([Node("cpu0", Resources(32, 100, 0)), Node("gpu0", Resources(8, 100, 2))], [job("g", 1, trainer=g)],

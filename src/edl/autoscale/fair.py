@@ -76,12 +76,23 @@ def completion_order(jobs: list[JobDemand]) -> list[JobDemand]:
     """Most remaining time first: the order heSRPT shares follow.
 
     Remaining time is taken at the job's own size or an even split, whichever is larger:
-    a job that holds many trainers keeps its rank (no flip-flop between near-equal jobs,
-    each flip costs both a pause), while a newcomer is judged by what it would get. The
-    name breaks ties so that every sidecar computes the same order.
+    a job that holds many trainers keeps its rank, while a newcomer is judged by what it
+    would get. Times within ``ORDER_TOLERANCE`` of each other count as equal, and then the
+    job that holds more trainers ranks as the shorter one: near-equal jobs (two submitted
+    moments apart) would otherwise trade places with every step of progress, and each
+    trade costs both a pause. The name breaks the remaining ties so that every sidecar
+    computes the same order.
     """
     even = max(1, sum(j.current for j in jobs) // max(1, len(jobs)))
-    return sorted(jobs, key=lambda j: (-(j.remaining or 0.0) / max(j.speed(max(j.current, even)), 1e-9), j.name))
+
+    def key(j: JobDemand) -> tuple:
+        t = (j.remaining or 0.0) / max(j.speed(max(j.current, even)), 1e-9)
+        return -math.floor(math.log(max(t, 1e-9)) / math.log(ORDER_TOLERANCE)), j.current, j.name
+
+    return sorted(jobs, key=key)
+
+
+ORDER_TOLERANCE = 1.25  # remaining times in one band of 25 % rank by size held, not by time
 
 
 class EdlPolicy:
