@@ -125,3 +125,46 @@ def test_skipping_decisions_that_cannot_differ_changes_nothing(policy):
         a.pop("wall_s"), b.pop("wall_s")
         assert a == b
         assert fast.decisions < full.decisions
+
+
+def test_a_job_start_is_not_a_rescale():
+    """As edl's master does, the first generation forms once every trainer asked for runs
+    (start-up jitter spreads them over ticks), or after the start grace with what runs."""
+    import copy
+
+    d = copy.deepcopy(SMALL)
+    d["services"] = []
+    d["jobs"][0].update(count=1, startup_s=5, static=6)  # 6 trainers start 4-6 s after binding
+    sim = Simulation(parse(d), "off", seed=3)
+    r = sim.run()
+    js = sim.jobs["j"]
+    assert r["rescale_events"] == 0
+    assert js.formed_at is not None and js.formed_at > js.started_at  # waited for the stragglers
+    # No work was done before the generation formed: the job needs its whole run after it.
+    assert js.completed_at - js.formed_at >= 4000 / js.curve[6] - 1
+
+
+def test_a_job_whose_trainers_cannot_all_run_starts_after_the_grace():
+    import copy
+
+    from edl.sim.engine import START_GRACE_S
+
+    d = copy.deepcopy(SMALL)
+    d["services"] = []
+    d["nodes"] = [{"count": 1, "cpu": 8, "memory_gi": 32}]
+    d["jobs"][0].update(count=1, static=6, work=100000)  # room for 3 trainers next to the ps
+    sim = Simulation(parse(d), "off", seed=0)
+    sim.run()
+    js = sim.jobs["j"]
+    assert js.formed_at - js.started_at == pytest.approx(START_GRACE_S, abs=1)
+    assert js.last_running == 3
+
+
+def test_edl_cuts_mean_completion_time_on_mixed_work():
+    """The issue's completion-time target, on jobs of three sizes arriving over time (virtual time)."""
+    from pathlib import Path
+
+    sc = load(str(Path(__file__).parents[2] / "bench" / "scenarios" / "mixed-work.yaml"))
+    jct = {p: Simulation(sc, p, seed=0, check_invariants=False).run()["jct_s_mean"] for p in ("off", "edl2017", "edl")}
+    assert jct["edl"] <= 0.70 * jct["off"]
+    assert jct["edl"] <= 0.90 * jct["edl2017"]

@@ -7,7 +7,9 @@ snapshot exactly as the sidecar would, the scheduler binds pending pods
 (priority first; spreading score like kube-scheduler's LeastAllocated; priority
 preemption of strictly lower-priority pods), bound pods start after their
 start-up latency, and jobs make progress at their modelled throughput, pausing
-for ``rescale_cost_s`` whenever their running trainer count changes.
+for ``rescale_cost_s`` whenever their running trainer count changes (a job's start
+is not a change: as edl's master does, its first generation forms once every trainer
+asked for runs, or after a 20 s grace with what runs).
 
 Ground truth (true throughput, start-up jitter) stays in here; the policy sees
 only the snapshot and each job's demand. Invariants are checked every tick.
@@ -26,6 +28,7 @@ from edl.autoscale.policy import get_policy
 from edl.sim.scenario import JobSpec, Scenario
 
 EPS = 1e-9
+START_GRACE_S = 20.0  # edl's master waits this long at start for every trainer asked for
 
 
 @dataclass
@@ -60,6 +63,8 @@ class JobState:
     last_running: int = 0
     trainer_samples: list[int] = field(default_factory=list)
     cancelled: bool = False  # its launcher removed it
+    started_at: float | None = None  # its first trainer runs
+    formed_at: float | None = None  # its first generation formed
     curve: tuple[float, ...] = ()  # throughput with n trainers, n = 0..max (computed once)
     roles: tuple[str, ...] = ()  # its pods' roles other than trainer: fixed pods, and a launcher's master
 
@@ -326,6 +331,15 @@ class Simulation:
             running = self.running_active.get((name, "trainer"), 0)
             fixed_ok = all(self.running_active.get(k, 0) == self.active.get(k, 0) for k in roles[1:])
             js.trainer_samples.append(running)
+            if js.formed_at is None:
+                # As edl's master does: the first generation forms once every trainer asked for
+                # runs (or after its start grace, with what runs): starting is not a rescale.
+                if running == 0:
+                    continue
+                js.started_at = t if js.started_at is None else js.started_at
+                if running < self.active.get((name, "trainer"), 0) and t - js.started_at < START_GRACE_S:
+                    continue
+                js.formed_at, js.last_running = t, running
             if running != js.last_running:
                 if js.last_running > 0 and running > 0:
                     self.rescale_events += 1
