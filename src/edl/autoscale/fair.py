@@ -72,6 +72,9 @@ def completion_weights(jobs: list[JobDemand]) -> dict[str, float]:
     return {name: max(s * m, 1e-3) for name, s in share.items()}
 
 
+ORDER_TOLERANCE = 1.25  # remaining times in one band of 25 % rank by size held, not by time
+
+
 def completion_order(jobs: list[JobDemand]) -> list[JobDemand]:
     """Most remaining time first: the order heSRPT shares follow.
 
@@ -90,9 +93,6 @@ def completion_order(jobs: list[JobDemand]) -> list[JobDemand]:
         return -math.floor(math.log(max(t, 1e-9)) / math.log(ORDER_TOLERANCE)), j.current, j.name
 
     return sorted(jobs, key=key)
-
-
-ORDER_TOLERANCE = 1.25  # remaining times in one band of 25 % rank by size held, not by time
 
 
 class EdlPolicy:
