@@ -137,12 +137,15 @@ class Formation:
     rollback: bool  # no survivor holds state: restore queue and model from the checkpoint
 
 
+START_GRACE_S = 20.0  # also what the simulator's jobs wait at start (edl.sim.engine)
+
+
 @dataclass
 class MembershipConfig:
     min_trainers: int
     max_trainers: int
     desired: int
-    start_grace_s: float = 20.0  # at start, wait this long for ``desired`` registrations
+    start_grace_s: float = START_GRACE_S  # at start, wait this long for ``desired`` registrations
     lease_s: float = 10.0  # a trainer silent this long is declared failed
     sync_timeout_s: float = 15.0  # a live member that does not report by then is dropped
 

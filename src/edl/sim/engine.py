@@ -25,10 +25,10 @@ import numpy as np
 
 from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
 from edl.autoscale.policy import get_policy
+from edl.master.membership import START_GRACE_S
 from edl.sim.scenario import JobSpec, Scenario
 
 EPS = 1e-9
-START_GRACE_S = 20.0  # edl's master waits this long at start for every trainer asked for
 
 
 @dataclass
@@ -336,7 +336,8 @@ class Simulation:
                 # runs (or after its start grace, with what runs): starting is not a rescale.
                 if running == 0:
                     continue
-                js.started_at = t if js.started_at is None else js.started_at
+                if js.started_at is None:
+                    js.started_at = t
                 if running < self.active.get((name, "trainer"), 0) and t - js.started_at < START_GRACE_S:
                     continue
                 js.formed_at, js.last_running = t, running
