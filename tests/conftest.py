@@ -14,6 +14,8 @@ import pytest
 
 from edl.launcher.local import local_job_status
 
+pytest_plugins = ["tests.plane.fixtures"]  # the real control plane: plane, plane_s3, kube, namespace
+
 REPO = Path(__file__).resolve().parents[1]
 
 

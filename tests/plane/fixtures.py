@@ -1,0 +1,142 @@
+"""pytest fixtures over the real control plane: started once per test session, on first use.
+
+- ``plane``: the running ``ControlPlane`` (two 4-core nodes), PriorityClasses ``edl-low`` and
+  ``edl-high``;
+- ``plane_s3``: a MinIO server beside it, and ``s3://data/digits`` prepared on it;
+- ``kube``: an admin ``kubernetes.client.ApiClient``;
+- ``namespace``: a fresh namespace per test, labelled ``pod-security.kubernetes.io/enforce:
+  restricted``, holding edl's RBAC (``edl k8s render``'s objects) and the S3 Secret
+  ``minio``; deleted after the test, waiting until every pod of it is gone.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config, utils
+
+from tests.plane import build
+from tests.plane.plane import ControlPlane
+from tests.plane.s3 import MinioServer
+
+PRIORITY_CLASSES = {"edl-low": 100, "edl-high": 100000}
+NODES = 2
+NODE_CPU = "4"
+NODE_MEMORY = "16Gi"
+
+
+@pytest.fixture(scope="session")
+def plane():
+    try:
+        build.build(build.KUBEPLANE, quiet=True)
+    except build.BuildError as e:
+        pytest.fail(f"the control plane cannot be built: {e}")
+    root = Path(tempfile.mkdtemp(prefix="edl-plane-"))
+    p = ControlPlane(root)
+    try:
+        p.start()
+        for i in range(NODES):
+            p.add_node(f"node-{i}", cpu=NODE_CPU, memory=NODE_MEMORY)
+        api = config.new_client_from_config(config_file=str(p.admin_kubeconfig))
+        sched = client.SchedulingV1Api(api)
+        for name, value in PRIORITY_CLASSES.items():
+            sched.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
+        yield p
+    finally:
+        p.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def plane_s3(plane):
+    try:
+        build.build(build.MINIO, quiet=True)
+    except build.BuildError as e:
+        pytest.fail(f"MinIO cannot be built: {e}")
+    server = MinioServer(plane.root / "minio").start()
+    try:
+        env = {**os.environ, **server.env}
+        r = subprocess.run([sys.executable, "-m", "edl", "data", "prepare", "digits", "--out", "s3://data/digits"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(plane) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(plane.admin_kubeconfig))
+
+
+def _ns_name(nodeid: str) -> str:
+    return "t-" + hashlib.sha256(f"{nodeid}{time.time_ns()}".encode()).hexdigest()[:10]
+
+
+@pytest.fixture
+def namespace(request, kube, plane_s3):
+    from edl.cluster import manifests
+
+    core = client.CoreV1Api(kube)
+    name = _ns_name(request.node.nodeid)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={
+        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/warn": "restricted"})))
+    apply(kube, manifests.rbac(name), name)
+    core.create_namespaced_secret(name, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="minio"),
+        data={k: base64.b64encode(v.encode()).decode() for k, v in plane_s3.env.items()}))
+    # The ServiceAccount admission plugin needs the default account, made by a controller.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
+            break
+        time.sleep(0.1)
+    yield name
+    delete_namespace(kube, name)
+
+
+def apply(kube: client.ApiClient, objects: list[dict], namespace: str) -> None:
+    """Create each object; a cluster-wide one that another test made already is fine."""
+    for obj in objects:
+        try:
+            utils.create_from_dict(kube, obj, namespace=namespace)
+        except utils.FailToCreateError as e:
+            if not all(getattr(x, "status", None) == 409 for x in e.api_exceptions) or "namespace" in obj["metadata"]:
+                raise
+
+
+def delete_namespace(kube: client.ApiClient, name: str, timeout_s: float = 90) -> None:
+    """Delete and wait: the next test starts on an empty cluster, and no process of this one is left."""
+    core = client.CoreV1Api(kube)
+    rbac = client.RbacAuthorizationV1Api(kube)
+    for obj in (f"edl-sidecar-readonly-{name}", f"edl-launcher-priorityclasses-{name}"):
+        try:
+            rbac.delete_cluster_role_binding(obj)
+        except client.ApiException:
+            pass
+    try:
+        core.delete_namespace(name)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespace(name)
+        except client.ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        time.sleep(0.5)
+    left = [p.metadata.name for p in core.list_namespaced_pod(name).items]
+    raise AssertionError(f"namespace {name} not gone after {timeout_s:.0f} s; pods left: {left}")

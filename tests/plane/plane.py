@@ -1,0 +1,329 @@
+"""Start and stop the control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+(the real binaries, see ``build.py``) and one loopback kubelet process per node (``kubelet.py``).
+
+Everything listens on loopback only, on free ports, with its state and logs under one root
+directory. The set-up follows controller-runtime's envtest, plus the controller-manager and
+the scheduler, short node-lifecycle timings so that a lost node is noticed in seconds, and
+the Node authorizer with NodeRestriction so that each kubelet acts as its own node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tests.plane import build, pki
+
+SERVICE_RANGE = "10.0.0.0/24"  # allocated ClusterIPs only; nothing is ever sent there (see kubelet.py)
+NODE_GRACE_S = 6  # node-monitor-grace-period: a node whose lease is this old is NotReady/Unknown
+TOLERATION_S = 10  # default not-ready/unreachable toleration: pods leave a lost node after this
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    cpu: str
+    memory: str
+    port: int
+    ip_prefix: str  # the pods of this node get addresses ip_prefix.X.Y
+    pid: int = 0
+
+
+@dataclass
+class PlaneState:
+    """What ``./dev cluster status|down`` and a later process need to find a running plane."""
+
+    root: str
+    apiserver: str = ""
+    etcd: str = ""
+    pids: dict[str, int] = field(default_factory=dict)
+    nodes: list[NodeInfo] = field(default_factory=list)
+
+    def save(self) -> None:
+        path = Path(self.root) / "plane.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, root: Path) -> "PlaneState | None":
+        try:
+            raw = json.loads((root / "plane.json").read_text())
+        except (OSError, ValueError):
+            return None
+        raw["nodes"] = [NodeInfo(**n) for n in raw.get("nodes", [])]
+        return cls(**raw)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie of ours counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_pid(pid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM the process group of ``pid``, then SIGKILL what is left after ``grace_s``."""
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+class ControlPlane:
+    def __init__(self, root: Path, bin_dir: Path | None = None) -> None:
+        self.root = root.resolve()
+        self.bin = bin_dir or build.KUBEPLANE.out_dir()
+        self.state = PlaneState(str(self.root))
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.pki = self.root / "pki"
+        self.logs = self.root / "logs"
+
+    # ------------------------------------------------------------ set-up
+    def _prepare(self) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        ca = pki.Authority(self.pki)
+        self.ca = ca.cert
+        self.serving = ca.issue("apiserver", "kube-apiserver", server=True,
+                                dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                                     "kubernetes.default.svc.cluster.local"),
+                                ips=("127.0.0.1", SERVICE_RANGE.replace("0/24", "1")))
+        self.kubelet_client = ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                                       ("system:masters",), client=True)
+        self.sa_key, self.sa_pub = pki.signing_key(self.pki)
+        self._authority = ca
+        self.admin_kubeconfig = self._kubeconfig("admin", "edl-admin", ("system:masters",))
+        self._kubeconfig("controller-manager", "system:kube-controller-manager")
+        self._kubeconfig("scheduler", "system:kube-scheduler")
+
+    def _kubeconfig(self, stem: str, cn: str, orgs: tuple[str, ...] = (), namespace: str | None = None) -> Path:
+        pair = self._authority.issue(stem, cn, orgs, client=True)
+        ctx: dict = {"cluster": "kubeplane", "user": stem}
+        if namespace:
+            ctx["namespace"] = namespace
+        cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "kubeplane",
+               "clusters": [{"name": "kubeplane", "cluster": {"server": self.state.apiserver,
+                                                              "certificate-authority": str(self.ca)}}],
+               "users": [{"name": stem, "user": {"client-certificate": str(pair.cert),
+                                                 "client-key": str(pair.key)}}],
+               "contexts": [{"name": "kubeplane", "context": ctx}]}
+        path = self.root / f"{stem}.kubeconfig"
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    def _spawn(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = (self.logs / f"{name}.log").open("ab")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, start_new_session=True, cwd=self.root)
+        log.close()
+        self.procs[name] = proc
+        self.state.pids[name] = proc.pid
+        self.state.save()
+        return proc
+
+    def _exe(self, component: str) -> str:
+        return str(self.bin / component)
+
+    # ------------------------------------------------------------ components
+    def start(self, timeout_s: float = 120) -> "ControlPlane":
+        self.root.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        self.state.apiserver = f"https://127.0.0.1:{port}"
+        self._prepare()
+        self._start_etcd()
+        self.start_apiserver(timeout_s)
+        common = ["--leader-elect=false", "--secure-port=0", "--v=1"]
+        self._spawn("kube-controller-manager", [
+            self._exe("kube-controller-manager"), *common,
+            f"--kubeconfig={self.root / 'controller-manager.kubeconfig'}",
+            f"--service-account-private-key-file={self.sa_key}", f"--root-ca-file={self.ca}",
+            "--use-service-account-credentials=true",
+            "--node-monitor-period=1s", f"--node-monitor-grace-period={NODE_GRACE_S}s",
+            "--concurrent-gc-syncs=5", "--controllers=*"])
+        self._spawn("kube-scheduler", [self._exe("kube-scheduler"), *common,
+                                       f"--kubeconfig={self.root / 'scheduler.kubeconfig'}"])
+        self._wait(lambda: self._component_ready(), timeout_s, "controller-manager and scheduler")
+        return self
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.state.etcd = f"http://127.0.0.1:{client}"
+        self._spawn("etcd", [
+            self._exe("etcd"), "--name=plane", f"--data-dir={self.root / 'etcd'}",
+            f"--listen-client-urls={self.state.etcd}", f"--advertise-client-urls={self.state.etcd}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=plane=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level=warn",
+            "--quota-backend-bytes=2147483648"])
+
+    def start_apiserver(self, timeout_s: float = 120) -> None:
+        port = self.state.apiserver.rsplit(":", 1)[1]
+        self._spawn("kube-apiserver", [
+            self._exe("kube-apiserver"), f"--etcd-servers={self.state.etcd}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.pki}", f"--tls-cert-file={self.serving.cert}",
+            f"--tls-private-key-file={self.serving.key}", f"--client-ca-file={self.ca}",
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            f"--service-cluster-ip-range={SERVICE_RANGE}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.sa_pub}", f"--service-account-signing-key-file={self.sa_key}",
+            f"--kubelet-client-certificate={self.kubelet_client.cert}",
+            f"--kubelet-client-key={self.kubelet_client.key}", f"--kubelet-certificate-authority={self.ca}",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--default-not-ready-toleration-seconds={TOLERATION_S}",
+            f"--default-unreachable-toleration-seconds={TOLERATION_S}",
+            # The kubernetes Service's endpoints may not be loopback addresses: no reconciler.
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=false", "--profiling=false", "--v=1"])
+        self._wait(lambda: self._get("/readyz") == 200, timeout_s, "kube-apiserver /readyz")
+
+    def stop_apiserver(self) -> None:
+        """The API goes away (as in an upgrade or an etcd leader change); the rest keeps running."""
+        pid = self.state.pids.pop("kube-apiserver", None)
+        if pid:
+            stop_pid(pid, 5)
+        self.procs.pop("kube-apiserver", None)
+        self.state.save()
+
+    def admin_http(self):
+        """An httpx client with the admin's certificate (for readiness checks, before any client)."""
+        import ssl
+
+        import httpx
+
+        if getattr(self, "_http", None) is None:
+            ctx = ssl.create_default_context(cafile=str(self.ca))
+            ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+            self._http = httpx.Client(verify=ctx, timeout=2)
+        return self._http
+
+    def _get(self, path: str) -> int:
+        import httpx
+
+        try:
+            return self.admin_http().get(self.state.apiserver + path).status_code
+        except httpx.HTTPError:
+            return 0
+
+    def _component_ready(self) -> bool:
+        for name in ("kube-controller-manager", "kube-scheduler", "etcd"):
+            p = self.procs.get(name)
+            if p is not None and p.poll() is not None:
+                raise RuntimeError(f"{name} exited with {p.returncode}:\n{self.log_tail(name)}")
+        # The controller-manager's first act is the root CA ConfigMap in every namespace.
+        return self._get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt") == 200
+
+    def _wait(self, pred, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                if p.poll() is not None and name in ("etcd", "kube-apiserver"):
+                    raise RuntimeError(f"{name} exited with {p.returncode}:\n{self.log_tail(name)}")
+            if pred():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{what} not ready within {timeout_s:.0f} s:\n{self.log_tail('kube-apiserver')}")
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        try:
+            return "\n".join((self.logs / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # ------------------------------------------------------------ nodes
+    def add_node(self, name: str, cpu: str = "4", memory: str = "16Gi", wait_s: float = 60) -> NodeInfo:
+        index = len(self.state.nodes)
+        node = NodeInfo(name, cpu, memory, free_port(), f"127.{20 + index}")
+        cfg = self._kubeconfig(f"kubelet-{name}", f"system:node:{name}", ("system:nodes",))
+        serving = self._authority.issue(f"kubelet-{name}-serving", f"system:node:{name}", server=True,
+                                        ips=("127.0.0.1",))
+        proc = self._spawn(f"kubelet-{name}", [
+            sys.executable, "-m", "tests.plane.kubelet", "--node", name, "--cpu", cpu, "--memory", memory,
+            "--kubeconfig", str(cfg), "--dns-kubeconfig", str(self.admin_kubeconfig),
+            "--root", str(self.root / "kubelet" / name), "--port", str(node.port),
+            "--serving-cert", str(serving.cert), "--serving-key", str(serving.key),
+            "--ip-prefix", node.ip_prefix, "--apiserver", self.state.apiserver, "--ca", str(self.ca)],
+            env={"PYTHONPATH": str(build.REPO)})
+        node.pid = proc.pid
+        self.state.nodes.append(node)
+        self.state.save()
+        if wait_s:
+            self._wait(lambda: self._node_ready(name, proc), wait_s, f"node {name} Ready")
+        return node
+
+    def _node_ready(self, name: str, proc: subprocess.Popen) -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kubelet {name} exited with {proc.returncode}:\n{self.log_tail('kubelet-' + name)}")
+        import httpx
+
+        try:
+            node = self.admin_http().get(f"{self.state.apiserver}/api/v1/nodes/{name}").json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        if node.get("kind") != "Node":
+            return False
+        conds = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+        taints = [t["key"] for t in (node.get("spec") or {}).get("taints") or []]
+        return conds.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints
+
+    def lose_node(self, name: str) -> None:
+        """The node stops answering (frozen or cut off): its kubelet is stopped, its containers run on.
+        The node lifecycle controller does the rest: NotReady/Unknown, taints, evictions."""
+        node = next(n for n in self.state.nodes if n.name == name)
+        os.kill(node.pid, signal.SIGSTOP)
+
+    # ------------------------------------------------------------ teardown
+    def stop(self) -> None:
+        stop_all(self.state)
+        self.procs.clear()
+
+
+def stop_all(state: PlaneState) -> None:
+    """Stop every process of a plane: kubelets first (they stop their pods), then the rest, then any
+    container process a killed kubelet left behind (from the pid files under its root)."""
+    for node in state.nodes:
+        stop_pid(node.pid, 20)
+    for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        pid = state.pids.get(name)
+        if pid:
+            stop_pid(pid, 10)
+    for pidfile in Path(state.root).glob("kubelet/*/pods/*/containers/*/pid"):
+        try:
+            stop_pid(int(pidfile.read_text()), 2)
+        except (OSError, ValueError):
+            pass
+    state.pids.clear()
+    state.save()
