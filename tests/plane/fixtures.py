@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client, config, utils
 
 from tests.plane import build
-from tests.plane.plane import ControlPlane
+from tests.plane.plane import PLANES, ControlPlane
 from tests.plane.s3 import MinioServer
 
 PRIORITY_CLASSES = {"edl-low": 100, "edl-high": 100000}
@@ -40,7 +40,8 @@ def plane():
         build.build(build.KUBEPLANE, quiet=True)
     except build.BuildError as e:
         pytest.fail(f"the control plane cannot be built: {e}")
-    root = Path(tempfile.mkdtemp(prefix="edl-plane-"))
+    PLANES.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="test-", dir=PLANES))
     p = ControlPlane(root)
     try:
         p.start()

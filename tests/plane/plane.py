@@ -22,6 +22,9 @@ import yaml
 
 from tests.plane import build, pki
 
+# Where planes keep their state. Not under /tmp: containers bind-mount their volumes over paths
+# such as /tmp, which would hide the kubelet's own directories from the mounts that follow.
+PLANES = Path("/var/lib/edl-kubeplane")
 SERVICE_RANGE = "10.0.0.0/24"  # allocated ClusterIPs only; nothing is ever sent there (see kubelet.py)
 NODE_GRACE_S = 6  # node-monitor-grace-period: a node whose lease is this old is NotReady/Unknown
 TOLERATION_S = 10  # default not-ready/unreachable toleration: pods leave a lost node after this
@@ -52,6 +55,7 @@ class PlaneState:
     root: str
     apiserver: str = ""
     etcd: str = ""
+    s3: str = ""
     pids: dict[str, int] = field(default_factory=dict)
     nodes: list[NodeInfo] = field(default_factory=list)
 
@@ -299,6 +303,13 @@ class ControlPlane:
         taints = [t["key"] for t in (node.get("spec") or {}).get("taints") or []]
         return conds.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints
 
+    def pod_dir(self, node: str, uid: str) -> Path:
+        """Where the kubelet of ``node`` keeps the pod's volumes and logs (for tests to look inside)."""
+        return self.root / "kubelet" / node / "pods" / uid
+
+    def pod_volume(self, node: str, uid: str, volume: str) -> Path:
+        return self.pod_dir(node, uid) / "volumes" / volume
+
     def lose_node(self, name: str) -> None:
         """The node stops answering (frozen or cut off): its kubelet is stopped, its containers run on.
         The node lifecycle controller does the rest: NotReady/Unknown, taints, evictions."""
@@ -316,7 +327,7 @@ def stop_all(state: PlaneState) -> None:
     container process a killed kubelet left behind (from the pid files under its root)."""
     for node in state.nodes:
         stop_pid(node.pid, 20)
-    for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+    for name in ("minio", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
         pid = state.pids.get(name)
         if pid:
             stop_pid(pid, 10)

@@ -154,6 +154,9 @@ def _token_env(job: str) -> dict:
     return {"name": "EDL_TOKEN", "valueFrom": {"secretKeyRef": {"name": names(job)["secret"], "key": "token"}}}
 
 
+_POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+
+
 def _s3_env(opts: K8sOptions) -> list[dict]:
     if opts.s3_secret is None:
         return []
@@ -193,8 +196,10 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
     master = {
         "name": "master", "image": opts.image, "imagePullPolicy": "IfNotPresent",
         "command": ["edl", "master"],
-        "args": [*spec_to_argv(spec), "--host", "0.0.0.0", "--port", str(MASTER_PORT)],
-        "env": [_token_env(spec.job), *_s3_env(opts)],
+        # The pod's own address, not 0.0.0.0: the same on a cluster, and on a node whose pods share
+        # one network (the test plane's kubelet) two masters do not fight over one port.
+        "args": [*spec_to_argv(spec), "--host", "$(POD_IP)", "--port", str(MASTER_PORT)],
+        "env": [_token_env(spec.job), *_s3_env(opts), _POD_IP_ENV],
         "ports": [{"name": "http", "containerPort": MASTER_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": MASTER_PORT}, "periodSeconds": 5},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
@@ -204,13 +209,13 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
     sidecar = {
         "name": "autoscale-sidecar", "image": opts.image, "imagePullPolicy": "IfNotPresent",
         "command": ["edl", "sidecar"],
-        "args": ["--job-name", spec.job, "--master", f"127.0.0.1:{MASTER_PORT}",
+        "args": ["--job-name", spec.job, "--master", f"$(POD_IP):{MASTER_PORT}",
                  "--policy", opts.sidecar_policy, "--period", repr(float(opts.sidecar_period_s)),
                  "--jitter", repr(float(opts.sidecar_jitter_s)),
                  "--min-trainers", str(spec.min_trainers), "--max-trainers", str(spec.max_trainers),
                  "--trainer-cpu", opts.trainer_cpu, "--trainer-memory", opts.trainer_memory,
                  "--trainer-gpu", str(opts.trainer_gpu)],
-        "env": [_token_env(spec.job),
+        "env": [_token_env(spec.job), _POD_IP_ENV,
                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         # The node and pod cache of a 5,000-node cluster fits in 1 GiB (see README).
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},

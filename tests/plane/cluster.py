@@ -1,0 +1,110 @@
+"""``./dev cluster up|down|status``: the test plane as a local cluster to try ``edl launch`` on.
+
+    ./dev cluster up --nodes 3 --cpu 4     # prints the export lines for kubectl, edl and S3
+    ./dev cluster status
+    ./dev cluster down                     # stops every process of it
+
+The same plane the tests use (real apiserver, scheduler, controller-manager, etcd; the loopback
+kubelet; MinIO), left running in the background, with its state in ``--root``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from tests.plane import build
+from tests.plane.plane import PLANES, ControlPlane, PlaneState, _alive, stop_all
+from tests.plane.s3 import ACCESS_KEY, SECRET_KEY, MinioServer
+
+DEFAULT_ROOT = PLANES / "cluster"
+
+
+def exports(state: PlaneState) -> list[str]:
+    return [f"export KUBECONFIG={Path(state.root) / 'admin.kubeconfig'}", f"export AWS_ENDPOINT_URL={state.s3}",
+            f"export AWS_ACCESS_KEY_ID={ACCESS_KEY}", f"export AWS_SECRET_ACCESS_KEY={SECRET_KEY}"]
+
+
+def running(state: PlaneState | None) -> bool:
+    return state is not None and any(_alive(pid) for pid in state.pids.values())
+
+
+def up(a: argparse.Namespace) -> int:
+    root = Path(a.root)
+    state = PlaneState.load(root)
+    if running(state):
+        print(f"a cluster is already up in {root} (./dev cluster down stops it)", file=sys.stderr)
+        print("\n".join(exports(state)))
+        return 0
+    try:
+        build.build_all()
+    except build.BuildError as e:
+        print(f"cluster: {e}", file=sys.stderr)
+        return 1
+    shutil.rmtree(root, ignore_errors=True)
+    plane = ControlPlane(root)
+    try:
+        plane.start()
+        for i in range(a.nodes):
+            plane.add_node(f"node-{i}", cpu=a.cpu, memory=a.memory)
+        s3 = MinioServer(root / "minio").start()
+        plane.state.pids["minio"] = s3.proc.pid  # type: ignore[union-attr]
+        plane.state.s3 = s3.endpoint
+        plane.state.save()
+    except (RuntimeError, OSError) as e:
+        plane.stop()
+        print(f"cluster: could not start: {e}", file=sys.stderr)
+        return 1
+    print(f"cluster up: {a.nodes} nodes of {a.cpu} CPU and {a.memory}, apiserver {plane.state.apiserver}, "
+          f"S3 {plane.state.s3}; state and logs in {root}", file=sys.stderr)
+    print("\n".join(exports(plane.state)))
+    return 0
+
+
+def down(a: argparse.Namespace) -> int:
+    root = Path(a.root)
+    state = PlaneState.load(root)
+    if state is None:
+        print(f"no cluster in {root}", file=sys.stderr)
+        return 0
+    stop_all(state)
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"cluster in {root} stopped", file=sys.stderr)
+    return 0
+
+
+def status(a: argparse.Namespace) -> int:
+    state = PlaneState.load(Path(a.root))
+    if state is None:
+        print(f"no cluster in {a.root}")
+        return 1
+    for name, pid in sorted(state.pids.items()):
+        print(f"{name:26} pid {pid:<8} {'running' if _alive(pid) else 'STOPPED'}")
+    for node in state.nodes:
+        print(f"{'kubelet ' + node.name:26} pid {node.pid:<8} {'running' if _alive(node.pid) else 'STOPPED'}"
+              f"  ({node.cpu} CPU, {node.memory})")
+    print(f"apiserver {state.apiserver}, S3 {state.s3}")
+    print("\n".join(exports(state)))
+    return 0 if running(state) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="./dev cluster", description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", default=str(DEFAULT_ROOT), help=f"state and logs of the cluster (default {DEFAULT_ROOT})")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up", help="start the cluster and print the export lines for it")
+    u.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
+    u.add_argument("--cpu", default="4", help="CPU capacity of each node, a Kubernetes quantity (default 4)")
+    u.add_argument("--memory", default="16Gi", help="memory capacity of each node (default 16Gi)")
+    sub.add_parser("down", help="stop every process of the cluster and remove its state")
+    sub.add_parser("status", help="which processes run, and the export lines")
+    a = p.parse_args(argv)
+    if a.cmd == "up" and a.nodes < 1:
+        p.error(f"--nodes must be at least 1 (got {a.nodes})")
+    return {"up": up, "down": down, "status": status}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

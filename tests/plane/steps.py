@@ -1,0 +1,145 @@
+"""``edl launch`` as a workflow step's pod on the plane, and what tests read back through the API.
+
+``Steps.launch`` creates the pod an Argo step (or a KFP task) would: edl's runtime image, the
+``edl-launcher`` ServiceAccount, the restricted security context, and the step's identity
+from the downward API under the names that workflow engine uses (``POD_NAME``/``POD_UID``
+as the CronWorkflow sets them; ``KFP_POD_NAME``/``KFP_POD_UID`` as KFP's driver does).
+"""
+
+from __future__ import annotations
+
+import time
+from kubernetes import client
+
+from tests.plane.plane import ControlPlane
+
+IMAGE = "edl-runtime:0.1.0"
+JOB_RESOURCES = ("pods", "services", "secrets", "leases")
+
+
+def security() -> dict:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+            "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def identity_env(style: str) -> list[dict]:
+    prefix = {"argo": "", "kfp": "KFP_"}[style]
+    return [{"name": f"{prefix}POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": f"{prefix}POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
+
+
+class Steps:
+    def __init__(self, plane: ControlPlane, kube: client.ApiClient, namespace: str) -> None:
+        self.plane = plane
+        self.ns = namespace
+        self.core = client.CoreV1Api(kube)
+        self.coord = client.CoordinationV1Api(kube)
+        self.launched: list[str] = []
+
+    # ------------------------------------------------------------ the step
+    def launch(self, job: str, *extra: str, epochs: int = 3, max_t: int = 2, trainers: int = 1,
+               style: str = "argo", trainer_memory: str = "2Gi", grace_s: int = 40) -> str:
+        name = f"step-{job}-{len(self.launched)}"
+        args = ["launch", "--job-name", job, "--model-def", "edl.zoo.digits", "--data", "s3://data/digits",
+                "--epochs", str(epochs), "--batch-size", "16", "--min-trainers", "1", "--max-trainers", str(max_t),
+                "--trainers", str(trainers), "--checkpoint-uri", f"s3://ckpt/{self.ns}/{job}",
+                "--checkpoint-interval", "2", "--namespace", self.ns, "--s3-secret", "minio",
+                "--trainer-cpu", "1", "--trainer-memory", trainer_memory, "--sidecar-period", "1",
+                "--sidecar-jitter", "0.2", "--summary-out", "/tmp/summary.json", *extra]
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "labels": {"workflows.argoproj.io/workflow": "wf", "test/step": job}},
+               "spec": {"serviceAccountName": "edl-launcher", "restartPolicy": "Never",
+                        "terminationGracePeriodSeconds": grace_s,
+                        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{"name": "main", "image": IMAGE, "command": ["edl"], "args": args,
+                                        "env": identity_env(style), "securityContext": security(),
+                                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                                      "limits": {"memory": "1Gi"}},
+                                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}]}}
+        self.core.create_namespaced_pod(self.ns, pod)
+        self.launched.append(name)
+        return name
+
+    # ------------------------------------------------------------ reading back
+    def pod(self, name: str):
+        try:
+            return self.core.read_namespaced_pod(name, self.ns)
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def phase(self, name: str) -> str | None:
+        p = self.pod(name)
+        return None if p is None else p.status.phase
+
+    def exit_code(self, name: str) -> int | None:
+        p = self.pod(name)
+        for cs in (p.status.container_statuses or []) if p else []:
+            if cs.state.terminated:
+                return cs.state.terminated.exit_code
+        return None
+
+    def log(self, name: str) -> str:
+        try:
+            return self.core.read_namespaced_pod_log(name, self.ns)
+        except client.ApiException as e:
+            return f"(no log: {e.status} {e.reason})"
+
+    def wait_done(self, name: str, timeout: float = 240) -> int:
+        """Wait for the step's pod to end; its container's exit code."""
+        self.wait(lambda: self.phase(name) in ("Succeeded", "Failed"), timeout, f"{name} to end")
+        code = self.exit_code(name)
+        assert code is not None
+        return code
+
+    def summary(self, name: str) -> dict:
+        """The run summary the launcher wrote into its /tmp (the step's output, read off its volume)."""
+        import json
+
+        p = self.pod(name)
+        path = self.plane.pod_volume(p.spec.node_name, p.metadata.uid, "tmp") / "summary.json"
+        return json.loads(path.read_text())
+
+    def objects_of(self, job: str) -> list[str]:
+        selector = f"edl.dev/job={job}"
+        out = [f"pods/{p.metadata.name}" for p in self.core.list_namespaced_pod(self.ns, label_selector=selector).items]
+        out += [f"services/{s.metadata.name}"
+                for s in self.core.list_namespaced_service(self.ns, label_selector=selector).items]
+        out += [f"secrets/{s.metadata.name}"
+                for s in self.core.list_namespaced_secret(self.ns, label_selector=selector).items]
+        out += [f"leases/{x.metadata.name}"
+                for x in self.coord.list_namespaced_lease(self.ns, label_selector=selector).items]
+        return out
+
+    def wait_gone(self, job: str, timeout: float = 60, what: str = "every object of the job to go") -> None:
+        try:
+            self.wait(lambda: self.objects_of(job) == [], timeout, what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\nleft: {self.objects_of(job)}") from None
+
+    def trainers(self, job: str, phase: str | None = "Running") -> list:
+        pods = self.core.list_namespaced_pod(self.ns, label_selector=f"edl.dev/job={job},edl.dev/role=trainer").items
+        return [p for p in pods if phase is None or (p.status.phase == phase and not p.metadata.deletion_timestamp)]
+
+    def events(self, involved: str | None = None) -> list[str]:
+        evs = self.core.list_namespaced_event(self.ns).items
+        return [e.reason for e in evs if involved is None or e.involved_object.name == involved]
+
+    def wait(self, pred, timeout: float = 120, what: str = "condition"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = pred()
+            if v:
+                return v
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {what}\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return "\n".join(f"--- {n}\n{self.log(n)[-2500:]}" for n in self.launched)
+
+    def container_pid(self, pod_name: str, container: str = "main") -> int:
+        p = self.pod(pod_name)
+        return int((self.plane.pod_dir(p.spec.node_name, p.metadata.uid) / "containers" / container / "pid")
+                   .read_text())
