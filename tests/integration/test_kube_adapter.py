@@ -1,4 +1,4 @@
-"""The Kubernetes adapter over real HTTP against FakeKubeApiServer (a test double: no cluster here)."""
+"""The Kubernetes adapter and informers against the real apiserver of the test plane."""
 
 from __future__ import annotations
 
@@ -12,121 +12,141 @@ from edl.cluster import manifests as m
 from edl.cluster.kubernetes import Informer, KubeApi, decode_node, decode_pod
 from edl.errors import PermanentError, TemporaryError
 from edl.master.job import JobSpec
-from tests.kube_double import TOKEN, FakeKubeApiServer
+from tests.integration.test_plane import restricted_pod
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(120)
 
 SPEC = JobSpec(job="mnist", model_def="edl.zoo.digits", data="s3://d/digits", epochs=1, batch_size=8,
                min_trainers=1, max_trainers=3, trainers=1, checkpoint_uri="s3://c/mnist")
-OPTS = m.K8sOptions(namespace="ml", s3_secret="minio", trainer_cpu="2", trainer_memory="4Gi")
 
 
-def api_client(url: str, token: str = TOKEN) -> client.ApiClient:
+def opts(ns: str) -> m.K8sOptions:
+    return m.K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="2", trainer_memory="1Gi")
+
+
+def token_client(plane, token: str, host: str | None = None) -> client.ApiClient:
     cfg = client.Configuration()
-    cfg.host = url
+    cfg.host = host or plane.state.apiserver
+    cfg.ssl_ca_cert = str(plane.ca)
     cfg.api_key = {"authorization": token}
     cfg.api_key_prefix = {"authorization": "Bearer"}
     cfg.retries = False
     return client.ApiClient(cfg)
 
 
-@pytest.fixture
-def api():
-    with FakeKubeApiServer(history=50) as fake:
-        yield fake
+def sa_token(kube, ns: str, sa: str) -> str:
+    req = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600))
+    return client.CoreV1Api(kube).create_namespaced_service_account_token(sa, ns, req).status.token
 
 
-def until(pred, timeout=10.0):
+def until(pred, timeout=20.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
             return True
-        time.sleep(0.02)
+        time.sleep(0.05)
     raise AssertionError("condition not reached")
 
 
-def test_create_is_idempotent_and_keeps_labels_and_owner(api):
-    kube = KubeApi(api_client(api.url), "ml")
-    owner = {"name": "launcher", "uid": "u-1"}
-    pod = m.master_pod(SPEC, OPTS, owner)
-    created, fresh = kube.create(pod)
+def test_create_is_idempotent_and_keeps_labels_and_owner(kube, namespace):
+    core = client.CoreV1Api(kube)
+    owner_pod = core.create_namespaced_pod(namespace, restricted_pod("launcher", ["true"], image="not-pulled:1"))
+    owner = {"name": "launcher", "uid": owner_pod.metadata.uid}
+    kube_api = KubeApi(kube, namespace)
+    svc = m.master_service(SPEC, opts(namespace), owner)
+    created, fresh = kube_api.create(svc)
     assert fresh and created["metadata"]["uid"]
-    again, fresh2 = kube.create(pod)  # a retried launcher adopts what exists (409 -> read)
+    again, fresh2 = kube_api.create(svc)  # a retried launcher adopts what exists (409 -> read)
     assert not fresh2 and again["metadata"]["uid"] == created["metadata"]["uid"]
-    stored = api.pod("ml", "edl-mnist-master")
-    assert stored["metadata"]["labels"]["edl.dev/role"] == "master"
-    assert stored["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    assert [p["metadata"]["name"] for p in kube.list("pods", "edl.dev/job=mnist")] == ["edl-mnist-master"]
-    assert kube.delete("pods", "edl-mnist-master") is True
-    assert kube.delete("pods", "edl-mnist-master") is False  # already gone: fine
-    assert kube.get("pods", "edl-mnist-master") is None
+    stored = core.read_namespaced_service("edl-mnist-master", namespace)
+    assert stored.metadata.labels["edl.dev/role"] == "master"
+    assert stored.metadata.owner_references[0].uid == owner_pod.metadata.uid
+    assert [s["metadata"]["name"] for s in kube_api.list("services", "edl.dev/job=mnist")] == ["edl-mnist-master"]
+    assert kube_api.delete("services", "edl-mnist-master") is True
+    until(lambda: kube_api.get("services", "edl-mnist-master") is None)
+    assert kube_api.delete("services", "edl-mnist-master") is False  # already gone: fine
 
 
-def test_replace_with_a_stale_version_is_a_conflict(api):
-    kube = KubeApi(api_client(api.url), "ml")
+def test_replace_with_a_stale_version_is_a_conflict(kube, namespace):
+    kube_api = KubeApi(kube, namespace)
     lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-             "metadata": {"name": "l", "namespace": "ml"}, "spec": {"holderIdentity": "a"}}
-    first, _ = kube.create(lease)
+             "metadata": {"name": "l", "namespace": namespace}, "spec": {"holderIdentity": "a"}}
+    first, _ = kube_api.create(lease)
     first["spec"]["holderIdentity"] = "b"
-    kube.replace(first)
+    kube_api.replace(first)
     first["spec"]["holderIdentity"] = "c"  # still carries the old resourceVersion
     with pytest.raises(PermanentError, match="409"):
-        kube.replace(first)
+        kube_api.replace(first)
 
 
-def test_wrong_token_and_unreachable_api_are_reported_as_such(api):
+def test_wrong_token_forbidden_account_and_unreachable_api_are_reported_as_such(plane, kube, namespace):
     with pytest.raises(PermanentError, match="RBAC"):
-        KubeApi(api_client(api.url, token="nope"), "ml").list("pods")
+        KubeApi(token_client(plane, "nope"), namespace).list("pods")  # 401
+    default = token_client(plane, sa_token(kube, namespace, "default"))
+    with pytest.raises(PermanentError, match="RBAC"):
+        KubeApi(default, namespace).list("pods")  # 403: the default account may not
+    launcher = token_client(plane, sa_token(kube, namespace, m.LAUNCHER_SA))
+    assert KubeApi(launcher, namespace).list("pods") == []  # edl-launcher's Role may
     with pytest.raises(TemporaryError, match="unreachable"):
-        KubeApi(api_client("http://127.0.0.1:1"), "ml").list("pods")
+        KubeApi(token_client(plane, "x", host="https://127.0.0.1:1"), namespace).list("pods")
 
 
-def test_informer_follows_watch_events_and_relists_only_after_410(api):
-    for i in range(7):
-        api.add_node(f"n{i}", cpu="8", memory="32Gi")
-    kube = KubeApi(api_client(api.url), "ml")
-    nodes = Informer("nodes", kube.list_fn("nodes"), decode_node, page=3, watch_timeout_s=1).start()
-    pods = Informer("pods", kube.list_fn("pods", all_namespaces=True), decode_pod, watch_timeout_s=1).start()
+def test_informers_follow_the_real_watch_and_relist_only_after_410(kube, namespace):
+    kube_api = KubeApi(kube, namespace)
+    core = client.CoreV1Api(kube)
+    n_nodes = len(core.list_node().items)
+    nodes = Informer("nodes", kube_api.list_fn("nodes"), decode_node, page=1, watch_timeout_s=1).start()
+    pods = Informer("pods", kube_api.list_fn("pods", all_namespaces=True), decode_pod, watch_timeout_s=1).start()
+    key = f"{namespace}/edl-mnist-trainer-a"
+    node_name = core.list_node().items[0].metadata.name
     try:
         assert nodes.wait_synced(10) and pods.wait_synced(10)
-        assert len(nodes.values()) == 7 and nodes.lists == 1  # three pages, one list
-        kube.create(m.trainer_pod(SPEC, OPTS, "edl-mnist-trainer-a"))
-        until(lambda: pods.get("ml/edl-mnist-trainer-a") is not None)
-        p = pods.get("ml/edl-mnist-trainer-a")
-        assert (p.job, p.role, p.phase, p.requests.cpu, p.requests.memory) == ("ml/mnist", "trainer",
-                                                                               PodPhase.PENDING, 2.0, 4.0)
-        api.set_pod("ml", "edl-mnist-trainer-a", "Running", node="n3")
-        until(lambda: pods.get("ml/edl-mnist-trainer-a").phase is PodPhase.RUNNING)
-        assert pods.get("ml/edl-mnist-trainer-a").node == "n3"
+        assert len(nodes.values()) == n_nodes and nodes.lists == 1  # one page per node, one list
+        kube_api.create(m.token_secret(SPEC, opts(namespace), "t"))
+        trainer = m.trainer_pod(SPEC, opts(namespace), "edl-mnist-trainer-a")
+        trainer["spec"]["containers"][0]["command"] = ["sleep", "60"]  # stays Running
+        trainer["spec"]["containers"][0]["args"] = []
+        trainer["spec"]["containers"][0]["image"] = "edl-runtime:0.1.0"
+        kube_api.create(trainer)
+        until(lambda: pods.get(key) is not None)
+        p = pods.get(key)
+        assert (p.job, p.role, p.requests.cpu, p.requests.memory) == (f"{namespace}/mnist", "trainer", 2.0, 1.0)
+        until(lambda: pods.get(key).phase is PodPhase.RUNNING)  # bound by the scheduler, run by the kubelet
+        assert pods.get(key).node and pods.get(key).node.startswith("node-")
         # Cordoning a node drops it from the schedulable set.
-        node = api.objects("nodes")[0]
-        node["spec"] = {"unschedulable": True}
-        api.store.put("nodes", node)
-        until(lambda: len(nodes.values()) == 6)
+        core.patch_node(node_name, {"spec": {"unschedulable": True}})
+        until(lambda: len(nodes.values()) == n_nodes - 1)
+        core.patch_node(node_name, {"spec": {"unschedulable": False}})
+        until(lambda: len(nodes.values()) == n_nodes)
         lists_before = pods.lists
-        time.sleep(1.5)  # several watch rounds with nothing new: no re-list
+        time.sleep(2.5)  # several watch rounds with nothing new: no re-list
         assert pods.lists == lists_before
-        # History compacted while the watch is between rounds: the next watch gets 410 and lists again.
-        api.compact()
-        kube.delete("pods", "edl-mnist-trainer-a")
-        until(lambda: pods.get("ml/edl-mnist-trainer-a") is None)  # converges after compaction too
+        kube_api.delete("pods", "edl-mnist-trainer-a", grace_s=0)
+        until(lambda: pods.get(key) is None)
     finally:
         nodes.stop()
         pods.stop()
+        core.patch_node(node_name, {"spec": {"unschedulable": False}})
 
 
-def test_informer_relists_on_410_gone(api):
-    kube = KubeApi(api_client(api.url), "ml")
-    inf = Informer("pods", kube.list_fn("pods"), decode_pod, watch_timeout_s=1)
+def test_a_watch_from_a_compacted_version_gets_410_and_lists_again(plane, kube, namespace):
+    kube_api = KubeApi(kube, namespace)
+    inf = Informer("leases", kube_api.list_fn("leases"), lambda o: o, watch_timeout_s=1)
     inf.relist()
     assert inf.lists == 1
-    for i in range(60):  # more changes than the double keeps (history=50)
-        kube.create(m.trainer_pod(SPEC, OPTS, f"edl-mnist-trainer-{i}"))
-    api.compact()
-    inf.sync_step()  # the watch from the old version is answered with 410 Expired
+    kube_api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                     "metadata": {"name": "x", "namespace": namespace}, "spec": {}})
+    for i in range(5):  # history the informer has not seen, then compacted away
+        kube_api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                         "metadata": {"name": f"y{i}", "namespace": namespace}, "spec": {}})
+        kube_api.delete("leases", f"y{i}")
+    plane.compact_etcd()
+    plane.stop_apiserver()  # restarted (an upgrade): its watch cache starts at the newest version
+    plane.start_apiserver()
+    inf.sync_step()  # the real apiserver answers 410 Expired (too old resource version)
     assert inf._state.resource_version is None
     inf.sync_step()  # so it lists again, then watches
-    assert inf.lists == 2 and len(inf.values()) == 60
+    assert inf.lists == 2 and [o["metadata"]["name"] for o in inf.values()] == ["x"]
 
 
 def test_decode_pod_effective_requests():

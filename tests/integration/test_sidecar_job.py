@@ -1,7 +1,8 @@
-"""``edl sidecar`` as a process: Kubernetes view from FakeKubeApiServer (a test double), a real job.
+"""``edl sidecar`` as a process next to a real job, its Kubernetes view from the test plane.
 
-The job is a real ``edl train`` (master, Paddle trainers); the sidecar watches the
-double's nodes and pods, publishes its Lease, runs the policy and sets the
+The job is a real ``edl train`` (master, Paddle trainers on this machine); the sidecar runs
+with the ``edl-sidecar`` ServiceAccount's token (its RBAC enforced by the real apiserver),
+watches the plane's nodes and pods, publishes its Lease, runs the policy and sets the
 master's desired count, which the local launcher follows.
 """
 
@@ -15,27 +16,30 @@ import time
 import pytest
 import yaml
 
+from kubernetes import client
+
 from edl.autoscale.sidecar import demand_from_lease
+from edl.cluster import manifests
 from tests.conftest import edl_cmd
-from tests.kube_double import TOKEN, FakeKubeApiServer
+from tests.integration.test_kube_adapter import sa_token
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def kubeconfig(path, url: str) -> str:
+def kubeconfig(path, server: str, token: str, ca: str, namespace: str) -> str:
     path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "double",
-        "clusters": [{"name": "double", "cluster": {"server": url}}],
-        "users": [{"name": "u", "user": {"token": TOKEN}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u", "namespace": "ml"}}]}))
+        "apiVersion": "v1", "kind": "Config", "current-context": "plane",
+        "clusters": [{"name": "plane", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": "sidecar", "user": {"token": token}}],
+        "contexts": [{"name": "plane", "context": {"cluster": "plane", "user": "sidecar", "namespace": namespace}}]}))
     return str(path)
 
 
-def start_sidecar(job, cfg: str, log_path, period="0.5"):
+def start_sidecar(job, cfg: str, log_path, namespace: str, period="0.5"):
     info = job.info()
     log = log_path.open("wb")
     return subprocess.Popen(
-        edl_cmd("sidecar", "--job-name", job.name, "--master", info["address"], "--namespace", "ml",
+        edl_cmd("sidecar", "--job-name", job.name, "--master", info["address"], "--namespace", namespace,
                 "--period", period, "--jitter", "0.1", "--min-trainers", "1", "--max-trainers", "3",
                 "--trainer-cpu", "2", "--trainer-memory", "1Gi", "--kubeconfig", cfg),
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "EDL_TOKEN": info["token"], "POD_NAME": "master-0"})
@@ -58,42 +62,48 @@ def job_args(digits, tmp_path):
             "--checkpoint-uri", str(tmp_path / "ckpt"), "--checkpoint-interval", "5"]
 
 
-def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, job_runner):
-    with FakeKubeApiServer() as api:
-        api.add_node("n0", cpu="8", memory="32Gi")
-        cfg = kubeconfig(tmp_path / "kubeconfig", api.url)
-        job = job_runner("sc", job_args(digits, tmp_path)).start()
-        job.wait_for(lambda s: s["world_size"] == 1, what="one trainer training")
-        sidecar = start_sidecar(job, cfg, tmp_path / "sidecar.log")
-        try:
-            # 8 idle cores, 2 per trainer: the job grows to its max of 3.
-            job.wait_for(lambda s: s["desired_trainers"] == 3 and s["world_size"] == 3, timeout=120,
-                         what="growth to 3 trainers")
-            leases = api.objects("leases", "ml")
-            assert [ls["metadata"]["name"] for ls in leases] == ["edl-sc-demand"]
-            d = demand_from_lease(leases[0], time.time())
-            assert (d.name, d.min, d.max, d.trainer.cpu) == ("ml/sc", 1, 3, 2.0)
-            # A higher-priority service needs 6 of the 8 cores: the job shrinks within a period.
-            api.store.put("pods", {"metadata": {"name": "web-0", "namespace": "web"},
-                                   "spec": {"priority": 1000, "containers": [
-                                       {"name": "c", "resources": {"requests": {"cpu": "6", "memory": "1Gi"}}}]},
-                                   "status": {"phase": "Pending"}})
-            t0 = time.monotonic()
-            job.wait_for(lambda s: s["desired_trainers"] == 1, timeout=30, what="hand-back to 1 trainer")
-            assert time.monotonic() - t0 < 5  # one 0.5 s period plus the watch latency, with margin
-            job.wait_for(lambda s: s["world_size"] == 1, timeout=60, what="the drain to finish")
-        finally:
-            code = stop(sidecar)
-        out = (tmp_path / "sidecar.log").read_text()
-        assert code == 0, out
-        assert "scale sc" not in out and "scale ml/sc: 1 -> 3 trainers" in out and "3 -> 1" in out
+def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, job_runner, plane, kube, namespace):
+    token = sa_token(kube, namespace, manifests.SIDECAR_SA)
+    cfg = kubeconfig(tmp_path / "kubeconfig", plane.state.apiserver, token, str(plane.ca), namespace)
+    job = job_runner("sc", job_args(digits, tmp_path)).start()
+    job.wait_for(lambda s: s["world_size"] == 1, what="one trainer training")
+    sidecar = start_sidecar(job, cfg, tmp_path / "sidecar.log", namespace)
+    try:
+        # Two idle 4-core nodes, 2 cores per trainer: the job grows to its max of 3.
+        job.wait_for(lambda s: s["desired_trainers"] == 3 and s["world_size"] == 3, timeout=120,
+                     what="growth to 3 trainers")
+        leases = client.CoordinationV1Api(kube).list_namespaced_lease(namespace).items
+        assert [ls.metadata.name for ls in leases] == ["edl-sc-demand"]
+        raw = kube.sanitize_for_serialization(leases[0])
+        d = demand_from_lease(raw, time.time())
+        assert (d.name, d.min, d.max, d.trainer.cpu) == (f"{namespace}/sc", 1, 3, 2.0)
+        # A higher-priority service takes 3 of the 4 cores on each node: the job shrinks within a period.
+        core = client.CoreV1Api(kube)
+        for i in range(2):
+            core.create_namespaced_pod(namespace, {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"web-{i}"},
+                "spec": {"priorityClassName": "edl-high", "terminationGracePeriodSeconds": 1,
+                         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                         "containers": [{"name": "web", "image": "edl-runtime:0.1.0", "command": ["sleep", "600"],
+                                         "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 10001,
+                                                             "capabilities": {"drop": ["ALL"]}},
+                                         "resources": {"requests": {"cpu": "3", "memory": "64Mi"}}}]}})
+        t0 = time.monotonic()
+        job.wait_for(lambda s: s["desired_trainers"] == 1, timeout=30, what="hand-back to 1 trainer")
+        assert time.monotonic() - t0 < 10  # one 0.5 s period plus scheduling and the watch, with margin
+        job.wait_for(lambda s: s["world_size"] == 1, timeout=60, what="the drain to finish")
+    finally:
+        code = stop(sidecar)
+    out = (tmp_path / "sidecar.log").read_text()
+    assert code == 0, out
+    assert "scale sc" not in out and f"scale {namespace}/sc: 1 -> 3 trainers" in out and "3 -> 1" in out
 
 
-def test_sidecar_holds_the_size_when_the_api_is_unreachable(digits, tmp_path, job_runner):
-    cfg = kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")  # nothing listens there
+def test_sidecar_holds_the_size_when_the_api_is_unreachable(digits, tmp_path, job_runner, plane):
+    cfg = kubeconfig(tmp_path / "kubeconfig", "https://127.0.0.1:1", "x", str(plane.ca), "ml")  # nothing there
     job = job_runner("hold", job_args(digits, tmp_path)).start()
     job.wait_for(lambda s: s["world_size"] == 1, what="one trainer training")
-    sidecar = start_sidecar(job, cfg, tmp_path / "sidecar.log")
+    sidecar = start_sidecar(job, cfg, tmp_path / "sidecar.log", "ml")
     try:
         time.sleep(4)
         assert sidecar.poll() is None  # still running, retrying

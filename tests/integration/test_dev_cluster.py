@@ -1,0 +1,62 @@
+"""``./dev cluster up|down|status``: the plane as a local cluster for people (its own processes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from tests.plane.plane import PLANES, PlaneState, _alive
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def cluster(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tests.plane.cluster", "--root", str(root), *args],
+                          capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
+    PLANES.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="cluster-", dir=PLANES))
+    t0 = time.monotonic()
+    up = cluster(root, "up", "--nodes", "3", "--cpu", "4")
+    try:
+        assert up.returncode == 0, up.stderr
+        assert time.monotonic() - t0 < 120
+        lines = dict(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
+        assert set(lines) == {"KUBECONFIG", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        api = config.new_client_from_config(config_file=lines["KUBECONFIG"])
+        core = client.CoreV1Api(api)
+        nodes = core.list_node().items
+        assert len(nodes) == 3
+        assert all({c.type: c.status for c in n.status.conditions}["Ready"] == "True" for n in nodes)
+        while not core.list_namespaced_service_account("default").items:  # made by a controller
+            time.sleep(0.1)
+        core.create_namespaced_pod("default", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hi"},
+            "spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "edl-runtime:0.1.0", "args": ["--help"]}]}})
+        deadline = time.monotonic() + 60
+        while core.read_namespaced_pod("hi", "default").status.phase != "Succeeded":
+            assert time.monotonic() < deadline, core.read_namespaced_pod("hi", "default").status
+            time.sleep(0.3)
+        assert core.read_namespaced_pod_log("hi", "default").startswith("usage: edl")
+        again = cluster(root, "up")
+        assert again.returncode == 0 and "already up" in again.stderr
+        assert cluster(root, "status").returncode == 0
+        state = PlaneState.load(root)
+        pids = [*state.pids.values(), *(n.pid for n in state.nodes)]
+        assert pids and all(_alive(p) for p in pids)
+    finally:
+        down = cluster(root, "down")
+    assert down.returncode == 0, down.stderr
+    assert not [p for p in pids if _alive(p)]
+    left = subprocess.run(["pgrep", "-f", str(root)], capture_output=True, text=True).stdout.split()
+    assert [p for p in left if int(p) != os.getpid()] == []
