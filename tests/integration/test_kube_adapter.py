@@ -159,3 +159,17 @@ def test_decode_pod_effective_requests():
     p = decode_pod(pod)
     assert (p.requests.cpu, p.requests.memory, p.requests.gpu) == (4.0, 1.0, 1.0)
     assert (p.priority, p.node, p.job, p.role) == (1000, "n1", None, "other")
+
+
+def test_every_rendered_object_is_accepted_by_the_real_apiserver(kube, namespace):
+    """``edl k8s render``'s objects through validation and admission (PodSecurity restricted), dry run."""
+    from kubernetes import dynamic
+
+    dyn = dynamic.DynamicClient(kube)
+    for file, objects in m.render(SPEC, opts(namespace)).items():
+        if file == "00-rbac.yaml":
+            continue  # created for real in every test namespace (the fixture), so accepted already
+        for obj in objects:
+            res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            ns = namespace if res.namespaced else None
+            dyn.create(res, body=obj, namespace=ns, query_params=[("dryRun", "All")])

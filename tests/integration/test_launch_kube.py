@@ -54,7 +54,7 @@ def test_a_kfp_step_killed_without_cleanup_leaves_nothing_running(steps):
     step = steps.launch("kfpkill", epochs=400, style="kfp")
     steps.wait(lambda: steps.trainers("kfpkill"), what="a running trainer")
     steps.core.delete_namespaced_pod(step, steps.ns, grace_period_seconds=0)  # no time for any cleanup
-    steps.wait_gone("kfpkill", 60, "the garbage collector to remove the job")
+    steps.wait_gone("kfpkill", 30, "the garbage collector to remove the job")
 
 
 @pytest.mark.xfail(strict=True, reason="the sidecar's demand Lease (edl-JOB-demand) has no ownerReference, so it "
@@ -63,7 +63,7 @@ def test_an_argo_step_killed_without_cleanup_is_garbage_collected(steps):
     step = steps.launch("argokill", epochs=400)
     steps.wait(lambda: steps.trainers("argokill"), what="a running trainer")
     steps.core.delete_namespaced_pod(step, steps.ns, grace_period_seconds=0)
-    steps.wait_gone("argokill", 60, "the garbage collector to remove the job")
+    steps.wait_gone("argokill", 30, "the garbage collector to remove the job")
 
 
 def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps):
@@ -87,14 +87,14 @@ def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps)
 @pytest.mark.xfail(strict=True, reason="review #8: an adopted job keeps its controller ownerReference to the "
                                        "first step's pod, so the garbage collector deletes it when that pod goes")
 def test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up(steps):
-    first = steps.launch("reown", epochs=60)
+    first = steps.launch("reown", epochs=20)
     steps.wait(lambda: steps.trainers("reown"), what="a running trainer")
     os.kill(steps.container_pid(first), signal.SIGKILL)
     steps.wait(lambda: steps.phase(first) == "Failed", 30, "the first step to fail")
-    second = steps.launch("reown", epochs=60)
+    second = steps.launch("reown", epochs=20)
     steps.wait(lambda: "adopted the existing job" in steps.log(second), what="adoption")
     steps.core.delete_namespaced_pod(first, steps.ns)  # the workflow's pod GC removes the failed pod
-    assert steps.wait_done(second, 300) == 0, steps.log_tail()
+    assert steps.wait_done(second, 150) == 0, steps.log_tail()
     assert steps.summary(second)["master_restarts"] == 0
 
 

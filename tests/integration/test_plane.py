@@ -179,3 +179,29 @@ def test_service_names_resolve_to_a_ready_pod(kube, namespace):
     core.create_namespaced_pod(namespace, restricted_pod("client", ["sh", "-c", f"sleep 1.5; {fetch}"]))
     wait_for(lambda: (x := pod(core, namespace, "client")) and x.status.phase in ("Succeeded", "Failed"), 60, "client")
     assert core.read_namespaced_pod_log("client", namespace).strip().endswith("200")
+
+
+def test_a_lost_node_goes_unknown_and_its_pods_are_evicted_but_stay_terminating(plane, kube, namespace):
+    core = client.CoreV1Api(kube)
+    plane.add_node("node-lost", cpu="1", memory="4Gi")
+    try:
+        p = restricted_pod("stranded", ["sleep", "600"])
+        p["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-lost"}
+        core.create_namespaced_pod(namespace, p)
+        wait_for(lambda: (x := pod(core, namespace, "stranded")) and x.status.phase == "Running", 60, "Running")
+        plane.lose_node("node-lost")
+        ready = lambda: {c.type: c.status for c in core.read_node("node-lost").status.conditions}["Ready"]  # noqa: E731
+        wait_for(lambda: ready() == "Unknown", 30, "the node lifecycle controller to mark it Unknown")
+        taints = [t.key for t in core.read_node("node-lost").spec.taints or []]
+        assert "node.kubernetes.io/unreachable" in taints
+        # Evicted after the default toleration, but nobody on the node confirms: Terminating, still Running.
+        x = wait_for(lambda: (y := pod(core, namespace, "stranded")) and y.metadata.deletion_timestamp and y, 60,
+                     "the taint eviction")
+        assert x.status.phase == "Running"
+        time.sleep(2)
+        assert pod(core, namespace, "stranded") is not None
+        plane.restore_node("node-lost")  # it answers again: its kubelet finishes the deletion
+        wait_for(lambda: pod(core, namespace, "stranded") is None, 60, "the deletion to complete")
+    finally:
+        plane.restore_node("node-lost")
+        plane.remove_node("node-lost")

@@ -102,10 +102,14 @@ def stop_pid(pid: int, grace_s: float = 10.0) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:  # reap it if it is our child
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break
+        except ChildProcessError:
+            break
+        time.sleep(0.02)
 
 
 class ControlPlane:
@@ -326,6 +330,19 @@ class ControlPlane:
         The node lifecycle controller does the rest: NotReady/Unknown, taints, evictions."""
         node = next(n for n in self.state.nodes if n.name == name)
         os.kill(node.pid, signal.SIGSTOP)
+
+    def restore_node(self, name: str) -> None:
+        """The lost node answers again: its kubelet resumes and catches up with what happened."""
+        node = next(n for n in self.state.nodes if n.name == name)
+        os.kill(node.pid, signal.SIGCONT)
+
+    def remove_node(self, name: str) -> None:
+        """Stop the node's kubelet (its pods with it) and delete the Node object."""
+        node = next(n for n in self.state.nodes if n.name == name)
+        stop_pid(node.pid, 20)
+        self.admin_http().delete(f"{self.state.apiserver}/api/v1/nodes/{name}")
+        self.state.nodes.remove(node)
+        self.state.save()
 
     # ------------------------------------------------------------ teardown
     def stop(self) -> None:
