@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from kubernetes import client
@@ -93,7 +94,13 @@ def test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up(steps):
     steps.wait(lambda: steps.phase(first) == "Failed", 30, "the first step to fail")
     second = steps.launch("reown", epochs=20)
     steps.wait(lambda: "adopted the existing job" in steps.log(second), what="adoption")
+    master_uid = steps.pod("edl-reown-master").metadata.uid
     steps.core.delete_namespaced_pod(first, steps.ns)  # the workflow's pod GC removes the failed pod
+    steps.wait(lambda: steps.pod(first) is None, 30, "the first pod to go")
+    time.sleep(10)  # the garbage collector acts within a second or two of its owner going
+    master = steps.pod("edl-reown-master")
+    assert master is not None and master.metadata.uid == master_uid and not master.metadata.deletion_timestamp
+    assert "secrets/edl-reown-token" in steps.objects_of("reown")
     assert steps.wait_done(second, 150) == 0, steps.log_tail()
     assert steps.summary(second)["master_restarts"] == 0
 

@@ -84,3 +84,15 @@ def test_s3_errors_are_storage_errors(monkeypatch):
     store = open_store("s3://b/p")
     with pytest.raises(StorageError, match="cannot reach S3 endpoint"):
         store.check()
+
+
+def test_the_first_publish_creates_the_registry_bucket(s3, tmp_path):
+    """Found running the CronWorkflow through Argo on real MinIO: publishing into a bucket that
+    does not exist yet failed (NoSuchBucket), so a first scheduled run could never publish."""
+    from edl.pipeline.tasks import publish_model, published
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "inference.json").write_text("{}")
+    uri = publish_model(str(tmp_path / "model"), 0.9, "s3://fresh-registry/digits")
+    assert uri == "s3://fresh-registry/digits/current"
+    assert published("s3://fresh-registry/digits")["accuracy"] == 0.9

@@ -1,5 +1,5 @@
 """Builds the plane's Go binaries (``tools/kubeplane``: Kubernetes and etcd; ``tools/minio``: the S3
-server) into a cache outside the clone, keyed by each module's files, so CI and later runs reuse them.
+server; ``tools/argo``: Argo's workflow controller and executor) into a cache outside the clone, keyed by each module's files, so CI and later runs reuse them.
 
     python -m tests.plane.build        # both, with progress; a no-op when cached
 
@@ -34,6 +34,7 @@ class Target:
     binary: str
     ldflags: str = "-s -w"
     links: tuple[str, ...] = ()  # names the multi-call binary is also called by
+    overlay: tuple[tuple[str, str], ...] = ()  # (file in a dependency's package, our file under the module)
 
     @property
     def dir(self) -> Path:
@@ -41,7 +42,8 @@ class Target:
 
     def key(self) -> str:
         h = hashlib.sha256()
-        for name in ("go.mod", "go.sum", *sorted(p.name for p in self.dir.glob("*.go"))):
+        for name in ("go.mod", "go.sum", *sorted(p.name for p in self.dir.glob("*.go")),
+                     *(ours for _, ours in self.overlay)):
             h.update(name.encode() + b"\0" + (self.dir / name).read_bytes())
         h.update(self.ldflags.encode())
         return h.hexdigest()[:16]
@@ -53,7 +55,7 @@ class Target:
         return self.out_dir() / (name or self.binary)
 
     def built(self) -> bool:
-        return (self.out_dir() / ".complete").exists()
+        return (self.out_dir() / f".complete-{self.binary}").exists()
 
 
 def _kube_ldflags() -> str:
@@ -64,7 +66,12 @@ def _kube_ldflags() -> str:
 
 KUBEPLANE = Target("kubeplane", ".", "kubeplane", _kube_ldflags(), KUBE_COMPONENTS)
 MINIO = Target("minio", "github.com/minio/minio", "minio")
-TARGETS = (KUBEPLANE, MINIO)
+ARGO_CONTROLLER = Target("argo", "github.com/argoproj/argo-workflows/v4/cmd/workflow-controller",
+                         "workflow-controller")
+ARGOEXEC = Target("argo", "github.com/argoproj/argo-workflows/v4/cmd/argoexec", "argoexec", overlay=(
+    ("github.com/argoproj/argo-workflows/v4//workflow/executor/osspecific/signal_linux.go",
+     "overlay/osspecific_signal_linux.go.in"),))
+TARGETS = (KUBEPLANE, MINIO, ARGO_CONTROLLER, ARGOEXEC)
 
 
 def cache_root() -> Path:
@@ -98,12 +105,15 @@ def build(target: Target, *, quiet: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{target.binary}.tmp"
     cmd = [go, "build", "-v", "-trimpath", "-ldflags", target.ldflags, "-o", str(tmp), target.package]
+    workdir = target.dir if not target.overlay else _vendored(go, target, env, out)
+    if target.overlay:
+        env = {**env, "GOFLAGS": "-mod=vendor"}
     tail: list[str] = []
     with Progress(TextColumn(f"building {target.module} (first time: tens of minutes)"), BarColumn(),
                   MofNCompleteColumn(), TextColumn("packages"), TimeElapsedColumn(),
                   disable=quiet, transient=False) as progress:
         task = progress.add_task("build", total=total)
-        proc = subprocess.Popen(cmd, cwd=target.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -119,8 +129,28 @@ def build(target: Target, *, quiet: bool = False) -> Path:
         p = out / link
         p.unlink(missing_ok=True)
         p.symlink_to(target.binary)
-    (out / ".complete").touch()
+    (out / f".complete-{target.binary}").touch()
     return target.path()
+
+
+def _vendored(go: str, target: Target, env: dict, out: Path) -> Path:
+    """A copy of the module in the cache with its dependencies vendored and our files added to
+    them (Go refuses overlays of files in its module cache). Nothing of it lives in the clone."""
+    src = out / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    for name in ("go.mod", "go.sum"):
+        shutil.copy(target.dir / name, src / name)
+    r = subprocess.run([go, "mod", "vendor"], cwd=src, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BuildError(f"{target.module}: go mod vendor failed:\n{r.stderr[-2000:]}")
+    for dep_file, ours in target.overlay:
+        module, _, rel = dep_file.partition("//")
+        dest = src / "vendor" / module / rel
+        if dest.exists():
+            raise BuildError(f"{target.module}: {dep_file} exists in the module now; drop our copy")
+        shutil.copy(target.dir / ours, dest)
+    return src
 
 
 def build_all(quiet: bool = False) -> None:

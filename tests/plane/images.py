@@ -2,8 +2,10 @@
 
 An image ``[registry/][path/]edl-NAME:VERSION`` (VERSION: the package's, from pyproject.toml)
 runs its command from this machine's Python environment (where ``edl`` is installed), with
-the ``ENV``, ``ENTRYPOINT`` and ``CMD`` of its Dockerfile. Any other reference is an image
-this node cannot pull (ErrImagePull, then ImagePullBackOff), as on a cluster without it.
+the ``ENV``, ``ENTRYPOINT`` and ``CMD`` of its Dockerfile. Argo's executor image
+``quay.io/argoproj/argoexec:ARGO_VERSION`` is the ``argoexec`` binary built from Argo's module
+(``tools/argo``), once built. Any other reference is an image this node cannot pull
+(ErrImagePull, then ImagePullBackOff), as on a cluster without it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+ARGO_VERSION = "v4.0.5"
+ARGOEXEC_IMAGE = f"quay.io/argoproj/argoexec:{ARGO_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,11 @@ def catalogue() -> dict[str, Image]:
         env, entry, cmd = _dockerfile(dockerfile)
         name = f"edl-{dockerfile.parent.name}:{version()}"
         out[name] = Image(name, env, entry, cmd, path)
+    from tests.plane import build
+
+    if build.ARGOEXEC.built():
+        name = ARGOEXEC_IMAGE.rsplit("/", 1)[-1]
+        out[name] = Image(name, {}, ("argoexec",), (), f"{build.ARGOEXEC.out_dir()}:/usr/bin:/bin")
     return out
 
 

@@ -39,8 +39,9 @@ Where it departs from a real kubelet (none of this is something edl relies on):
 - Containers run as the kubelet's user (root), not ``runAsUser`` (the Python environment
   lives under a private home); the root filesystem is not made read-only; CPU limits are not
   enforced; memory is the sum of the container's processes' RSS, sampled twice a second.
-- Images are edl's own, run from this machine's Python environment (``images.py``); no init
-  or ephemeral containers, lifecycle hooks, liveness or startup probes, exec probes, termination
+- Images are edl's own, run from this machine's Python environment, and Argo's executor
+  (``images.py``); init containers run in order, but there are no sidecar-style init or
+  ephemeral containers, lifecycle hooks, liveness or startup probes, exec probes, termination
   message files (only FallbackToLogsOnError), Service environment variables, or volume types
   other than the four above; tokens are not refreshed (they last an hour).
 """
@@ -175,6 +176,7 @@ class PodRuntime:
     dir: Path
     ip: str
     containers: dict[str, Container] = field(default_factory=dict)
+    init: dict[str, Container] = field(default_factory=dict)  # run one after another, before the rest
     started_at: str = ""
     volumes_ready: bool = False
     volume_dirs: dict[str, Path] = field(default_factory=dict)
@@ -184,6 +186,13 @@ class PodRuntime:
     kill_at: float | None = None
     last_status: dict | None = None
     next_size_check: float = 0.0
+
+    def all(self) -> list[Container]:
+        return [*self.init.values(), *self.containers.values()]
+
+    def initialized(self) -> bool:
+        return all(c.state == "terminated" and c.terminated and c.terminated["exitCode"] == 0
+                   for c in self.init.values())
 
 
 # ---------------------------------------------------------------- the kubelet
@@ -293,10 +302,11 @@ class Kubelet:
                     rt = PodRuntime(uid, meta["namespace"], meta["name"], self.root / "pods" / uid, self.pod_ip(),
                                     started_at=now_rfc3339())
                     rt.dir.mkdir(parents=True, exist_ok=True)
-                    for c in pod["spec"]["containers"]:
-                        d = rt.dir / "containers" / c["name"]
-                        d.mkdir(parents=True, exist_ok=True)
-                        rt.containers[c["name"]] = Container(c, d)
+                    for kind, target in (("initContainers", rt.init), ("containers", rt.containers)):
+                        for c in pod["spec"].get(kind) or []:
+                            d = rt.dir / "containers" / c["name"]
+                            d.mkdir(parents=True, exist_ok=True)
+                            target[c["name"]] = Container(c, d)
                     self.pods[uid] = rt
                     log(f"pod {rt.namespace}/{rt.name} bound here, address {rt.ip}")
                 try:
@@ -324,7 +334,7 @@ class Kubelet:
                 self.setup_volumes(rt, pod)
                 rt.volumes_ready = True
             except MountError as e:
-                for c in rt.containers.values():
+                for c in rt.all():
                     c.reason, c.message = "ContainerCreating", str(e)
                 self.report(rt, pod)
                 return
@@ -335,16 +345,33 @@ class Kubelet:
             if rt.evicted:
                 self.report(rt, pod)
                 return
+        policy = spec.get("restartPolicy", "Always")
+        if not self.run_init(rt, pod, policy, now):
+            self.report(rt, pod)
+            return
         for c in rt.containers.values():
-            self.step_container(rt, pod, c, now)
-        if self.pod_finished(rt, spec.get("restartPolicy", "Always")):
+            self.step_container(rt, pod, c, policy, now)
+        if self.pod_finished(rt, policy):
             rt.final = True
         self.report(rt, pod)
         if rt.final:
             self.forget(rt, keep_logs=True)
 
-    def step_container(self, rt: PodRuntime, pod: dict, c: Container, now: float) -> None:
-        policy = pod["spec"].get("restartPolicy", "Always")
+    def run_init(self, rt: PodRuntime, pod: dict, policy: str, now: float) -> bool:
+        """Init containers in order, each to success; ``True`` once all have succeeded. A failed one is
+        restarted unless the pod's restartPolicy is Never, when the pod fails."""
+        for c in rt.init.values():
+            if c.state == "terminated" and c.terminated and c.terminated["exitCode"] == 0:
+                continue
+            self.step_container(rt, pod, c, "Never" if policy == "Never" else "OnFailure", now)
+            if c.state == "terminated" and c.terminated and c.terminated["exitCode"] == 0:
+                continue
+            if c.state == "terminated" and policy == "Never":
+                rt.final = True
+            return False
+        return True
+
+    def step_container(self, rt: PodRuntime, pod: dict, c: Container, policy: str, now: float) -> None:
         if c.state == "running":
             assert c.proc is not None
             code = c.proc.poll()
@@ -394,14 +421,14 @@ class Kubelet:
         else:
             argv = [*image.entrypoint, *(c.spec.get("args") or image.cmd)]
         argv = [expand(x, env) for x in argv]
-        if not argv or shutil.which(argv[0], path=env["PATH"]) is None:
+        mounts = self.mounts(rt, pod, c)
+        if not argv or not executable(argv[0], env["PATH"], mounts):
             c.state = "terminated"
             c.terminated = {"exitCode": 128, "reason": "StartError", "startedAt": now_rfc3339(),
                             "finishedAt": now_rfc3339(),
                             "message": f'exec: "{argv[0] if argv else ""}": executable file not found in $PATH'}
             c.proc = None
             return
-        mounts = self.mounts(rt, pod, c)
         script = f"set -e\nhostname {shlex.quote(rt.name)}\n" + "".join(
             f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}\n"
             + (f"mount -o remount,bind,ro {shlex.quote(dst)}\n" if ro else "")
@@ -444,6 +471,8 @@ class Kubelet:
         cs = list(rt.containers.values())
         if rt.evicted:
             return "Failed"
+        if not rt.initialized():
+            return "Failed" if rt.final else "Pending"
         if all(c.state == "terminated" for c in cs) and (policy == "Never" or rt.terminating_since is not None or (
                 policy == "OnFailure" and all(c.terminated and c.terminated["exitCode"] == 0 for c in cs))):
             return "Succeeded" if all(c.terminated and c.terminated["exitCode"] == 0 for c in cs) else "Failed"
@@ -456,6 +485,7 @@ class Kubelet:
         spec = pod["spec"]
         phase = self.phase(rt, spec.get("restartPolicy", "Always"))
         by_name = {c["name"]: c.get("image", "") for c in spec["containers"]}
+        by_name.update({c["name"]: c.get("image", "") for c in spec.get("initContainers") or []})
         statuses = [c.status(by_name[n]) for n, c in rt.containers.items()]
         ready = all(s["ready"] for s in statuses)
         old = {c["type"]: c for c in (pod.get("status") or {}).get("conditions") or []}
@@ -472,13 +502,15 @@ class Kubelet:
             return out
 
         not_ready = None if ready else "ContainersNotReady"
-        conditions = [cond("PodReadyToStartContainers", rt.volumes_ready), cond("Initialized", True),
+        conditions = [cond("PodReadyToStartContainers", rt.volumes_ready), cond("Initialized", rt.initialized()),
                       cond("ContainersReady", ready, not_ready), cond("Ready", ready, not_ready)]
         if "PodScheduled" in old:
             conditions.append(old["PodScheduled"])
         status: dict = {"phase": phase, "conditions": conditions, "hostIP": "127.0.0.1",
                         "hostIPs": [{"ip": "127.0.0.1"}], "podIP": rt.ip, "podIPs": [{"ip": rt.ip}],
                         "startTime": rt.started_at, "containerStatuses": statuses}
+        if rt.init:
+            status["initContainerStatuses"] = [c.status(by_name[n]) for n, c in rt.init.items()]
         if rt.evicted:
             status.update(reason="Evicted", message=rt.evicted["message"])
             conditions.append(cond("DisruptionTarget", True, "TerminationByKubelet", rt.evicted["message"]))
@@ -497,7 +529,7 @@ class Kubelet:
             grace = pod["spec"].get("terminationGracePeriodSeconds", 30) if grace is None else grace
             rt.terminating_since, rt.kill_at = now, now + float(grace)
             log(f"pod {rt.namespace}/{rt.name}: deleting, grace period {grace} s")
-            for c in rt.containers.values():
+            for c in rt.all():
                 signal_group(c, signal.SIGTERM)
                 if c.state == "waiting":
                     c.state = "terminated"
@@ -505,10 +537,10 @@ class Kubelet:
                                     "message": "The container could not be located when the pod was terminated",
                                     "startedAt": None, "finishedAt": now_rfc3339()}
         if rt.kill_at is not None and now >= rt.kill_at:
-            for c in rt.containers.values():
+            for c in rt.all():
                 signal_group(c, signal.SIGKILL)
         done = True
-        for c in rt.containers.values():
+        for c in rt.all():
             if c.state == "running":
                 assert c.proc is not None
                 code = c.proc.poll()
@@ -519,10 +551,10 @@ class Kubelet:
         return done
 
     def kill_pod(self, rt: PodRuntime, grace_s: float) -> None:
-        for c in rt.containers.values():
+        for c in rt.all():
             signal_group(c, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        for c in rt.containers.values():
+        for c in rt.all():
             if c.proc is None:
                 continue
             while c.proc.poll() is None and time.monotonic() < deadline:
@@ -556,7 +588,7 @@ class Kubelet:
                 log(f"pod {rt.namespace}/{rt.name}: evicted: {message}")
                 rt.evicted = {"message": message}
                 self.kill_pod(rt, 0)
-                for c in rt.containers.values():
+                for c in rt.all():
                     if c.state == "running" and c.proc is not None:
                         self.finished(c, c.proc.poll() or 137)
                     elif c.state == "waiting":
@@ -773,7 +805,7 @@ class Kubelet:
         with self.lock:
             for rt in self.pods.values():
                 if rt.namespace == ns and rt.name == name:
-                    return rt.containers.get(container)
+                    return rt.containers.get(container) or rt.init.get(container)
         return None
 
     def serve_logs(self) -> ThreadingHTTPServer:
@@ -889,6 +921,17 @@ def named_port(spec: dict, port) -> int:
         if p.get("name") == port:
             return int(p["containerPort"])
     raise ValueError(f"no port named {port}")
+
+
+def executable(cmd: str, path: str, mounts: list[tuple[str, str, bool]]) -> bool:
+    """Whether the container would find ``cmd``: on its PATH, or at an absolute path, which may lie
+    in one of its volumes (Argo's executor runs a binary its init container copied there)."""
+    if not cmd.startswith("/"):
+        return shutil.which(cmd, path=path) is not None
+    for src, dst, _ in sorted(mounts, key=lambda m: -len(m[1])):
+        if cmd.startswith(dst.rstrip("/") + "/"):
+            return os.access(src + cmd[len(dst.rstrip("/")):], os.X_OK)
+    return os.access(cmd, os.X_OK)
 
 
 def signal_group(c: Container, sig: int) -> None:

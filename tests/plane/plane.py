@@ -282,6 +282,33 @@ class ControlPlane:
         except OSError:
             return ""
 
+    # ------------------------------------------------------------ Argo (test-only, loopback only)
+    def start_argo(self, timeout_s: float = 60) -> None:
+        """Argo's CRDs (full schemas, so the apiserver validates workflows) and its workflow
+        controller, watching every namespace, with the executor built from the same module."""
+        import subprocess as sp
+
+        from tests.plane.images import ARGOEXEC_IMAGE
+
+        crds = argo_module_dir() / "manifests" / "base" / "crds" / "full"
+        kubectl = [self._exe("kubectl"), f"--kubeconfig={self.admin_kubeconfig}"]
+        for f in sorted(crds.glob("argoproj.io_*.yaml")):
+            r = sp.run([*kubectl, "apply", "--server-side", "-f", str(f)], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"Argo CRD {f.name}: {r.stderr.strip()}")
+        sp.run([*kubectl, "create", "namespace", "argo"], capture_output=True, text=True)
+        sp.run([*kubectl, "-n", "argo", "create", "configmap", "workflow-controller-configmap"],
+               capture_output=True, text=True)
+        r = sp.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"],
+                   capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"Argo CRDs not established: {r.stderr.strip()}")
+        cfg = self._kubeconfig("argo", "argo-workflow-controller", ("system:masters",), namespace="argo")
+        self._spawn("workflow-controller", [
+            str(build.ARGO_CONTROLLER.path()), f"--kubeconfig={cfg}", f"--executor-image={ARGOEXEC_IMAGE}",
+            "--executor-image-pull-policy=IfNotPresent", "--loglevel=info", "--workflow-workers=4"],
+            env={"LEADER_ELECTION_DISABLE": "true"})
+
     # ------------------------------------------------------------ nodes
     def add_node(self, name: str, cpu: str = "4", memory: str = "16Gi", wait_s: float = 60) -> NodeInfo:
         index = len(self.state.nodes)
@@ -350,12 +377,19 @@ class ControlPlane:
         self.procs.clear()
 
 
+def argo_module_dir() -> Path:
+    """Argo's module in the Go module cache (for its CRDs), as tools/argo pins it."""
+    r = subprocess.run([build.go_binary(), "list", "-m", "-json", "github.com/argoproj/argo-workflows/v4"],
+                       cwd=build.TOOLS / "argo", capture_output=True, text=True, check=True)
+    return Path(json.loads(r.stdout)["Dir"])
+
+
 def stop_all(state: PlaneState) -> None:
     """Stop every process of a plane: kubelets first (they stop their pods), then the rest, then any
     container process a killed kubelet left behind (from the pid files under its root)."""
     for node in state.nodes:
         stop_pid(node.pid, 20)
-    for name in ("minio", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+    for name in ("workflow-controller", "minio", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
         pid = state.pids.get(name)
         if pid:
             stop_pid(pid, 10)

@@ -89,6 +89,7 @@ def publish_model(model_dir: str, accuracy: float, registry_uri: str, source: st
     files = sorted(p for p in Path(model_dir).rglob("*") if p.is_file())
     if not files:
         raise UserError(f"model {model_dir}: no files to publish")
+    store.check()  # the first publish into a registry bucket that does not exist yet creates it
     for f in files:
         store.put(f"{CURRENT}/{f.relative_to(model_dir).as_posix()}", f.read_bytes())
     info = {"accuracy": accuracy, "published_at": time.time(), "source": source,
