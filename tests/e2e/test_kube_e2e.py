@@ -21,6 +21,7 @@ import pytest
 
 from edl.cluster import manifests as m
 from edl.master.job import JobSpec
+from tests.waits import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900),
               pytest.mark.skipif(not os.environ.get("EDL_E2E_KUBECONFIG"),
@@ -95,13 +96,7 @@ def _phase(kube, name: str) -> str | None:
 
 
 def _wait(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_for(pred, timeout, what, every=2)
 
 
 def _log(kube, name: str) -> str:

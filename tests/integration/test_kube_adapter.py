@@ -13,6 +13,7 @@ from edl.cluster.kubernetes import Informer, KubeApi, decode_node, decode_pod
 from edl.errors import PermanentError, TemporaryError
 from edl.master.job import JobSpec
 from tests.integration.test_plane import restricted_pod
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,13 +40,8 @@ def sa_token(kube, ns: str, sa: str) -> str:
     return client.CoreV1Api(kube).create_namespaced_service_account_token(sa, ns, req).status.token
 
 
-def until(pred, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
+def until(pred, timeout: float = 20.0):
+    return wait_for(pred, timeout, "condition", every=0.05)
 
 
 def test_create_is_idempotent_and_keeps_labels_and_owner(kube, namespace):

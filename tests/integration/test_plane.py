@@ -11,6 +11,8 @@ import time
 import pytest
 from kubernetes import client
 
+from tests.waits import wait_for
+
 pytestmark = pytest.mark.timeout(180)
 IMAGE = "edl-runtime:0.1.0"
 
@@ -30,17 +32,6 @@ def restricted_pod(name: str, command: list[str], *, image: str = IMAGE, restart
     if sa:
         spec["serviceAccountName"] = sa
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def wait_for(fn, timeout: float = 60, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last})")
 
 
 def pod(core: client.CoreV1Api, ns: str, name: str):

@@ -8,10 +8,10 @@ as the CronWorkflow sets them; ``KFP_POD_NAME``/``KFP_POD_UID`` as KFP's driver 
 
 from __future__ import annotations
 
-import time
 from kubernetes import client
 
 from tests.plane.plane import ControlPlane
+from tests.waits import wait_for
 
 IMAGE = "edl-runtime:0.1.0"
 JOB_RESOURCES = ("pods", "services", "secrets", "leases")
@@ -128,13 +128,7 @@ class Steps:
         return [e.reason for e in evs if involved is None or e.involved_object.name == involved]
 
     def wait(self, pred, timeout: float = 120, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            v = pred()
-            if v:
-                return v
-            time.sleep(0.3)
-        raise AssertionError(f"timed out waiting for {what}\n{self.log_tail()}")
+        return wait_for(pred, timeout, what, every=0.3, detail=self.log_tail)
 
     def log_tail(self) -> str:
         return "\n".join(f"--- {n}\n{self.log(n)[-2500:]}" for n in self.launched)
