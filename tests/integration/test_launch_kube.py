@@ -49,8 +49,6 @@ def test_the_launcher_pod_deleted_takes_a_last_checkpoint_and_removes_every_obje
     assert "JobCancelled" in steps.events(step)
 
 
-@pytest.mark.xfail(strict=True, reason="review #3: KFP sets KFP_POD_NAME/KFP_POD_UID, the launcher reads only "
-                                       "POD_NAME/POD_UID, so the job has no owner and outlives a killed step")
 def test_a_kfp_step_killed_without_cleanup_leaves_nothing_running(steps):
     step = steps.launch("kfpkill", epochs=400, style="kfp")
     steps.wait(lambda: steps.trainers("kfpkill"), what="a running trainer")
@@ -58,8 +56,6 @@ def test_a_kfp_step_killed_without_cleanup_leaves_nothing_running(steps):
     steps.wait_gone("kfpkill", 30, "the garbage collector to remove the job")
 
 
-@pytest.mark.xfail(strict=True, reason="the sidecar's demand Lease (edl-JOB-demand) has no ownerReference, so it "
-                                       "outlives a step killed without its cleanup (review #3: nothing may outlive)")
 def test_an_argo_step_killed_without_cleanup_is_garbage_collected(steps):
     step = steps.launch("argokill", epochs=400)
     steps.wait(lambda: steps.trainers("argokill"), what="a running trainer")

@@ -41,7 +41,11 @@ def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, 
     chosen = get_policy(policy)
     kube = KubeApi(load_api_client(kubeconfig), namespace)
     holder = os.environ.get("POD_NAME") or socket.gethostname()
-    view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s))).start()
+    # The demand Lease belongs to the sidecar's pod (the master's), so it goes with the job even when
+    # nobody cleans up (the launcher killed): the garbage collector follows the owners.
+    owner = ({"name": os.environ["POD_NAME"], "uid": os.environ["POD_UID"]}
+             if os.environ.get("POD_NAME") and os.environ.get("POD_UID") else None)
+    view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)), owner=owner).start()
     cfg = SidecarConfig(f"{namespace}/{job}", trainer, min_trainers, max_trainers, period_s, jitter_s)
     sidecar = Sidecar(cfg, view, HttpMasterLink(master, token), chosen)
     stop = threading.Event()

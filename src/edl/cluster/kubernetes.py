@@ -372,12 +372,13 @@ class KubeClusterView:
     LEASE_SELECTOR = "edl.dev/role=demand"
 
     def __init__(self, kube: KubeApi, job: str, holder: str, lease_duration_s: int,
-                 watch_timeout_s: int = 60) -> None:
+                 watch_timeout_s: int = 60, owner: dict | None = None) -> None:
         from edl.cluster.manifests import labels, names
 
         self.kube = kube
         self.job = job
         self.holder = holder
+        self.owner = owner  # {"name", "uid"} of the pod the sidecar runs in: the Lease goes with it
         self.lease_name = names(job)["lease"]
         self.lease_labels = labels(job, "demand")
         self.lease_duration_s = lease_duration_s
@@ -421,6 +422,9 @@ class KubeClusterView:
 
         lease = demand_lease(demand, self.lease_name, self.kube.namespace, self.holder, now, self.lease_duration_s,
                              self.lease_labels)
+        if self.owner is not None:
+            lease["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": self.owner["name"],
+                                                     "uid": self.owner["uid"]}]
         cached = self.lease_cache.get(f"{self.kube.namespace}/{self.lease_name}")
         version = None if cached is None else cached["metadata"]["resourceVersion"]
         for _ in range(3):  # optimistic concurrency: re-read on a conflict

@@ -216,7 +216,10 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
                  "--trainer-cpu", opts.trainer_cpu, "--trainer-memory", opts.trainer_memory,
                  "--trainer-gpu", str(opts.trainer_gpu)],
         "env": [_token_env(spec.job), _POD_IP_ENV,
-                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                # The pod owns the sidecar's demand Lease (garbage-collected with the job).
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
         # The node and pod cache of a 5,000-node cluster fits in 1 GiB (see README).
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         "securityContext": _security(), "volumeMounts": [mount],
