@@ -81,8 +81,6 @@ def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps)
     assert steps.objects_of("adopt") == []
 
 
-@pytest.mark.xfail(strict=True, reason="review #8: an adopted job keeps its controller ownerReference to the "
-                                       "first step's pod, so the garbage collector deletes it when that pod goes")
 def test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up(steps):
     first = steps.launch("reown", epochs=20)
     steps.wait(lambda: steps.trainers("reown"), what="a running trainer")

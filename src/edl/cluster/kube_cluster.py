@@ -96,9 +96,31 @@ class KubeCluster:
         if pod is None or _PHASE.get((pod.get("status") or {}).get("phase"), PodPhase.PENDING).terminated:
             self.recreate_master()
         adopted = not created
+        if adopted:
+            self.reown()
         self.record("JobAdopted" if adopted else "JobCreated",
                     f"job {self.spec.job}: {'adopted existing' if adopted else 'created'} token, service and master")
         return MasterEndpoint(self._master_address(), token, adopted)
+
+    def reown(self) -> None:
+        """A retried step is a new pod: the job it adopts still names the first step's pod as its
+        owner, and the garbage collector would delete it with that pod. Point it at this one."""
+        if self.owner is None:
+            return
+        refs = m.owner_references(self.owner)
+        objects = [("pods", p) for p in self.kube.list("pods", self.selector)]
+        objects += [(res, obj) for res, name in (("services", self.names["service"]), ("secrets", self.names["secret"]))
+                    if (obj := self.kube.get(res, name)) is not None]
+        moved = 0
+        for res, obj in objects:
+            current = [r.get("uid") for r in obj["metadata"].get("ownerReferences") or []]
+            if current != [self.owner["uid"]]:
+                # "add" sets the member whether or not it exists (RFC 6902).
+                self.kube.patch(res, obj["metadata"]["name"], [{"op": "add", "path": "/metadata/ownerReferences",
+                                                                "value": refs}])
+                moved += 1
+        if moved:
+            log.info("re-owned %d objects of job %s to pod %s", moved, self.spec.job, self.owner["name"])
 
     def _master_address(self) -> str:
         if self.master_via == "pod-ip":

@@ -133,6 +133,13 @@ class KubeApi:
         except ApiException as e:
             raise self._error(e, "replace", resource, obj["metadata"]["name"]) from e
 
+    def patch(self, resource: str, name: str, ops: list[dict]) -> dict:
+        """A JSON patch (RFC 6902; the client sends a list as one): exact, lists replaced, not merged."""
+        try:
+            return self._call("patch", resource, name, ops)
+        except ApiException as e:
+            raise self._error(e, "patch", resource, name) from e
+
     def delete(self, resource: str, name: str, grace_s: int | None = None) -> bool:
         """Delete; ``False`` when it was already gone."""
         kw = {} if grace_s is None else {"grace_period_seconds": grace_s}

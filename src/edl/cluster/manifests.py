@@ -172,9 +172,13 @@ def _meta(name: str, job: str, role: str, opts: K8sOptions, owner: dict | None) 
     meta = {"name": name, "namespace": opts.namespace, "labels": {**labels(job, role), **opts.extra_labels}}
     if owner is not None:
         # Garbage-collected with the launcher pod, hence with the workflow step.
-        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"],
-                                    "controller": True, "blockOwnerDeletion": True}]
+        meta["ownerReferences"] = owner_references(owner)
     return meta
+
+
+def owner_references(owner: dict) -> list[dict]:
+    return [{"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"],
+             "controller": True, "blockOwnerDeletion": True}]
 
 
 # ---------------------------------------------------------------- objects
@@ -292,8 +296,9 @@ def rbac(namespace: str) -> list[dict]:
 
     launcher_rules = [
         # Master and trainer pods: created, watched, deleted (drained trainers, cleanup on SIGTERM).
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
-        {"apiGroups": [""], "resources": ["services", "secrets"], "verbs": ["get", "create", "delete"]},
+        # patch: a retried step (a new pod) re-points the ownerReferences of the job it adopts to itself.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
+        {"apiGroups": [""], "resources": ["services", "secrets"], "verbs": ["get", "create", "delete", "patch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         # The job's demand Lease is written by its sidecar; the launcher removes it on cleanup.
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "delete"]},
