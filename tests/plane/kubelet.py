@@ -355,7 +355,7 @@ class Kubelet:
             rt.final = True
         self.report(rt, pod)
         if rt.final:
-            self.forget(rt, keep_logs=True)
+            self.forget(rt)
 
     def run_init(self, rt: PodRuntime, pod: dict, policy: str, now: float) -> bool:
         """Init containers in order, each to success; ``True`` once all have succeeded. A failed one is
@@ -563,7 +563,7 @@ class Kubelet:
             c.proc.wait()
             (c.dir / "pid").unlink(missing_ok=True)
 
-    def forget(self, rt: PodRuntime, keep_logs: bool = True) -> None:
+    def forget(self, rt: PodRuntime) -> None:
         """The pod is done here. Its logs stay readable until the pod object is gone."""
         self.release_volumes(rt)
 
@@ -757,7 +757,7 @@ class Kubelet:
 
     def release_volumes(self, rt: PodRuntime) -> None:
         for name, d in rt.volume_dirs.items():
-            if name.startswith("kube-api-access") or d.name.startswith("kube-api-access"):
+            if name.startswith("kube-api-access"):
                 shutil.rmtree(d, ignore_errors=True)  # the token does not outlive the pod
 
     # ------------------------------------------------------------ names of Services
