@@ -33,6 +33,7 @@ class HttpMasterLink:
 def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
                 min_trainers: int, max_trainers: int, trainer: Resources, kubeconfig: str | None) -> int:
     from edl.cluster.kubernetes import KubeApi, KubeClusterView, load_api_client
+    from edl.cluster.manifests import pod_from_env
 
     if not 1 <= min_trainers <= max_trainers:
         raise UserError(f"--min-trainers {min_trainers} / --max-trainers {max_trainers}: need 1 <= min <= max")
@@ -43,9 +44,8 @@ def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, 
     holder = os.environ.get("POD_NAME") or socket.gethostname()
     # The demand Lease belongs to the sidecar's pod (the master's), so it goes with the job even when
     # nobody cleans up (the launcher killed): the garbage collector follows the owners.
-    owner = ({"name": os.environ["POD_NAME"], "uid": os.environ["POD_UID"]}
-             if os.environ.get("POD_NAME") and os.environ.get("POD_UID") else None)
-    view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)), owner=owner).start()
+    view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)),
+                           owner=pod_from_env()).start()
     cfg = SidecarConfig(f"{namespace}/{job}", trainer, min_trainers, max_trainers, period_s, jitter_s)
     sidecar = Sidecar(cfg, view, HttpMasterLink(master, token), chosen)
     stop = threading.Event()

@@ -430,8 +430,9 @@ class KubeClusterView:
         lease = demand_lease(demand, self.lease_name, self.kube.namespace, self.holder, now, self.lease_duration_s,
                              self.lease_labels)
         if self.owner is not None:
-            lease["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": self.owner["name"],
-                                                     "uid": self.owner["uid"]}]
+            from edl.cluster.manifests import owner_references
+
+            lease["metadata"]["ownerReferences"] = owner_references(self.owner, controller=False)
         cached = self.lease_cache.get(f"{self.kube.namespace}/{self.lease_name}")
         version = None if cached is None else cached["metadata"]["resourceVersion"]
         for _ in range(3):  # optimistic concurrency: re-read on a conflict

@@ -17,6 +17,7 @@ Security choices, on purpose:
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass, field, fields
 
@@ -176,9 +177,23 @@ def _meta(name: str, job: str, role: str, opts: K8sOptions, owner: dict | None) 
     return meta
 
 
-def owner_references(owner: dict) -> list[dict]:
-    return [{"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"],
-             "controller": True, "blockOwnerDeletion": True}]
+def owner_references(owner: dict, controller: bool = True) -> list[dict]:
+    """``owner`` ({"name", "uid"} of a pod) as the object's owner: the launcher's pod controls the job's
+    objects; a plain reference (``controller=False``) only ties an object's life to the pod."""
+    ref = {"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"]}
+    if controller:
+        ref.update(controller=True, blockOwnerDeletion=True)
+    return [ref]
+
+
+def pod_from_env(prefixes: tuple[str, ...] = ("",)) -> dict | None:
+    """The pod a process runs in, from ``{PREFIX}POD_NAME``/``{PREFIX}POD_UID`` (the first prefix
+    that has both), as the downward API or a workflow engine sets them; ``None`` outside a pod."""
+    for prefix in prefixes:
+        name, uid = os.environ.get(f"{prefix}POD_NAME"), os.environ.get(f"{prefix}POD_UID")
+        if name and uid:
+            return {"name": name, "uid": uid}
+    return None
 
 
 # ---------------------------------------------------------------- objects

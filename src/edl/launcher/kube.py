@@ -9,7 +9,6 @@ Exit code: 0 when the job succeeded, non-zero with the reason otherwise.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -28,16 +27,6 @@ EXIT_CANCELLED = 143
 FINAL_CHECKPOINT_S = 20.0
 
 
-def step_pod() -> dict | None:
-    """The pod this launcher runs in, to own the job's objects: KFP's driver sets KFP_POD_NAME and
-    KFP_POD_UID in every task's pod; Argo steps (and the CronWorkflow) pass POD_NAME/POD_UID."""
-    for prefix in ("KFP_", ""):
-        name, uid = os.environ.get(f"{prefix}POD_NAME"), os.environ.get(f"{prefix}POD_UID")
-        if name and uid:
-            return {"name": name, "uid": uid}
-    return None
-
-
 def _cancel(signum: int, _frame) -> None:
     raise Cancelled(signal.Signals(signum).name)
 
@@ -52,7 +41,9 @@ def launch(spec: JobSpec, opts: m.K8sOptions, *, kubeconfig: str | None = None, 
         raise UserError(f"--s3-secret {opts.s3_secret!r}: no such Secret in namespace {opts.namespace!r}")
     if opts.priority_class and kube.get("priorityclasses", opts.priority_class) is None:
         raise UserError(f"--priority-class {opts.priority_class!r}: no such PriorityClass in the cluster")
-    owner = step_pod()
+    # The step's pod owns the job's objects: KFP's driver sets KFP_POD_NAME/KFP_POD_UID in every
+    # task's pod; Argo steps (and the CronWorkflow) pass POD_NAME/POD_UID.
+    owner = m.pod_from_env(("KFP_", ""))
     if owner is None:
         console.print("KFP_POD_NAME/KFP_POD_UID or POD_NAME/POD_UID not set (not in a pod?): the job's objects "
                       "get no owner; they are removed when this launcher ends")
