@@ -18,8 +18,8 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result  # noqa: E402
 
-from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources, Snapshot  # noqa: E402
-from edl.autoscale.policy import get_policy  # noqa: E402
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot# noqa: E402
+from edl.autoscale.policy import get_policy# noqa: E402
 
 
 def big_snapshot(n_nodes: int = 5000, n_pods: int = 150_000, n_jobs: int = 100, seed: int = 0) -> Snapshot:

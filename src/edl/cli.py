@@ -167,7 +167,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
 
 def cmd_sidecar(a: argparse.Namespace) -> int:
-    from edl.autoscale.model import Resources
+    from edl.api.cluster import Resources
     from edl.autoscale.run import run_sidecar
     from edl.cluster.kubernetes import quantity
 

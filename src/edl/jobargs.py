@@ -11,7 +11,7 @@ import argparse
 from dataclasses import dataclass, fields
 from typing import Any
 
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 
 
 @dataclass(frozen=True)

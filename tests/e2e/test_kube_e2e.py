@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 from edl.cluster import manifests as m
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 from tests.waits import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900),

@@ -7,11 +7,11 @@ import time
 import pytest
 from kubernetes import client
 
-from edl.autoscale.model import PodPhase
+from edl.api.cluster import PodPhase
 from edl.cluster import manifests as m
 from edl.cluster.kubernetes import Informer, KubeApi, decode_node, decode_pod
 from edl.errors import PermanentError, TemporaryError
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 from tests.integration.test_plane import restricted_pod
 from tests.waits import wait_for
 

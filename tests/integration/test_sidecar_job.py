@@ -18,7 +18,7 @@ import yaml
 
 from kubernetes import client
 
-from edl.autoscale.sidecar import demand_from_lease
+from edl.cluster.demand_lease import demand_from_lease
 from edl.cluster import manifests
 from tests.conftest import edl_cmd
 from tests.integration.test_kube_adapter import sa_token

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
 from edl.autoscale.policy import get_policy
 
 T = Resources(cpu=1, memory=1)
@@ -142,7 +142,7 @@ def test_edl_gives_jobs_closer_to_done_the_larger_share():
 
 
 def test_completion_weights_are_deterministic_and_mean_one():
-    from edl.autoscale.fair import completion_weights
+    from edl.autoscale.edl_policy import completion_weights
 
     curve = tuple(100.0 * n ** 0.5 for n in range(41))
     jobs = [job(f"j{i}", 5, 1, 40, throughput=curve, remaining=1000.0 * (i + 1)) for i in range(5)]
@@ -153,7 +153,7 @@ def test_completion_weights_are_deterministic_and_mean_one():
 
 
 def test_completion_order_does_not_flip_between_near_equal_jobs():
-    from edl.autoscale.fair import completion_order
+    from edl.autoscale.edl_policy import completion_order
 
     curve = tuple(100.0 * n ** 0.7 for n in range(41))
     # By time alone b (292 s left) would rank before a (283 s); within 25 % of each other, the

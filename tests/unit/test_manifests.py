@@ -10,7 +10,7 @@ import pytest
 
 from edl.cluster import manifests as m
 from edl.errors import UserError
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 
 K8S_VERSION = "1.30.0"  # the oldest Kubernetes we support; the schemas ship with kubernetes-validate
 

@@ -6,9 +6,10 @@ import asyncio
 
 from fastapi.testclient import TestClient
 
-from edl.master.job import Job, JobSpec
+from edl.api.spec import JobSpec
+from edl.master.job import Job
 from edl.master.server import Master, build_app
-from edl.master.tasks import Shard
+from edl.api.data import Shard
 
 TOKEN = "s3cret"
 

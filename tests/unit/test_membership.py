@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from edl.master.membership import Membership, MembershipConfig, Phase, Reason, Source, SyncReport, TrainerState
-from edl.master.tasks import Cursor
+from edl.api.data import Cursor
 
 
 def started(n: int = 2, **cfg) -> Membership:

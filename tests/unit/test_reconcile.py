@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edl.autoscale.model import PodPhase
-from edl.cluster.interface import TrainerExit, TrainerPod
+from edl.api.cluster import PodPhase
+from edl.api.cluster import TrainerExit, TrainerPod
 from edl.launcher.reconcile import plan_trainers
 
 R, P, S, F = PodPhase.RUNNING, PodPhase.PENDING, PodPhase.SUCCEEDED, PodPhase.FAILED

@@ -6,19 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources
 from edl.autoscale.policy import get_policy
-from edl.autoscale.sidecar import (
-    Sidecar,
-    SidecarConfig,
-    ThroughputMeter,
-    decode_demand,
-    demand_from_lease,
-    demand_lease,
-    encode_demand,
-    job_offset,
-    rescale_cost_s,
-)
+from edl.api.cluster import decode_demand, encode_demand
+from edl.autoscale.sidecar import Sidecar, SidecarConfig, ThroughputMeter, job_offset, rescale_cost_s
+from edl.cluster.demand_lease import demand_from_lease, demand_lease
 
 TR = Resources(2, 4, 0)
 

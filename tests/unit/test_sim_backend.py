@@ -7,12 +7,12 @@ import copy
 import pytest
 from rich.console import Console
 
-from edl.autoscale.model import Resources
+from edl.api.cluster import Resources
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.errors import PermanentError
 from edl.launcher.core import Launcher
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 from edl.sim.backend import SimCluster, SimClusterView, SimMaster, VirtualDriver
 from edl.sim.engine import Simulation
 from edl.sim.scenario import parse
@@ -142,8 +142,8 @@ def test_the_job_runs_to_completion_and_a_crash_loop_fails_it():
     final = w.launcher.run(poll_s=1.0)
     assert final["status"] == "succeeded" and w.launcher.failures == 0
 
-    from edl.autoscale.model import PodPhase
-    from edl.cluster.interface import TrainerExit, TrainerPod
+    from edl.api.cluster import PodPhase
+    from edl.api.cluster import TrainerExit, TrainerPod
 
     class Crashing(SimCluster):
         def trainers(self):

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edl.master.tasks import Cursor
+from edl.api.data import Cursor
 from edl.trainer.slots import SLOT, decode_cursor, encode_slot
 
 

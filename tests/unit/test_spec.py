@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from edl.errors import UserError
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 from edl.storage.store import open_store
 
 

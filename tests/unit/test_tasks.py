@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edl.errors import TaskFailedError
-from edl.master.tasks import Cursor, Next, Shard, Task, TaskQueue
+from edl.api.data import Cursor, Shard, Task
+from edl.master.tasks import Next, TaskQueue
 
 
 def accounted(q: TaskQueue) -> dict[int, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from edl.autoscale.model import Pod, PodPhase, Resources, Snapshot
+from edl.api.cluster import Pod, PodPhase, Resources, Snapshot
 
 _TERMINATED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 EPS = 1e-9

@@ -16,7 +16,7 @@ There are no priorities: other pods only count as load.
 from __future__ import annotations
 
 from edl.autoscale.accounting import capacity, pods_by_job
-from edl.autoscale.model import JobDemand, PodPhase, Snapshot
+from edl.api.cluster import JobDemand, PodPhase, Snapshot
 
 MAX_LOAD = 0.97
 

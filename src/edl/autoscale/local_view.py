@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources
 from edl.errors import UserError
 
 SLOT = Resources(1.0, 1.0, 0.0)

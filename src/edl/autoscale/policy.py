@@ -1,36 +1,17 @@
-"""The scaling policy interface: ``decide(snapshot) -> {job: target trainers}``.
-
-Policies are pure and deterministic: the same snapshot gives the same plan, so
-the sidecars of different jobs agree without a central controller, and the
-simulator runs exactly the code the sidecar runs.
-"""
+"""The policy registry: every scaling policy by the name users give it (``--policy``)."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from edl.autoscale.model import Snapshot
+from edl.api.policy import Policy
+from edl.autoscale.edl2017 import Edl2017
+from edl.autoscale.edl_policy import EdlPolicy
 from edl.errors import UserError
 
-
-class Policy(Protocol):
-    name: str
-
-    def decide(self, snapshot: Snapshot) -> dict[str, int]:
-        """Target trainer count for every job in ``snapshot.jobs``, each within its min..max."""
-        ...
-
-    def remaining_key(self, jobs: tuple) -> tuple:
-        """What the decision reads of the jobs' remaining work (it changes every instant; the
-        plan does not, unless this key does). Lets a caller skip a decision that cannot differ."""
-        ...
+POLICIES: dict[str, type] = {"edl": EdlPolicy, "edl2017": Edl2017}
+POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
 
 
 def get_policy(name: str) -> Policy:
-    from edl.autoscale.edl2017 import Edl2017
-    from edl.autoscale.fair import EdlPolicy
-
-    policies: dict[str, type] = {"edl2017": Edl2017, "edl": EdlPolicy}
-    if name not in policies:
-        raise UserError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(policies))}")
-    return policies[name]()
+    if name not in POLICIES:
+        raise UserError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}")
+    return POLICIES[name]()

@@ -8,7 +8,7 @@ import signal
 import socket
 import threading
 
-from edl.autoscale.model import Resources
+from edl.api.cluster import Resources
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.errors import UserError

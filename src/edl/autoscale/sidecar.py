@@ -14,80 +14,18 @@ local backend and in tests.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from typing import Callable, Protocol
+from dataclasses import dataclass, field
+from typing import Callable
 
-from edl.autoscale.model import JobDemand, Node, Pod, Resources, Snapshot
-from edl.autoscale.policy import Policy
+from edl.api.cluster import ClusterView, JobDemand, Pod, Resources, Snapshot
+from edl.api.master import MasterLink
+from edl.api.policy import Policy
 
 log = logging.getLogger("edl.sidecar")
-DEMAND_ANNOTATION = "edl.dev/demand"
 UNSCHEDULABLE_BACKOFF_PERIODS = 6
-
-
-# ------------------------------------------------------------ the demand
-def encode_demand(d: JobDemand) -> str:
-    body = asdict(d)
-    body["trainer"] = asdict(d.trainer)
-    body["throughput"] = [round(x, 3) for x in d.throughput]
-    return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-
-def decode_demand(text: str) -> JobDemand:
-    """The inverse of ``encode_demand``; raises ``ValueError`` on anything malformed."""
-    try:
-        b = json.loads(text)
-        d = JobDemand(name=str(b["name"]), min=int(b["min"]), max=int(b["max"]), current=int(b["current"]),
-                      trainer=Resources(float(b["trainer"]["cpu"]), float(b["trainer"]["memory"]),
-                                        float(b["trainer"]["gpu"])),
-                      priority=int(b.get("priority", 0)),
-                      throughput=tuple(float(x) for x in b.get("throughput") or ()),
-                      rescale_cost_s=float(b.get("rescale_cost_s") or 0.0),
-                      remaining=None if b.get("remaining") is None else float(b["remaining"]))
-    except (KeyError, TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"malformed demand: {e}") from e
-    if not 0 <= d.min <= d.max or d.current < 0:
-        raise ValueError(f"malformed demand: min {d.min}, max {d.max}, current {d.current}")
-    return d
-
-
-def _rfc3339_micro(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_time(s: str) -> float:
-    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
-
-
-def demand_lease(d: JobDemand, name: str, namespace: str, holder: str, now: float, duration_s: int,
-                 labels: dict[str, str]) -> dict:
-    """A ``coordination.k8s.io/v1`` Lease that carries the demand: renewed every period, so a
-    sidecar that dies stops counting once ``leaseDurationSeconds`` pass."""
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels,
-                         "annotations": {DEMAND_ANNOTATION: encode_demand(d)}},
-            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_s,
-                     "renewTime": _rfc3339_micro(now)}}
-
-
-def demand_from_lease(obj: dict, now: float) -> JobDemand | None:
-    """The demand a Lease carries, or ``None`` if it expired or is not ours to read."""
-    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(DEMAND_ANNOTATION)
-    spec = obj.get("spec") or {}
-    if not text or not spec.get("renewTime"):
-        return None
-    try:
-        if now - _parse_time(spec["renewTime"]) > float(spec.get("leaseDurationSeconds") or 0):
-            return None  # its sidecar stopped renewing: the job is gone or stuck
-        return decode_demand(text)
-    except ValueError as e:
-        log.warning("ignoring lease %s: %s", obj["metadata"].get("name"), e)
-        return None
 
 
 # ------------------------------------------------------ measured figures
@@ -137,32 +75,6 @@ def rescale_cost_s(status: dict) -> float:
 
 
 # ----------------------------------------------------------- the parts
-class ClusterView(Protocol):
-    """What the sidecar reads and writes of the cluster; one implementation per backend."""
-
-    def healthy(self) -> bool:
-        """The view is current (listed and watching); if not, the sidecar holds the size."""
-        ...
-
-    def nodes(self) -> list[Node]: ...
-
-    def pods(self) -> list[Pod]: ...
-
-    def peer_demands(self, now: float) -> list[JobDemand]:
-        """Every live published demand, this job's included once published."""
-        ...
-
-    def publish(self, demand: JobDemand, now: float) -> None: ...
-
-
-class MasterLink(Protocol):
-    def status(self) -> dict | None:
-        """The master's /v1/status, or ``None`` while it cannot be reached."""
-        ...
-
-    def scale(self, trainers: int) -> None: ...
-
-
 @dataclass(frozen=True)
 class SidecarConfig:
     job: str  # the qualified job name the policy sees (namespace/job on Kubernetes)

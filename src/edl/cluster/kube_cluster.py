@@ -15,12 +15,12 @@ import time
 import uuid
 from datetime import datetime, timezone
 
-from edl.autoscale.model import PodPhase
+from edl.api.cluster import PodPhase
 from edl.cluster import manifests as m
-from edl.cluster.interface import MasterEndpoint, TrainerExit, TrainerPod
+from edl.api.cluster import MasterEndpoint, TrainerExit, TrainerPod
 from edl.cluster.kubernetes import KubeApi
 from edl.errors import UserError
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 
 log = logging.getLogger("edl.launcher")
 _PHASE = {"Pending": PodPhase.PENDING, "Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED,

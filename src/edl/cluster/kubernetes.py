@@ -23,7 +23,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
-from edl.autoscale.model import Node, Pod, PodPhase, Resources
+from edl.api.cluster import Node, Pod, PodPhase, Resources
 from edl.errors import PermanentError, TemporaryError
 
 log = logging.getLogger("edl.kubernetes")
@@ -415,7 +415,7 @@ class KubeClusterView:
         return self.pod_cache.values()
 
     def peer_demands(self, now: float):
-        from edl.autoscale.sidecar import demand_from_lease
+        from edl.cluster.demand_lease import demand_from_lease
 
         out = []
         for obj in self.lease_cache.values():
@@ -425,7 +425,7 @@ class KubeClusterView:
         return out
 
     def publish(self, demand, now: float) -> None:
-        from edl.autoscale.sidecar import demand_lease
+        from edl.cluster.demand_lease import demand_lease
 
         lease = demand_lease(demand, self.lease_name, self.kube.namespace, self.holder, now, self.lease_duration_s,
                              self.lease_labels)

@@ -17,12 +17,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edl.autoscale.model import PodPhase
-from edl.cluster.interface import MasterEndpoint, TrainerExit, TrainerPod
+from edl.api.cluster import PodPhase
+from edl.api.cluster import MasterEndpoint, TrainerExit, TrainerPod
 from edl.errors import UserError
 from edl.files import write_json_atomic
 from edl.jobargs import spec_to_argv
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 from edl.net import free_port
 
 log = logging.getLogger("edl.launcher")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 
 from edl.errors import UserError
 from edl.jobargs import spec_to_argv
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 
 MASTER_PORT = 8470
 APP = "edl"

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from edl.errors import UserError
-from edl.master.tasks import Shard
+from edl.api.data import Shard
 from edl.storage.store import FileStore, ObjectStore, open_store
 
 

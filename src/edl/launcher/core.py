@@ -18,10 +18,10 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from edl.cluster.interface import Cluster, MasterEndpoint, TrainerExit
+from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit
 from edl.errors import PermanentError, UserError
 from edl.launcher.reconcile import plan_trainers
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 
 log = logging.getLogger("edl.launcher")
 

@@ -21,7 +21,7 @@ from edl.cluster.kubernetes import KubeApi, load_api_client
 from edl.errors import PermanentError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.core import Cancelled, Launcher, ProgressView
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 
 EXIT_CANCELLED = 143
 FINAL_CHECKPOINT_S = 20.0

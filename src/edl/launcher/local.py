@@ -29,7 +29,7 @@ from edl.data.dataset import Dataset
 from edl.errors import PermanentError, UserError
 from edl.files import write_json_atomic
 from edl.cluster.local import LocalCluster
-from edl.master.job import JobSpec
+from edl.api.spec import JobSpec
 from edl.launcher.core import Launcher, ProgressView
 from edl.master.main import prepare_job
 from edl.trainer.audit import audit

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from edl.autoscale.model import PodPhase
-from edl.cluster.interface import TrainerExit, TrainerPod
+from edl.api.cluster import PodPhase
+from edl.api.cluster import TrainerExit, TrainerPod
 
 RELAUNCH = (TrainerExit.PREEMPTED, TrainerExit.NODE_LOST)
 

@@ -11,7 +11,8 @@ import uvicorn
 
 from edl.data.dataset import Dataset, resolve_split
 from edl.errors import UserError
-from edl.master.job import Job, JobSpec
+from edl.api.spec import JobSpec
+from edl.master.job import Job
 from edl.master.server import Master, build_app
 from edl.storage.checkpoint import FINAL, WARM_START_FILE, CheckpointStore
 from edl.storage.store import open_store

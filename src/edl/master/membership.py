@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from edl.master.tasks import Cursor
+from edl.api.data import Cursor
 
 
 class TrainerState(str, Enum):

@@ -25,20 +25,10 @@ from pydantic import BaseModel
 from edl.errors import UserError
 from edl.master.job import CheckpointRecord, Job, JobStatus
 from edl.master.membership import SyncReport
-from edl.master.tasks import Cursor, Next, Task
+from edl.api.data import CursorJSON, Task, cursor_from_json, cursor_to_json
+from edl.master.tasks import Next
 
 log = logging.getLogger("edl.master")
-
-CursorJSON = list[int] | None
-
-
-def cursor_in(c: CursorJSON) -> Cursor | None:
-    return None if c is None else Cursor(int(c[0]), int(c[1]))
-
-
-def cursor_out(c: Cursor | None) -> CursorJSON:
-    return None if c is None else [c.task_id, c.offset]
-
 
 def task_out(t: Task) -> dict:
     return asdict(t)
@@ -250,7 +240,7 @@ def build_app(master: Master) -> FastAPI:
 
     @app.post("/v1/trainers/{trainer}/heartbeat", dependencies=auth)
     async def heartbeat(trainer: str, body: HeartbeatBody) -> dict:
-        answer = job.heartbeat(trainer, body.step, cursor_in(body.safe_cursor), master.clock(), body.loss)
+        answer = job.heartbeat(trainer, body.step, cursor_from_json(body.safe_cursor), master.clock(), body.loss)
         await master.notify()
         if body.wait_s > 0 and not answer["stop"]:
             await master.wait_for(
@@ -262,7 +252,7 @@ def build_app(master: Master) -> FastAPI:
 
     @app.post("/v1/trainers/{trainer}/task", dependencies=auth)
     async def next_task(trainer: str, body: TaskBody) -> dict:
-        answer = job.next_task(trainer, body.request_id, cursor_in(body.safe_cursor), master.clock())
+        answer = job.next_task(trainer, body.request_id, cursor_from_json(body.safe_cursor), master.clock())
         if isinstance(answer, Next):
             return {"status": answer.value}
         return {"status": "task", "task": task_out(answer)}
@@ -280,7 +270,7 @@ def build_app(master: Master) -> FastAPI:
             trainer,
             body.generation,
             body.step,
-            {k: cursor_in(v) for k, v in body.cursors.items()},
+            {k: cursor_from_json(v) for k, v in body.cursors.items()},
             body.store_port,
             body.failed,
         )
@@ -313,7 +303,7 @@ def build_app(master: Master) -> FastAPI:
         if a is None or a.generation <= after:
             return {"status": "wait"}
         out = asdict(a)
-        out["cursor"] = cursor_out(a.cursor)
+        out["cursor"] = cursor_to_json(a.cursor)
         out["held"] = [task_out(x) for x in a.held]
         out["status"] = "assigned"
         out["master_uid"] = job.master_uid
@@ -371,7 +361,7 @@ def build_app(master: Master) -> FastAPI:
 
     @app.post("/v1/checkpoints/cut", dependencies=auth)
     async def cut(body: CutBody) -> Any:
-        state = job.checkpoint_cut(body.generation, body.step, {k: cursor_in(v) for k, v in body.cursors.items()},
+        state = job.checkpoint_cut(body.generation, body.step, {k: cursor_from_json(v) for k, v in body.cursors.items()},
                                    master.clock())
         if state is None:
             return JSONResponse(status_code=409, content={"detail": "stale generation"})

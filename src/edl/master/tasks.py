@@ -19,42 +19,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+from edl.api.data import Cursor, Shard, Task
 from edl.errors import TaskFailedError
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One Parquet file of the data set."""
-
-    name: str
-    rows: int
-
-
-@dataclass(frozen=True)
-class Task:
-    """Rows ``[start, end)`` of ``shard`` for ``epoch``."""
-
-    id: int
-    epoch: int
-    shard: str
-    start: int
-    end: int
-    failures: int = 0
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
-
-    def describe(self) -> str:
-        return f"task {self.id} (shard {self.shard} rows {self.start}-{self.end}, epoch {self.epoch})"
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """A trainer's data position: ``offset`` rows of task ``task_id`` consumed."""
-
-    task_id: int
-    offset: int
 
 
 class Next(Enum):

@@ -43,7 +43,7 @@ def compile_sidecar(container_path: Path, rbac_path: Path) -> list[Path]:
     import yaml
 
     from edl.cluster import manifests as m
-    from edl.master.job import JobSpec
+    from edl.api.spec import JobSpec
 
     spec = JobSpec(job="JOB", model_def="MODEL_DEF", data="s3://DATA", epochs=1, batch_size=1, min_trainers=1,
                    max_trainers=4, trainers=1, checkpoint_uri="s3://CHECKPOINTS")

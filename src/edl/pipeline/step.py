@@ -99,7 +99,7 @@ def in_cluster() -> bool:
 
 
 def _job_spec(p: TrainParams, checkpoint_uri: str):
-    from edl.master.job import JobSpec
+    from edl.api.spec import JobSpec
 
     spec = JobSpec(job=p.job_name, model_def=p.model_def, data=p.data_uri, epochs=p.epochs,
                    batch_size=p.batch_size, min_trainers=p.min_trainers, max_trainers=p.max_trainers,

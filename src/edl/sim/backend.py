@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 
-from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources
 from edl.autoscale.sidecar import Sidecar
-from edl.cluster.interface import MasterEndpoint, TrainerPod
+from edl.api.cluster import MasterEndpoint, TrainerPod
 from edl.sim.engine import SimPod, Simulation
 
 MASTER = Resources(0.5, 1.0, 0.0)

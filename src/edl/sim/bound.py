@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from edl.autoscale.model import Resources
+from edl.api.cluster import Resources
 from edl.errors import UserError
 from edl.sim.scenario import Scenario
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edl.autoscale.model import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
 from edl.autoscale.policy import get_policy
 from edl.master.membership import START_GRACE_S
-from edl.sim.scenario import JobSpec, Scenario
+from edl.sim.scenario import ScenarioJob, Scenario
 
 EPS = 1e-9
 
@@ -53,7 +53,7 @@ class SimPod:
 
 @dataclass
 class JobState:
-    spec: JobSpec
+    spec: ScenarioJob
     submitted: bool = False
     target: int = 0
     done: float = 0.0

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from edl.autoscale.model import Resources
+from edl.api.cluster import Resources
 from edl.errors import UserError
 
 BUILT_IN = ("seed-case1", "seed-case2")
@@ -50,7 +50,7 @@ class FixedPods:
 
 
 @dataclass(frozen=True)
-class JobSpec:
+class ScenarioJob:
     name: str
     submit_at: float
     priority: int
@@ -79,7 +79,7 @@ class Scenario:
     offpeak: tuple[float, float] | None
     nodes: tuple[NodeGroup, ...]
     services: tuple[Service, ...]
-    jobs: tuple[JobSpec, ...]
+    jobs: tuple[ScenarioJob, ...]
     tick_s: float = 1.0
     preemption: bool = True  # priority preemption by the scheduler (Kubernetes 1.6 had none)
     scoring: str = "spread"  # kube-scheduler's LeastAllocated ("spread") or MostAllocated ("pack")
@@ -207,7 +207,7 @@ def parse(data: Any, source: str = "scenario") -> Scenario:
         if work is not None and (isinstance(work, bool) or not isinstance(work, (int, float)) or work <= 0):
             raise j.fail("work", "must be a number of samples > 0, or null")
         for k in range(count):
-            jobs.append(JobSpec(
+            jobs.append(ScenarioJob(
                 name=jname if count == 1 else f"{jname}-{k:02d}",
                 submit_at=j.number("submit_at", 0.0, minimum=0) + k * j.number("submit_every", 0.0, minimum=0),
                 priority=_priority(j, priorities), fixed_pods=fixed, trainer=j.resources("trainer"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from edl.data.dataset import Dataset
-from edl.master.tasks import Cursor, Task
+from edl.api.data import Cursor, Task
 
 
 @dataclass

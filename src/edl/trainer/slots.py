@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edl.master.tasks import Cursor
+from edl.api.data import Cursor
 
 SLOT = 8  # task_hi, task_lo, off_hi, off_lo, count, loss_sum, stop, finished
 COUNT, LOSS, STOP, FINISHED = 4, 5, 6, 7

@@ -29,8 +29,8 @@ import paddle
 
 from edl.data.dataset import Dataset
 from edl.errors import CollectiveError, EdlError, UserError
-from edl.master.job import JobSpec
-from edl.master.tasks import Cursor, Task
+from edl.api.spec import JobSpec
+from edl.api.data import Cursor, Task, cursor_to_json
 from edl.modeldef import ModelDef, load_model_def
 from edl.storage.checkpoint import FINAL, WARM_START_FILE, AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays, encode_arrays
 from edl.storage.store import open_store
@@ -47,10 +47,6 @@ log = logging.getLogger("edl.trainer")
 EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_EXCLUDED = 0, 1, 2, 3
 COLLECTIVE_HANG_S = 15.0  # stuck this long while the master has moved on: give up
 COLLECTIVE_DEADLINE_S = float(os.environ.get("EDL_COLLECTIVE_DEADLINE_S", "300"))  # stuck this long: give up
-
-
-def cursor_json(c: Cursor | None) -> list[int] | None:
-    return None if c is None else [c.task_id, c.offset]
 
 
 @dataclass
@@ -142,7 +138,7 @@ class Trainer:
         client = MasterClient(self.master_addr, self.token, timeout_s=10)
         while self._alive:
             body = {"generation": self.generation, "step": self.step, "wait_s": 1.0,
-                    "safe_cursor": cursor_json(self.safe_cursor), "loss": self.last_loss}
+                    "safe_cursor": cursor_to_json(self.safe_cursor), "loss": self.last_loss}
             r = self._background_call(client, f"/v1/trainers/{self.id}/heartbeat", body)
             if r is None:
                 continue
@@ -174,7 +170,7 @@ class Trainer:
                 time.sleep(0.01)
                 continue
             body = {"request_id": request_id,
-                    "safe_cursor": cursor_json(self.safe_cursor)}
+                    "safe_cursor": cursor_to_json(self.safe_cursor)}
             r = self._background_call(client, f"/v1/trainers/{self.id}/task", body)
             if r is None:
                 continue  # same request id: a lost answer is handed out again, not twice
@@ -384,7 +380,7 @@ class Trainer:
         self._in_collective = None
         self.store_port = free_port(self.host)  # a fresh port per generation: the old store may linger
         body = {"generation": gen, "step": step, "store_port": self.store_port, "failed": failed,
-                "cursors": {k: cursor_json(c) for k, c in cursors.items()}}
+                "cursors": {k: cursor_to_json(c) for k, c in cursors.items()}}
         self.client.call("POST", f"/v1/trainers/{self.id}/sync", json=body)
 
     # ------------------------------------------------------------ checkpoints
@@ -393,7 +389,7 @@ class Trainer:
         self._last_ckpt = time.monotonic()
         params, opt_arrays, extra = mstate.snapshot(self.model, self.opt)
         step = self.step
-        enc = {k: cursor_json(c) for k, c in cursors.items()}
+        enc = {k: cursor_to_json(c) for k, c in cursors.items()}
         client = MasterClient(self.master_addr, self.token, give_up_s=120)
         committed: list[Checkpoint] = []
 

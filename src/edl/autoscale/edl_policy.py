@@ -28,7 +28,7 @@ import heapq
 import math
 
 from edl.autoscale.accounting import Capacity, capacity
-from edl.autoscale.model import JobDemand, Pod, Snapshot
+from edl.api.cluster import JobDemand, Pod, Snapshot
 
 
 def log_gain(j: JobDemand, n: int) -> float:

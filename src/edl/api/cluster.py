@@ -1,0 +1,207 @@
+"""What everyone shares about a cluster: resources, pods and nodes as a policy sees them,
+every elastic job's demand, the trainer pods the launcher manages, and the two interfaces
+to a cluster (the launcher's ``Cluster`` and the sidecar's ``ClusterView``).
+
+Plain frozen dataclasses, built by whoever observes the cluster (the sidecar's informer
+cache on Kubernetes, the local processes, the simulator in virtual time). Quantities are
+CPU cores, GiB of memory and whole GPUs.
+
+Three implementations of ``Cluster``: ``KubeCluster`` (pods on Kubernetes), ``LocalCluster``
+(processes on this machine, what ``edl train`` uses) and ``SimCluster`` (pods in the
+simulator's virtual time). The launcher's logic sees only this.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu: float = 0.0
+    memory: float = 0.0
+    gpu: float = 0.0
+
+    def __add__(self, o: "Resources") -> "Resources":
+        return Resources(self.cpu + o.cpu, self.memory + o.memory, self.gpu + o.gpu)
+
+    def __sub__(self, o: "Resources") -> "Resources":
+        return Resources(self.cpu - o.cpu, self.memory - o.memory, self.gpu - o.gpu)
+
+    def scaled(self, k: float) -> "Resources":
+        return Resources(self.cpu * k, self.memory * k, self.gpu * k)
+
+    def fits_in(self, o: "Resources", eps: float = 1e-9) -> bool:
+        return self.cpu <= o.cpu + eps and self.memory <= o.memory + eps and self.gpu <= o.gpu + eps
+
+
+class PodPhase(str, Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def terminated(self) -> bool:
+        return self in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    allocatable: Resources
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    requests: Resources
+    phase: PodPhase
+    priority: int = 0
+    node: str | None = None  # None while unscheduled
+    job: str | None = None  # owning elastic job, if any
+    role: str = "other"  # "trainer" for elastic trainers; "fixed" for a job's other pods
+
+
+@dataclass(frozen=True)
+class JobDemand:
+    """One elastic job as its sidecar publishes it."""
+
+    name: str
+    min: int
+    max: int
+    current: int  # the job's current desired trainer count
+    trainer: Resources
+    priority: int = 0
+    # Optional: measured samples/s with n trainers at index n (index 0 unused, may be 0).
+    throughput: tuple[float, ...] = ()
+    rescale_cost_s: float = 0.0  # measured pause of one generation change
+    remaining: float | None = None  # samples of work left, when the job knows (None: endless)
+
+    def speed(self, n: int) -> float:
+        """Throughput with ``n`` trainers: measured where known, linear beyond (conservative)."""
+        if n <= 0:
+            return 0.0
+        t = self.throughput
+        if not t or len(t) < 2:
+            return float(n)
+        if n < len(t):
+            return t[n]
+        last = len(t) - 1
+        per = t[last] / last if last else t[1]
+        return t[last] + (n - last) * per * 0.5  # unmeasured: assume diminishing returns
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...]
+    jobs: tuple[JobDemand, ...]
+    now: float = 0.0
+
+
+class TrainerExit(str, Enum):
+    """Why a trainer pod ended; decides relaunch, failure count or job failure."""
+
+    SUCCEEDED = "succeeded"  # exit 0: drained, or the job is over
+    PREEMPTED = "preempted"  # evicted or preempted (137 without OOMKilled, deleted by the scheduler)
+    NODE_LOST = "node_lost"  # its node went away
+    OOM_KILLED = "oom_killed"  # the memory limit is too small: retrying cannot help
+    USER_ERROR = "user_error"  # exit 2: bad input, named in the message
+    FAILED = "failed"  # anything else: counts towards --max-trainer-failures
+
+
+@dataclass(frozen=True)
+class TrainerPod:
+    name: str
+    phase: PodPhase
+    created_at: float  # seconds, on the launcher's clock
+    node: str | None = None
+    exit: TrainerExit | None = None  # set once terminated
+    message: str = ""  # for a terminated pod: what happened, one line
+
+
+@dataclass(frozen=True)
+class MasterEndpoint:
+    address: str  # host:port the launcher (and trainers) reach the master at
+    token: str
+    adopted: bool  # the job's objects existed already (a retried launcher)
+
+
+class Cluster(Protocol):
+    def ensure_job(self) -> MasterEndpoint:
+        """Create the job's token, master (with its sidecar) and master address if missing; adopt them if not."""
+        ...
+
+    def master_alive(self) -> bool:
+        """The master exists and has not terminated (it may still be starting)."""
+        ...
+
+    def recreate_master(self) -> None:
+        """Replace a lost master; it resumes from the job's last checkpoint."""
+        ...
+
+    def trainers(self) -> list[TrainerPod]:
+        """Every trainer of the job that still exists, terminated ones included until deleted."""
+        ...
+
+    def create_trainer(self, name: str) -> None: ...
+
+    def delete_trainer(self, name: str) -> None:
+        """Idempotent: deleting a trainer that is gone is fine."""
+        ...
+
+    def delete_job(self) -> None:
+        """Every object of the job, gone. Idempotent."""
+        ...
+
+    def record(self, reason: str, message: str, warning: bool = False) -> None:
+        """A significant event (Kubernetes Event on the launcher pod; a log line elsewhere)."""
+        ...
+
+
+class ClusterView(Protocol):
+    """What the sidecar reads and writes of the cluster; one implementation per backend."""
+
+    def healthy(self) -> bool:
+        """The view is current (listed and watching); if not, the sidecar holds the size."""
+        ...
+
+    def nodes(self) -> list[Node]: ...
+
+    def pods(self) -> list[Pod]: ...
+
+    def peer_demands(self, now: float) -> list[JobDemand]:
+        """Every live published demand, this job's included once published."""
+        ...
+
+    def publish(self, demand: JobDemand, now: float) -> None: ...
+
+
+# ------------------------------------------------------------ the demand, as text
+def encode_demand(d: JobDemand) -> str:
+    body = asdict(d)
+    body["trainer"] = asdict(d.trainer)
+    body["throughput"] = [round(x, 3) for x in d.throughput]
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def decode_demand(text: str) -> JobDemand:
+    """The inverse of ``encode_demand``; raises ``ValueError`` on anything malformed."""
+    try:
+        b = json.loads(text)
+        d = JobDemand(name=str(b["name"]), min=int(b["min"]), max=int(b["max"]), current=int(b["current"]),
+                      trainer=Resources(float(b["trainer"]["cpu"]), float(b["trainer"]["memory"]),
+                                        float(b["trainer"]["gpu"])),
+                      priority=int(b.get("priority", 0)),
+                      throughput=tuple(float(x) for x in b.get("throughput") or ()),
+                      rescale_cost_s=float(b.get("rescale_cost_s") or 0.0),
+                      remaining=None if b.get("remaining") is None else float(b["remaining"]))
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ValueError(f"malformed demand: {e}") from e
+    if not 0 <= d.min <= d.max or d.current < 0:
+        raise ValueError(f"malformed demand: min {d.min}, max {d.max}, current {d.current}")
+    return d

@@ -1,0 +1,46 @@
+"""The sidecar's demand as a ``coordination.k8s.io/v1`` Lease: how jobs tell each other on
+Kubernetes what they want, renewed every period so a dead sidecar stops counting."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+from edl.api.cluster import JobDemand, decode_demand, encode_demand
+
+log = logging.getLogger("edl.sidecar")
+DEMAND_ANNOTATION = "edl.dev/demand"
+
+
+def _rfc3339_micro(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(s: str) -> float:
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def demand_lease(d: JobDemand, name: str, namespace: str, holder: str, now: float, duration_s: int,
+                 labels: dict[str, str]) -> dict:
+    """A ``coordination.k8s.io/v1`` Lease that carries the demand: renewed every period, so a
+    sidecar that dies stops counting once ``leaseDurationSeconds`` pass."""
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                         "annotations": {DEMAND_ANNOTATION: encode_demand(d)}},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_s,
+                     "renewTime": _rfc3339_micro(now)}}
+
+
+def demand_from_lease(obj: dict, now: float) -> JobDemand | None:
+    """The demand a Lease carries, or ``None`` if it expired or is not ours to read."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(DEMAND_ANNOTATION)
+    spec = obj.get("spec") or {}
+    if not text or not spec.get("renewTime"):
+        return None
+    try:
+        if now - _parse_time(spec["renewTime"]) > float(spec.get("leaseDurationSeconds") or 0):
+            return None  # its sidecar stopped renewing: the job is gone or stuck
+        return decode_demand(text)
+    except ValueError as e:
+        log.warning("ignoring lease %s: %s", obj["metadata"].get("name"), e)
+        return None
