@@ -127,8 +127,10 @@ class LocalCluster:
 
     # ------------------------------------------------------------ Cluster
     def ensure_job(self) -> MasterEndpoint:
-        self._spawn_master()
-        return MasterEndpoint(self.address, self.token, adopted=False)
+        adopted = self.master is not None  # this launcher made it before: adopt it, never a second master
+        if not self.master_alive():
+            self._spawn_master()
+        return MasterEndpoint(self.address, self.token, adopted)
 
     def master_alive(self) -> bool:
         return self.master is not None and self.master.poll() is None
