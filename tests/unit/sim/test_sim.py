@@ -164,7 +164,7 @@ def test_edl_cuts_mean_completion_time_on_mixed_work():
     """The issue's completion-time target, on jobs of three sizes arriving over time (virtual time)."""
     from pathlib import Path
 
-    sc = load(str(Path(__file__).parents[2] / "bench" / "scenarios" / "mixed-work.yaml"))
+    sc = load(str(Path(__file__).parents[3] / "bench" / "scenarios" / "mixed-work.yaml"))
     jct = {p: Simulation(sc, p, seed=0, check_invariants=False).run()["jct_s_mean"] for p in ("off", "edl2017", "edl")}
     assert jct["edl"] <= 0.70 * jct["off"]
     assert jct["edl"] <= 0.90 * jct["edl2017"]

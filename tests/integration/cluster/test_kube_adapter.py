@@ -12,7 +12,7 @@ from edl.cluster import manifests as m
 from edl.cluster.kubernetes import Informer, KubeApi, decode_node, decode_pod
 from edl.errors import PermanentError, TemporaryError
 from edl.api.spec import JobSpec
-from tests.integration.test_plane import restricted_pod
+from tests.integration.plane.test_plane import restricted_pod
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.timeout(120)

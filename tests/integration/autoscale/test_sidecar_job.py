@@ -21,7 +21,7 @@ from kubernetes import client
 from edl.cluster.demand_lease import demand_from_lease
 from edl.cluster import manifests
 from tests.conftest import edl_cmd
-from tests.integration.test_kube_adapter import sa_token
+from tests.integration.cluster.test_kube_adapter import sa_token
 
 pytestmark = pytest.mark.timeout(240)
 

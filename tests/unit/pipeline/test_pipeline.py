@@ -11,7 +11,7 @@ import yaml
 from edl.errors import UserError
 from edl.pipeline.step import TrainParams, artifact_uri, step_metrics
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("over, culprit", [

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(240)
 
 def cluster(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tests.plane.cluster", "--root", str(root), *args],
-                          capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[2])
+                          capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[3])
 
 
 def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_edl
-from tests.unit.test_manifests import K8S_VERSION
+from tests.unit.cluster.test_manifests import K8S_VERSION
 
 pytestmark = pytest.mark.timeout(60)
 
