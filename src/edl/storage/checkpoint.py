@@ -118,7 +118,7 @@ class CheckpointStore:
     def committed(self) -> list[str]:
         return [n for n in self._names() if self.store.exists(f"{n}/{MANIFEST}")]
 
-    def read(self, name: str, only: list[str] | None = None) -> tuple[Checkpoint, dict[str, bytes]]:
+    def read(self, name: str) -> tuple[Checkpoint, dict[str, bytes]]:
         """Read and verify a checkpoint; ``CorruptCheckpoint`` if anything does not match."""
         try:
             manifest = json.loads(self.store.get(f"{name}/{MANIFEST}"))
@@ -128,8 +128,6 @@ class CheckpointStore:
             raise CorruptCheckpoint(f"{self.store.child(name)}: unknown format {manifest.get('format')!r}")
         files: dict[str, bytes] = {}
         for fname, info in manifest["files"].items():
-            if only is not None and fname not in only:
-                continue
             try:
                 data = self.store.get(f"{name}/{fname}")
             except StorageError as e:
@@ -139,11 +137,11 @@ class CheckpointStore:
             files[fname] = data
         return Checkpoint(name, int(manifest["step"]), self.store.child(name), manifest), files
 
-    def latest(self, only: list[str] | None = None, warn: Callable[[str], None] | None = None) -> tuple[Checkpoint, dict[str, bytes]] | None:
+    def latest(self, warn: Callable[[str], None] | None = None) -> tuple[Checkpoint, dict[str, bytes]] | None:
         """The newest checkpoint that verifies; corrupt ones are skipped with a warning."""
         for name in reversed(self.committed()):
             try:
-                return self.read(name, only)
+                return self.read(name)
             except CorruptCheckpoint as e:
                 (warn or log.warning)(f"skipping corrupt checkpoint {e}")
         return None
