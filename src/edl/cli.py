@@ -169,7 +169,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 def cmd_sidecar(a: argparse.Namespace) -> int:
     from edl.api.cluster import Resources
     from edl.autoscale.run import run_sidecar
-    from edl.cluster.kubernetes import quantity
+    from edl.cluster.kube_api import quantity
 
     try:
         trainer = Resources(quantity(a.trainer_cpu), quantity(a.trainer_memory) / 2 ** 30, float(a.trainer_gpu))

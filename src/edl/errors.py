@@ -51,3 +51,24 @@ class StorageError(TemporaryError):
 
 class TaskFailedError(PermanentError):
     """A data task failed more often than the retry limit allows."""
+
+
+# ------------------------------------------------- the Kubernetes API edge (cluster/kube_api.py)
+class KubeRefusedError(PermanentError):
+    """The Kubernetes API answered no (a bad object, RBAC, ...); one line naming verb, resource and object."""
+
+
+class KubeConflictError(KubeRefusedError):
+    """409: the object exists already, or a write carried a stale ``resourceVersion``: re-read, then retry."""
+
+
+class KubeNotFoundError(KubeRefusedError):
+    """404: no such object (any more)."""
+
+
+class KubeExpiredError(KubeRefusedError):
+    """410 Gone: the ``resourceVersion`` to list or watch from was compacted away: list again."""
+
+
+class KubeUnavailableError(TemporaryError):
+    """The Kubernetes API could not answer now: unreachable, timed out, throttled (429) or failing (5xx)."""

@@ -32,7 +32,7 @@ NS = os.environ.get("EDL_E2E_NAMESPACE", "edl-e2e")
 
 @pytest.fixture(scope="module")
 def kube():
-    from edl.cluster.kubernetes import KubeApi, load_api_client
+    from edl.cluster.kube_api import KubeApi, load_api_client
 
     return KubeApi(load_api_client(os.environ["EDL_E2E_KUBECONFIG"]), NS)
 

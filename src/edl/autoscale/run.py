@@ -32,7 +32,10 @@ class HttpMasterLink:
 
 def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
                 min_trainers: int, max_trainers: int, trainer: Resources, kubeconfig: str | None) -> int:
-    from edl.cluster.kubernetes import KubeApi, KubeClusterView, load_api_client
+    # Here, not at the top: launcher/local.py imports this module, and `edl train` should not load the
+    # Kubernetes client (about 0.6 s).
+    from edl.cluster.kube_api import KubeApi, load_api_client
+    from edl.cluster.kube_view import KubeClusterView
     from edl.cluster.manifests import pod_from_env
 
     if not 1 <= min_trainers <= max_trainers:

@@ -15,16 +15,13 @@ import time
 import uuid
 from datetime import datetime, timezone
 
-from edl.api.cluster import PodPhase
 from edl.cluster import manifests as m
-from edl.api.cluster import MasterEndpoint, TrainerExit, TrainerPod
-from edl.cluster.kubernetes import KubeApi
+from edl.api.cluster import MasterEndpoint, TrainerPod
+from edl.cluster.kube_api import KubeApi, pod_phase, trainer_exit
 from edl.errors import UserError
 from edl.api.spec import JobSpec
 
 log = logging.getLogger("edl.launcher")
-_PHASE = {"Pending": PodPhase.PENDING, "Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED,
-          "Failed": PodPhase.FAILED, "Unknown": PodPhase.RUNNING}
 
 
 def _timestamp(s: str | None) -> float:
@@ -35,44 +32,6 @@ def _timestamp(s: str | None) -> float:
 
 def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def classify_exit(pod: dict) -> tuple[TrainerExit, str]:
-    """Why a terminated trainer pod ended, from its status (evicted, OOMKilled, exit code...)."""
-    status = pod.get("status") or {}
-    name = pod["metadata"]["name"]
-    if status.get("reason") == "Evicted":
-        return TrainerExit.PREEMPTED, f"evicted: {status.get('message', '')}".strip()
-    if status.get("reason") == "NodeLost":
-        return TrainerExit.NODE_LOST, "its node was lost"
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
-            return TrainerExit.PREEMPTED, f"{cond.get('reason', 'disrupted')}: {cond.get('message', '')}".strip()
-    term = None
-    for cs in status.get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if term:
-            break
-    if not term:
-        if status.get("phase") == "Succeeded":
-            return TrainerExit.SUCCEEDED, ""
-        return TrainerExit.FAILED, status.get("message") or "failed without a container exit"
-    code, reason = int(term.get("exitCode", 1)), term.get("reason", "")
-    text = (term.get("message") or "").strip().splitlines()
-    last = text[-1] if text else ""
-    if code == 0:
-        return TrainerExit.SUCCEEDED, ""
-    if reason == "OOMKilled":
-        limit = ""
-        for c in (pod.get("spec") or {}).get("containers") or []:
-            limit = ((c.get("resources") or {}).get("limits") or {}).get("memory", limit)
-        return TrainerExit.OOM_KILLED, (f"trainer {name} was OOMKilled: its memory limit {limit or '(none)'} is too "
-                                        "small for this model and batch size; raise --trainer-memory")
-    if code == 2:
-        return TrainerExit.USER_ERROR, last.removeprefix("edl: error: ") or f"trainer {name} refused the job"
-    if code in (137, 143):  # killed from outside without OOM: the node or the scheduler took it back
-        return TrainerExit.PREEMPTED, f"killed by the system (exit {code})"
-    return TrainerExit.FAILED, f"exit code {code}{' (' + reason + ')' if reason else ''}: {last[:200]}"
 
 
 class KubeCluster:
@@ -93,7 +52,7 @@ class KubeCluster:
         token = base64.b64decode((secret.get("data") or {})["token"]).decode()
         self.kube.create(m.master_service(self.spec, self.opts, self.owner))
         pod = self.kube.get("pods", self.names["master"])
-        if pod is None or _PHASE.get((pod.get("status") or {}).get("phase"), PodPhase.PENDING).terminated:
+        if pod is None or pod_phase(pod).terminated:
             self.recreate_master()
         adopted = not created
         if adopted:
@@ -138,8 +97,7 @@ class KubeCluster:
         pod = self.kube.get("pods", self.names["master"])
         if pod is None:
             return False
-        phase = _PHASE.get((pod.get("status") or {}).get("phase"), PodPhase.PENDING)
-        return not phase.terminated
+        return not pod_phase(pod).terminated
 
     def recreate_master(self) -> None:
         pod = self.kube.get("pods", self.names["master"])
@@ -155,9 +113,8 @@ class KubeCluster:
     def trainers(self) -> list[TrainerPod]:
         out = []
         for pod in self.kube.list("pods", f"{self.selector},edl.dev/role=trainer"):
-            meta, status = pod["metadata"], pod.get("status") or {}
-            phase = _PHASE.get(status.get("phase"), PodPhase.PENDING)
-            exit_, message = classify_exit(pod) if phase.terminated else (None, "")
+            meta, phase = pod["metadata"], pod_phase(pod)
+            exit_, message = trainer_exit(pod) if phase.terminated else (None, "")
             out.append(TrainerPod(meta["name"], phase, _timestamp(meta.get("creationTimestamp")),
                                   (pod.get("spec") or {}).get("nodeName"), exit_, message))
         return out

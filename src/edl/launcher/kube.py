@@ -17,7 +17,7 @@ from rich.console import Console
 
 from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
-from edl.cluster.kubernetes import KubeApi, load_api_client
+from edl.cluster.kube_api import KubeApi, load_api_client
 from edl.errors import PermanentError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.core import Cancelled, Launcher, ProgressView

@@ -172,7 +172,7 @@ def _s3_env_from_secret(namespace: str, name: str) -> None:
     """Put the Secret's S3 settings into this process's environment (never into argv or files)."""
     import base64
 
-    from edl.cluster.kubernetes import KubeApi, load_api_client
+    from edl.cluster.kube_api import KubeApi, load_api_client
 
     secret = KubeApi(load_api_client(), namespace).get("secrets", name)
     if secret is None:

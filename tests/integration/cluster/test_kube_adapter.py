@@ -9,7 +9,8 @@ from kubernetes import client
 
 from edl.api.cluster import PodPhase
 from edl.cluster import manifests as m
-from edl.cluster.kubernetes import Informer, KubeApi, decode_node, decode_pod
+from edl.cluster.informer import Informer
+from edl.cluster.kube_api import KubeApi, decode_node, decode_pod
 from edl.errors import PermanentError, TemporaryError
 from edl.api.spec import JobSpec
 from tests.integration.plane.test_plane import restricted_pod
@@ -91,8 +92,8 @@ def test_informers_follow_the_real_watch_and_relist_only_after_410(kube, namespa
     kube_api = KubeApi(kube, namespace)
     core = client.CoreV1Api(kube)
     n_nodes = len(core.list_node().items)
-    nodes = Informer("nodes", kube_api.list_fn("nodes"), decode_node, page=1, watch_timeout_s=1).start()
-    pods = Informer("pods", kube_api.list_fn("pods", all_namespaces=True), decode_pod, watch_timeout_s=1).start()
+    nodes = Informer("nodes", kube_api.list_watch("nodes"), decode_node, page=1, watch_timeout_s=1).start()
+    pods = Informer("pods", kube_api.list_watch("pods", all_namespaces=True), decode_pod, watch_timeout_s=1).start()
     key = f"{namespace}/edl-mnist-trainer-a"
     node_name = core.list_node().items[0].metadata.name
     try:
@@ -127,7 +128,7 @@ def test_informers_follow_the_real_watch_and_relist_only_after_410(kube, namespa
 
 def test_a_watch_from_a_compacted_version_gets_410_and_lists_again(plane, kube, namespace):
     kube_api = KubeApi(kube, namespace)
-    inf = Informer("leases", kube_api.list_fn("leases"), lambda o: o, watch_timeout_s=1)
+    inf = Informer("leases", kube_api.list_watch("leases"), lambda o: o, watch_timeout_s=1)
     inf.relist()
     assert inf.lists == 1
     kube_api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",

@@ -1,0 +1,152 @@
+"""A watch-driven cache of one Kubernetes resource: list once, then follow the watch events."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+from edl.cluster.kube_api import ListWatch, WatchStream
+from edl.errors import KubeExpiredError, KubeRefusedError, TemporaryError
+
+log = logging.getLogger("edl.kubernetes")
+T = TypeVar("T")
+
+
+@dataclass
+class _State(Generic[T]):
+    items: dict[str, T]
+    resource_version: str | None = None
+
+
+class Informer(Generic[T]):
+    """A watch-driven cache: list once, then apply watch events; re-list only on 410 Gone.
+
+    ``decode`` turns an object into the cached value (or ``None`` to drop it). Keys
+    are ``namespace/name``. Readers get a consistent copy of the values with
+    ``values()``; ``healthy()`` says whether the cache reflects a recent list+watch.
+    """
+
+    def __init__(self, name: str, source: ListWatch, decode: Callable[[dict], T | None],
+                 selector: str | None = None, page: int = 500, watch_timeout_s: int = 60) -> None:
+        self.name = name
+        self.source = source
+        self.decode = decode
+        self.selector = selector
+        self.page = page
+        self.watch_timeout_s = watch_timeout_s
+        self._lock = threading.Lock()
+        self._state: _State[T] = _State({})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch: WatchStream | None = None
+        self.lists = 0  # how many full lists were needed (1 plus one per 410)
+        self.last_error: str | None = None
+
+    @staticmethod
+    def key(obj: dict) -> str:
+        meta = obj["metadata"]
+        return f"{meta.get('namespace', '')}/{meta['name']}"
+
+    def relist(self) -> None:
+        """A paginated list: a consistent snapshot and the resourceVersion to watch from."""
+        items: dict[str, T] = {}
+        token: str | None = None
+        while True:
+            body = self.source.page(self.selector, self.page, token)
+            for obj in body.get("items") or []:
+                value = self.decode(obj)
+                if value is not None:
+                    items[self.key(obj)] = value
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                break
+        with self._lock:
+            self._state = _State(items, body["metadata"]["resourceVersion"])
+        self.lists += 1
+        log.debug("%s: listed %d objects at resourceVersion %s", self.name, len(items),
+                  self._state.resource_version)
+
+    def watch_once(self) -> None:
+        """Apply one watch stream's events (until its timeout); raises ``KubeExpiredError`` when expired."""
+        stream = self.source.watch(self.selector, self._state.resource_version, self.watch_timeout_s)
+        self._watch = stream
+        for kind, obj in stream:
+            if self._stop.is_set():
+                stream.stop()
+                break
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            with self._lock:
+                if kind in ("ADDED", "MODIFIED"):
+                    value = self.decode(obj)
+                    if value is None:
+                        self._state.items.pop(self.key(obj), None)
+                    else:
+                        self._state.items[self.key(obj)] = value
+                elif kind == "DELETED":
+                    self._state.items.pop(self.key(obj), None)
+                if rv:
+                    self._state.resource_version = rv
+
+    def sync_step(self) -> None:
+        """One round: list if needed, then watch. 410 Gone means: list again next round."""
+        if self._state.resource_version is None:
+            self.relist()
+        try:
+            self.watch_once()
+        except KubeExpiredError:
+            log.info("%s: watch expired (410 Gone), listing again", self.name)
+            with self._lock:
+                self._state.resource_version = None
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                self.sync_step()
+                backoff = 0.5
+                self.last_error = None
+            except Exception as e:  # noqa: BLE001 - any failure: keep the cache, retry with backoff
+                if not isinstance(e, (KubeRefusedError, TemporaryError)):
+                    log.exception("%s: unexpected error", self.name)
+                self.last_error = str(e).splitlines()[0] if str(e) else type(e).__name__
+                log.warning("%s: %s; retrying in %.1f s", self.name, self.last_error, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def start(self) -> "Informer[T]":
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, wait_s: float = 0.5) -> None:
+        """Stop following. A watch blocked on a quiet stream ends at its timeout; the thread is a
+        daemon, so a process that exits does not wait for it."""
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=wait_s)
+
+    def values(self) -> list[T]:
+        with self._lock:
+            return list(self._state.items.values())
+
+    def get(self, key: str) -> T | None:
+        with self._lock:
+            return self._state.items.get(key)
+
+    def healthy(self) -> bool:
+        """Listed at least once and the last list or watch did not fail."""
+        with self._lock:
+            return self._state.resource_version is not None and self.last_error is None
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.healthy():
+                return True
+            time.sleep(0.05)
+        return False

@@ -1,0 +1,304 @@
+"""The Kubernetes API edge: the few calls edl makes, their failures as typed errors, and the
+decoders from API objects to edl's types. The only module that imports the ``kubernetes`` client.
+
+Everything goes through the official client (transport, auth, kubeconfig or in-cluster
+config, watch streams); objects travel as plain dicts (``_preload_content=False``) and the
+decoders keep only the fields the policy needs, so a 5,000-node, 150,000-pod cluster fits
+in well under 1 GiB.
+
+Effects are idempotent: creating an object that exists returns the existing one
+(a retried launcher adopts its job), deleting one that is gone is a no-op.
+
+Failures are typed (``edl.errors``), so callers catch what they handle instead of reading
+messages: 409 ``KubeConflictError``, 404 ``KubeNotFoundError``, 410 ``KubeExpiredError``;
+429, 5xx, connection errors and timeouts ``KubeUnavailableError`` (temporary); anything else
+``KubeRefusedError`` (permanent).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Iterator
+
+import urllib3
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+from kubernetes.utils.quantity import parse_quantity
+
+from edl.api.cluster import Node, Pod, PodPhase, Resources, TrainerExit
+from edl.errors import (EdlError, KubeConflictError, KubeExpiredError, KubeNotFoundError, KubeRefusedError,
+                        KubeUnavailableError, PermanentError)
+
+GIB = float(2 ** 30)
+GPU_KEY = "nvidia.com/gpu"
+# What a request fails with when it gets no answer: refused or reset connections, timeouts.
+_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+# resource -> (API class, method suffix, namespaced)
+_RESOURCES: dict[str, tuple[str, str, bool]] = {
+    "pods": ("core", "pod", True),
+    "services": ("core", "service", True),
+    "secrets": ("core", "secret", True),
+    "events": ("core", "event", True),
+    "podtemplates": ("core", "pod_template", True),
+    "leases": ("coordination", "lease", True),
+    "nodes": ("core", "node", False),
+    "priorityclasses": ("scheduling", "priority_class", False),
+}
+KIND_TO_RESOURCE = {"Pod": "pods", "Service": "services", "Secret": "secrets", "Event": "events",
+                    "PodTemplate": "podtemplates", "Lease": "leases", "Node": "nodes"}
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """In-cluster config inside a pod, else the kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``)."""
+    try:
+        if kubeconfig is None:
+            config.load_incluster_config()
+            return client.ApiClient()
+    except config.ConfigException:
+        pass
+    try:
+        return config.new_client_from_config(config_file=kubeconfig)
+    except (config.ConfigException, FileNotFoundError) as e:
+        raise PermanentError(f"no Kubernetes configuration: not in a pod and no usable kubeconfig ({e})") from e
+
+
+def api_error(e: Exception, verb: str, resource: str, name: str) -> EdlError:
+    """The typed error for a failed call: an HTTP status (``ApiException``) or no answer at all."""
+    if not isinstance(e, ApiException):
+        return KubeUnavailableError(f"Kubernetes API unreachable: {verb} {resource} {name!r}: {e}")
+    what = f"{verb} {resource} {name!r}: HTTP {e.status} {e.reason}"
+    if e.status == 409:  # AlreadyExists on create, Conflict on a stale write
+        return KubeConflictError(f"Kubernetes API: {what}")
+    if e.status == 404:
+        return KubeNotFoundError(f"Kubernetes API: {what}")
+    if e.status == 410:
+        return KubeExpiredError(f"Kubernetes API: {what}")
+    if e.status in (0, 429) or (e.status or 0) >= 500:
+        return KubeUnavailableError(f"Kubernetes API: {what}")
+    if e.status in (401, 403):
+        return KubeRefusedError(f"Kubernetes API refused to {what} (check the ServiceAccount's RBAC)")
+    return KubeRefusedError(f"Kubernetes API: {what}")
+
+
+class KubeApi:
+    """Create, get, list, replace and delete plain-dict objects in one namespace (nodes: cluster-wide)."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.api_client = api_client
+        self.namespace = namespace
+        self._apis = {"core": client.CoreV1Api(api_client), "coordination": client.CoordinationV1Api(api_client),
+                      "scheduling": client.SchedulingV1Api(api_client)}
+
+    def _call(self, verb: str, resource: str, name: str, *args: Any, **kw: Any) -> Any:
+        """One request; ``name`` (the object, or a list's selector) names it in an error."""
+        api_name, suffix, namespaced = _RESOURCES[resource]
+        api = self._apis[api_name]
+        if namespaced:
+            fn = getattr(api, f"{verb}_namespaced_{suffix}")
+            # The client's order: create(ns, body), read/delete(name, ns), replace(name, ns, body), list(ns).
+            if verb == "create":
+                args = (self.namespace, *args)
+            elif verb == "list":
+                args = (self.namespace,)
+            else:
+                args = (args[0], self.namespace, *args[1:])
+        else:
+            fn = getattr(api, f"{verb}_{suffix}")
+        try:
+            resp = fn(*args, _preload_content=False, **kw)
+            data = resp.data
+        except (ApiException, *_TRANSPORT_ERRORS) as e:
+            raise api_error(e, verb, resource, name) from e
+        return json.loads(data) if data else None
+
+    def list_watch(self, resource: str, all_namespaces: bool = False) -> "ListWatch":
+        """What an informer follows: pages of ``resource``, then its watch events."""
+        api_name, suffix, namespaced = _RESOURCES[resource]
+        api = self._apis[api_name]
+        if all_namespaces or not namespaced:
+            return ListWatch(resource, getattr(api, f"list_{suffix}_for_all_namespaces" if namespaced
+                                               else f"list_{suffix}"))
+        fn = getattr(api, f"list_namespaced_{suffix}")
+        return ListWatch(resource, lambda **kw: fn(self.namespace, **kw))
+
+    def create(self, obj: dict) -> tuple[dict, bool]:
+        """Create ``obj``; if it already exists return the existing object. Second value: created now."""
+        resource, name = KIND_TO_RESOURCE[obj["kind"]], obj["metadata"].get("name", "")
+        try:
+            return self._call("create", resource, name, obj), True
+        except KubeConflictError:
+            existing = self.get(resource, name)
+            if existing is not None:
+                return existing, False
+            raise
+
+    def get(self, resource: str, name: str) -> dict | None:
+        try:
+            return self._call("read", resource, name, name)
+        except KubeNotFoundError:
+            return None
+
+    def replace(self, obj: dict) -> dict:
+        """Replace ``obj``; ``KubeConflictError`` when its ``resourceVersion`` is no longer current."""
+        name = obj["metadata"]["name"]
+        return self._call("replace", KIND_TO_RESOURCE[obj["kind"]], name, name, obj)
+
+    def patch(self, resource: str, name: str, ops: list[dict]) -> dict:
+        """A JSON patch (RFC 6902; the client sends a list as one): exact, lists replaced, not merged."""
+        return self._call("patch", resource, name, name, ops)
+
+    def delete(self, resource: str, name: str, grace_s: int | None = None) -> bool:
+        """Delete; ``False`` when it was already gone."""
+        kw = {} if grace_s is None else {"grace_period_seconds": grace_s}
+        try:
+            self._call("delete", resource, name, name, **kw)
+            return True
+        except KubeNotFoundError:
+            return False
+
+    def list(self, resource: str, selector: str | None = None) -> list[dict]:
+        kw = {"label_selector": selector} if selector else {}
+        return self._call("list", resource, selector or "", **kw)["items"]
+
+
+class ListWatch:
+    """One resource as an informer follows it: consistent pages, then watch streams from a version."""
+
+    def __init__(self, resource: str, list_fn: Callable[..., Any]) -> None:
+        self.resource = resource
+        self._list_fn = list_fn
+
+    def page(self, selector: str | None, limit: int, continue_token: str | None) -> dict:
+        """One page of a list, the raw body: ``items`` and ``metadata`` (``continue``, ``resourceVersion``)."""
+        kw: dict[str, Any] = {"limit": limit, "_preload_content": False}
+        if selector:
+            kw["label_selector"] = selector
+        if continue_token:
+            kw["_continue"] = continue_token
+        try:
+            data = self._list_fn(**kw).data
+        except (ApiException, *_TRANSPORT_ERRORS) as e:
+            raise api_error(e, "list", self.resource, selector or "") from e
+        return json.loads(data)
+
+    def watch(self, selector: str | None, resource_version: str | None, timeout_s: int) -> "WatchStream":
+        kw: dict[str, Any] = {"resource_version": resource_version, "timeout_seconds": timeout_s,
+                              "allow_watch_bookmarks": True}
+        if selector:
+            kw["label_selector"] = selector
+        return WatchStream(self.resource, selector, self._list_fn, kw)
+
+
+class WatchStream:
+    """One watch request's events as ``(type, plain-dict object)``, until its timeout or ``stop()``
+    (from any thread). ``KubeExpiredError`` when the version to watch from was compacted away."""
+
+    def __init__(self, resource: str, selector: str | None, list_fn: Callable[..., Any], kw: dict) -> None:
+        self._what = (resource, selector or "")
+        self._list_fn = list_fn
+        self._kw = kw
+        self._watch = watch.Watch(return_type="object")  # plain dicts: no model classes for 150k pods
+
+    def __iter__(self) -> Iterator[tuple[str, dict]]:
+        try:
+            for event in self._watch.stream(self._list_fn, **self._kw):
+                yield event["type"], event["raw_object"]
+        except (ApiException, *_TRANSPORT_ERRORS) as e:
+            raise api_error(e, "watch", *self._what) from e
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+# ----------------------------------------------------------------- decoding
+def quantity(value: Any) -> float:
+    return float(parse_quantity(value)) if value is not None else 0.0
+
+
+def _requests(spec: dict) -> Resources:
+    """A pod's effective request: the sum over its containers, at least its largest init container."""
+    def of(c: dict) -> tuple[float, float, float]:
+        r = (c.get("resources") or {}).get("requests") or {}
+        return quantity(r.get("cpu")), quantity(r.get("memory")) / GIB, quantity(r.get(GPU_KEY))
+
+    cs = [of(c) for c in spec.get("containers") or []]
+    total = [sum(x[i] for x in cs) for i in range(3)]
+    for ic in (of(c) for c in spec.get("initContainers") or []):
+        total = [max(total[i], ic[i]) for i in range(3)]
+    overhead = spec.get("overhead") or {}
+    return Resources(total[0] + quantity(overhead.get("cpu")), total[1] + quantity(overhead.get("memory")) / GIB,
+                     total[2])
+
+
+_PHASES = {"Pending": PodPhase.PENDING, "Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED,
+           "Failed": PodPhase.FAILED, "Unknown": PodPhase.RUNNING}  # Unknown: still holds its node
+
+
+def pod_phase(obj: dict) -> PodPhase:
+    """A pod's phase as edl counts it; one without a status yet is pending. A pod being deleted
+    keeps its phase until it is gone: it holds its node until then."""
+    return _PHASES.get((obj.get("status") or {}).get("phase"), PodPhase.PENDING)
+
+
+def trainer_exit(pod: dict) -> tuple[TrainerExit, str]:
+    """Why a terminated trainer pod ended, from its status (evicted, OOMKilled, exit code...)."""
+    status = pod.get("status") or {}
+    name = pod["metadata"]["name"]
+    if status.get("reason") == "Evicted":
+        return TrainerExit.PREEMPTED, f"evicted: {status.get('message', '')}".strip()
+    if status.get("reason") == "NodeLost":
+        return TrainerExit.NODE_LOST, "its node was lost"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return TrainerExit.PREEMPTED, f"{cond.get('reason', 'disrupted')}: {cond.get('message', '')}".strip()
+    term = None
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term:
+            break
+    if not term:
+        if pod_phase(pod) is PodPhase.SUCCEEDED:
+            return TrainerExit.SUCCEEDED, ""
+        return TrainerExit.FAILED, status.get("message") or "failed without a container exit"
+    code, reason = int(term.get("exitCode", 1)), term.get("reason", "")
+    text = (term.get("message") or "").strip().splitlines()
+    last = text[-1] if text else ""
+    if code == 0:
+        return TrainerExit.SUCCEEDED, ""
+    if reason == "OOMKilled":
+        limit = ""
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            limit = ((c.get("resources") or {}).get("limits") or {}).get("memory", limit)
+        return TrainerExit.OOM_KILLED, (f"trainer {name} was OOMKilled: its memory limit {limit or '(none)'} is too "
+                                        "small for this model and batch size; raise --trainer-memory")
+    if code == 2:
+        return TrainerExit.USER_ERROR, last.removeprefix("edl: error: ") or f"trainer {name} refused the job"
+    if code in (137, 143):  # killed from outside without OOM: the node or the scheduler took it back
+        return TrainerExit.PREEMPTED, f"killed by the system (exit {code})"
+    return TrainerExit.FAILED, f"exit code {code}{' (' + reason + ')' if reason else ''}: {last[:200]}"
+
+
+def decode_pod(obj: dict) -> Pod:
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    labels = meta.get("labels") or {}
+    job = labels.get("edl.dev/job")
+    role = labels.get("edl.dev/role")
+    ns = meta.get("namespace", "")
+    return Pod(name=f"{ns}/{meta['name']}", requests=_requests(spec), phase=pod_phase(obj),
+               priority=int(spec.get("priority") or 0), node=spec.get("nodeName"),
+               job=f"{ns}/{job}" if job else None,
+               role="trainer" if role == "trainer" else ("fixed" if job else "other"))
+
+
+def decode_node(obj: dict) -> Node | None:
+    """A node the scheduler may place pods on; ``None`` if cordoned or not Ready."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if spec.get("unschedulable"):
+        return None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("status") != "True":
+            return None
+    a = status.get("allocatable") or {}
+    return Node(obj["metadata"]["name"], Resources(quantity(a.get("cpu")), quantity(a.get("memory")) / GIB,
+                                                   quantity(a.get(GPU_KEY))))
