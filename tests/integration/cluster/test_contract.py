@@ -89,7 +89,7 @@ def _local(request) -> Backend:
 def _kube(request) -> Backend:
     from edl.cluster import manifests as m
     from edl.cluster.kube_cluster import KubeCluster
-    from edl.cluster.kubernetes import KubeApi
+    from edl.cluster.kube_api import KubeApi
 
     kube, ns = request.getfixturevalue("kube"), request.getfixturevalue("namespace")
     spec = JobSpec(job="contract", model_def="edl.zoo.digits", data="s3://data/digits", epochs=200, batch_size=16,
