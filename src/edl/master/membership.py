@@ -186,13 +186,6 @@ class Membership:
             key=lambda t: t.registered_at,
         )
 
-    def live_count(self) -> int:
-        return sum(
-            1
-            for t in self.trainers.values()
-            if t.state in (TrainerState.WAITING, TrainerState.ACTIVE)
-        )
-
     # ------------------------------------------------------------- transitions
     def register(self, trainer_id: str, pid: int, host: str, store_port: int, now: float) -> Trainer:
         if trainer_id in self.trainers:
