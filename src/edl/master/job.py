@@ -1,12 +1,12 @@
 """The master's whole job state: spec, task queue, membership, checkpoints, outcome.
 
 Pure and clock-injected: the HTTP layer (``server.py``) calls these methods with
-``now`` and turns their answers into responses. Nothing here does I/O.
+``now`` and turns their answers into responses. Nothing here does I/O; its settings
+come in a ``Timeouts`` (``main.py`` reads them from the environment).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from enum import Enum
 
@@ -57,6 +57,14 @@ class Assignment:
     held_offset: int
 
 
+@dataclass(frozen=True)
+class Timeouts:
+    """How long the master waits on trainers."""
+
+    lease_s: float = MembershipConfig.lease_s  # a trainer silent this long is declared failed
+    sync_timeout_s: float = MembershipConfig.sync_timeout_s  # a member that does not report by then is dropped
+
+
 class Job:
     def __init__(
         self,
@@ -66,6 +74,7 @@ class Job:
         now: float,
         restored: dict | None = None,
         restored_uri: str | None = None,
+        timeouts: Timeouts = Timeouts(),
     ) -> None:
         self.spec = spec
         self.master_uid = master_uid
@@ -108,8 +117,7 @@ class Job:
         self.restore_queue_state = self.queue.to_state()
         self.membership = Membership(MembershipConfig(
             spec.min_trainers, spec.max_trainers, desired,
-            lease_s=float(os.environ.get("EDL_LEASE_S", "10")),
-            sync_timeout_s=float(os.environ.get("EDL_SYNC_TIMEOUT_S", "15")),
+            lease_s=timeouts.lease_s, sync_timeout_s=timeouts.sync_timeout_s,
         ))
         if restored is not None:
             self.membership.resume_reason = Reason.RESUME
