@@ -85,7 +85,7 @@ def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
         job.finish(int(final.get("step", job.restore_step)), final.get("final_model_uri"), final.get("metrics", {}),
                    time.time())
         log.info("job %s was already complete at step %d", spec.job, job.final_step)
-    master = Master(job, token)
+    master = Master(job, token, clock=time.time)
     log.info(
         "master for job %s on %s:%d: %d shards, %d rows per epoch, %d epochs, trainers %d..%d (desired %d)",
         spec.job, host, port, len(shards), job.queue.rows_per_epoch, spec.epochs,

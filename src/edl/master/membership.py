@@ -22,18 +22,9 @@ Trainer states and their transitions::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 from edl.api.data import Cursor
-
-
-class TrainerState(str, Enum):
-    WAITING = "waiting"
-    ACTIVE = "active"
-    DRAINING = "draining"
-    LEFT = "left"
-    FAILED = "failed"
-
+from edl.api.master import Phase, Reason, Source, SyncReport, TrainerState
 
 _ALLOWED = {
     TrainerState.WAITING: {TrainerState.ACTIVE, TrainerState.FAILED, TrainerState.LEFT},
@@ -42,28 +33,6 @@ _ALLOWED = {
     TrainerState.LEFT: set(),
     TrainerState.FAILED: set(),
 }
-
-
-class Reason(str, Enum):
-    START = "start"
-    SCALE_UP = "scale_up"
-    SCALE_DOWN = "scale_down"
-    FAILURE = "failure"
-    RESUME = "resume"
-
-
-class Phase(str, Enum):
-    FORMING = "forming"  # no generation yet: waiting for the first trainers
-    RUNNING = "running"
-    SYNCING = "syncing"  # a change is pending; members are reporting their last step
-
-
-class Source(str, Enum):
-    """Where the model state of a new generation comes from."""
-
-    PEER = "peer"  # rank 0's replica, broadcast
-    CHECKPOINT = "checkpoint"  # loaded by rank 0 from the committed checkpoint
-    INIT = "init"  # freshly initialised (no checkpoint yet)
 
 
 @dataclass
@@ -83,18 +52,6 @@ class Trainer:
         if to not in _ALLOWED[self.state]:
             raise ValueError(f"trainer {self.id}: {self.state.value} -> {to.value} is not allowed")
         self.state = to
-
-
-@dataclass(frozen=True)
-class SyncReport:
-    """A member's last completed step in its generation and everyone's cursor there."""
-
-    trainer: str
-    generation: int
-    step: int
-    cursors: dict[str, Cursor | None]
-    store_port: int
-    failed: bool = False  # the step after ``step`` raised (a peer died)
 
 
 @dataclass
@@ -217,7 +174,7 @@ class Membership:
 
     def fail(self, trainer_id: str, now: float) -> None:
         t = self.trainers.get(trainer_id)
-        if t is None or t.state in (TrainerState.LEFT, TrainerState.FAILED):
+        if t is None or t.state.gone:
             return
         was_member = trainer_id in self.members()
         t.move(TrainerState.FAILED)
@@ -245,7 +202,7 @@ class Membership:
     def expire(self, now: float) -> None:
         """Declare silent trainers failed and drop members that miss the sync."""
         for t in list(self.trainers.values()):
-            if t.state in (TrainerState.LEFT, TrainerState.FAILED):
+            if t.state.gone:
                 continue
             if now - t.last_seen > self.config.lease_s:
                 self.fail(t.id, now)
