@@ -3,6 +3,10 @@
 Pure and clock-injected: the HTTP layer (``server.py``) calls these methods with
 ``now`` and turns their answers into responses. Nothing here does I/O; its settings
 come in a ``Timeouts`` (``main.py`` reads them from the environment).
+
+The job's status moves only through ``STATUS_TRANSITIONS``::
+
+    RUNNING -> SUCCEEDED | FAILED
 """
 
 from __future__ import annotations
@@ -33,6 +37,13 @@ from edl.api.spec import JobSpec
 from edl.errors import PermanentError, StaleError, UserError
 from edl.master.membership import Formation, Membership, MembershipConfig
 from edl.master.tasks import TaskQueue
+from edl.master.transitions import Transitions
+
+STATUS_TRANSITIONS = Transitions("job status", {
+    JobStatus.RUNNING: {JobStatus.SUCCEEDED, JobStatus.FAILED},
+    JobStatus.SUCCEEDED: set(),
+    JobStatus.FAILED: set(),
+})
 
 
 @dataclass(frozen=True)
@@ -109,7 +120,7 @@ class Job:
 
     def _fail(self, message: str, now: float) -> None:
         if self.status is JobStatus.RUNNING:
-            self.status = JobStatus.FAILED
+            self.status = STATUS_TRANSITIONS.move(self.status, JobStatus.FAILED)
             self.error = message
             self.finished_at = now
 
@@ -214,7 +225,7 @@ class Job:
         self.last_step_seen = max(self.last_step_seen, step)
         self.final_model_uri = final_model_uri
         self.metrics = dict(metrics)
-        self.status = JobStatus.SUCCEEDED
+        self.status = STATUS_TRANSITIONS.move(self.status, JobStatus.SUCCEEDED)
         self.finished_at = now
 
     # -------------------------------------------------------------- checkpoints

@@ -12,7 +12,11 @@ every rank's data cursor at that step. The master then forms the next
 generation from the survivors and the waiting joiners; the survivor with the
 highest completed step becomes rank 0 and the source of model state.
 
-Trainer states and their transitions::
+The phase moves only through ``PHASE_TRANSITIONS``::
+
+    FORMING (no generation yet) -> RUNNING -> SYNCING -> RUNNING ...
+
+Trainer states and their transitions (``TRAINER_TRANSITIONS``)::
 
     WAITING  (registered, not yet in a generation) -> ACTIVE
     ACTIVE   -> DRAINING (asked to leave) -> LEFT
@@ -25,14 +29,21 @@ from dataclasses import dataclass, field
 
 from edl.api.data import Cursor
 from edl.api.master import Phase, Reason, Source, SyncReport, TrainerState
+from edl.master.transitions import Transitions
 
-_ALLOWED = {
+PHASE_TRANSITIONS = Transitions("membership phase", {
+    Phase.FORMING: {Phase.RUNNING},
+    Phase.RUNNING: {Phase.SYNCING},
+    Phase.SYNCING: {Phase.RUNNING},
+})
+
+TRAINER_TRANSITIONS = Transitions("trainer state", {
     TrainerState.WAITING: {TrainerState.ACTIVE, TrainerState.FAILED, TrainerState.LEFT},
     TrainerState.ACTIVE: {TrainerState.DRAINING, TrainerState.FAILED, TrainerState.LEFT},
     TrainerState.DRAINING: {TrainerState.LEFT, TrainerState.FAILED},
     TrainerState.LEFT: set(),
     TrainerState.FAILED: set(),
-}
+})
 
 
 @dataclass
@@ -47,11 +58,8 @@ class Trainer:
     step: int = 0
 
     def move(self, to: TrainerState) -> None:
-        if to is self.state:
-            return
-        if to not in _ALLOWED[self.state]:
-            raise ValueError(f"trainer {self.id}: {self.state.value} -> {to.value} is not allowed")
-        self.state = to
+        if to is not self.state:
+            self.state = TRAINER_TRANSITIONS.move(self.state, to)
 
 
 @dataclass
@@ -124,9 +132,12 @@ class Membership:
         self.resume_reason = Reason.START
 
     # ---------------------------------------------------------------- helpers
+    def _move(self, to: Phase) -> None:
+        self.phase = PHASE_TRANSITIONS.move(self.phase, to)
+
     def _trigger(self, reason: Reason, now: float) -> None:
         if self.phase is Phase.RUNNING:
-            self.phase = Phase.SYNCING
+            self._move(Phase.SYNCING)
             self.pending_reason = reason
             self.pending_since = now
             self.reports = {}
@@ -300,7 +311,7 @@ class Membership:
             self.trainers[j].move(TrainerState.ACTIVE)
         self.current = gen
         self.history.append(gen)
-        self.phase = Phase.RUNNING
+        self._move(Phase.RUNNING)
         self.pending_reason = None
         self.pending_since = None
         self.reports = {}
