@@ -29,7 +29,9 @@ class EdlJob:
         return json.loads((self.home / "jobs" / self.name / "job.json").read_text())
 
     def status(self) -> dict | None:
-        return local_job_status(self.name, self.home)
+        """The master's status in its JSON form (``None`` while it cannot be read)."""
+        st = local_job_status(self.name, self.home)
+        return None if st is None else st.to_json()
 
     def wait_for(self, pred, timeout: float = 300) -> dict:
         deadline = time.monotonic() + timeout

@@ -47,7 +47,8 @@ def main() -> int:
     ])
 
     def status() -> dict | None:
-        return local_job_status(job)
+        st = local_job_status(job)
+        return None if st is None else st.to_json()
 
     def wait(pred, what: str) -> dict:
         while train.poll() is None:

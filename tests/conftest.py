@@ -62,7 +62,9 @@ class RunningJob:
         return json.loads((self.home / "jobs" / self.name / "job.json").read_text())
 
     def status(self) -> dict | None:
-        return local_job_status(self.name, self.home)
+        """The master's status in its JSON form (``None`` while it cannot be read)."""
+        st = local_job_status(self.name, self.home)
+        return None if st is None else st.to_json()
 
     def wait_for(self, predicate, timeout: float = 90, what: str = "condition") -> dict:
         deadline = time.monotonic() + timeout

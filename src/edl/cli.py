@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from edl.errors import EdlError, UserError
+from edl.errors import EdlError, TemporaryError, UserError
 
 
 def _token_from_env() -> str:
@@ -53,55 +53,41 @@ def cmd_trainer(a: argparse.Namespace) -> int:
     return run_trainer(a.id, a.master, _token_from_env(), a.audit_dir, a.backend)
 
 
-def _job_client(job: str):
-    import httpx
-
-    from edl.launcher.local import read_job_file
-
-    info = read_job_file(job)
-    return httpx.Client(base_url=f"http://{info['address']}", headers={"Authorization": f"Bearer {info['token']}"},
-                        timeout=5.0)
-
-
-def _call(job: str, method: str, path: str, body: dict | None = None) -> dict:
-    import httpx
-
-    try:
-        with _job_client(job) as c:
-            r = c.request(method, path, json=body)
-    except httpx.TransportError as e:
-        raise UserError(f"job {job!r} is not running (its master does not answer: {type(e).__name__})") from e
-    if r.status_code == 400:
-        raise UserError(r.json()["detail"])
-    if r.status_code == 401:
-        raise UserError(f"the master of job {job!r} refused our job token (401); is {job!r} the job you meant?")
-    if r.status_code != 200:
-        raise EdlError(f"master answered {r.status_code}: {r.text[:200]}")
-    return r.json()
+def _not_running(job: str) -> UserError:
+    return UserError(f"job {job!r} is not running (its master does not answer)")
 
 
 def cmd_status(a: argparse.Namespace) -> int:
-    st = _call(a.job, "GET", "/v1/status")
+    from edl.launcher.local import local_job_master
+
+    st = local_job_master(a.job).status()
+    if st is None:
+        raise _not_running(a.job)
     if a.json:
-        print(json.dumps(st, indent=2))
+        print(json.dumps(st.to_json(), indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
 
     c = Console()
-    c.print(f"[bold]{st['job']}[/] {st['status']} · phase {st['phase']} · generation {st['generation']} · "
-            f"{st['world_size']} trainers (desired {st['desired_trainers']}, {st['min_trainers']}..{st['max_trainers']}) · "
-            f"epoch {st['epoch'] + 1}/{st['epochs']} · step {st['step']}")
+    c.print(f"[bold]{st.job}[/] {st.status.value} · phase {st.phase.value} · generation {st.generation} · "
+            f"{st.world_size} trainers (desired {st.desired_trainers}, {st.min_trainers}..{st.max_trainers}) · "
+            f"epoch {st.epoch + 1}/{st.epochs} · step {st.step}")
     t = Table("trainer", "rank", "pid", "state", "step")
-    for tr in st["trainers"]:
-        t.add_row(tr["id"], str(tr["rank"]), str(tr["pid"]), tr["state"], str(tr["step"]))
+    for tr in st.trainers:
+        t.add_row(tr.id, str(tr.rank), str(tr.pid), tr.state.value, str(tr.step))
     c.print(t)
     return 0
 
 
 def cmd_scale(a: argparse.Namespace) -> int:
-    r = _call(a.job, "POST", "/v1/scale", {"trainers": a.trainers})
-    print(f"job {a.job}: desired trainers set to {r['desired_trainers']}")
+    from edl.launcher.local import local_job_master
+
+    try:
+        desired = local_job_master(a.job).scale(a.trainers)
+    except TemporaryError as e:
+        raise _not_running(a.job) from e
+    print(f"job {a.job}: desired trainers set to {desired}")
     return 0
 
 

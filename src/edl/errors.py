@@ -28,10 +28,6 @@ class UserError(EdlError):
 class TemporaryError(EdlError):
     """A transient condition; retrying or re-forming may succeed."""
 
-    def __init__(self, message: str, retry_after_s: float = 0.5) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
 
 class PermanentError(EdlError):
     """The job cannot continue."""

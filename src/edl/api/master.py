@@ -1,13 +1,392 @@
-"""The master's API as its clients see it."""
+"""The master's API as its clients see it: the states it names, what it answers, and the two links.
+
+``ControlLink`` is what the launcher, the autoscale sidecar and the CLI ask of a job's master;
+``TrainerLink`` is what a trainer asks. ``edl.master.client.HttpMaster`` implements both over
+HTTP+JSON; the simulator's ``SimMaster`` implements ``ControlLink`` over its job model. Every
+answer is a frozen dataclass with its one JSON form (``to_json`` here, ``from_json`` on the class),
+which the master's server writes and the HTTP client reads.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass, fields, is_dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+from edl.api.data import Cursor, CursorJSON, Task, cursor_from_json, cursor_to_json
+from edl.api.spec import JobSpec
 
 
-class MasterLink(Protocol):
-    def status(self) -> dict | None:
-        """The master's /v1/status, or ``None`` while it cannot be reached."""
+# ------------------------------------------------------------------ the states the master names
+class JobStatus(str, Enum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class Phase(str, Enum):
+    """The membership's phase (see ``edl.master.membership``)."""
+
+    FORMING = "forming"  # no generation yet: waiting for the first trainers
+    RUNNING = "running"
+    SYNCING = "syncing"  # a change is pending; members are reporting their last step
+
+
+class TrainerState(str, Enum):
+    WAITING = "waiting"
+    ACTIVE = "active"
+    DRAINING = "draining"
+    LEFT = "left"
+    FAILED = "failed"
+
+    @property
+    def gone(self) -> bool:
+        """Out of the job for good: drained, or failed."""
+        return self in (TrainerState.LEFT, TrainerState.FAILED)
+
+
+class Reason(str, Enum):
+    """Why a generation was formed."""
+
+    START = "start"
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    FAILURE = "failure"
+    RESUME = "resume"
+
+
+class Source(str, Enum):
+    """Where the model state of a new generation comes from."""
+
+    PEER = "peer"  # rank 0's replica, broadcast
+    CHECKPOINT = "checkpoint"  # loaded by rank 0 from the committed checkpoint
+    INIT = "init"  # freshly initialised (no checkpoint yet)
+
+
+class Next(Enum):
+    """What asking for the next task answers besides a task."""
+
+    WAIT = "wait"  # nothing to hand out now; held tasks may still come back
+    FINISHED = "finished"  # every epoch is done
+
+
+class Unassigned(str, Enum):
+    """Why asking for an assignment answered without one."""
+
+    WAIT = "wait"  # no newer generation yet (the long poll ended): ask again
+    FINISHED = "finished"  # the job is over (``NoAssignment.job_status`` says how)
+    UNKNOWN = "unknown"  # the master does not know this trainer (it restarted): register again
+    LEFT = "left"  # drained: leave
+    FAILED = "failed"  # dropped from the job: leave
+
+
+# ------------------------------------------------------------------ the one JSON form
+def to_json(value: Any) -> Any:
+    """The JSON form of any answer below: enums by value, cursors as ``[task_id, offset]``,
+    dataclasses as objects of their fields, tuples as lists."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Cursor):
+        return cursor_to_json(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    return value
+
+
+def task_from_json(d: dict) -> Task:
+    return Task(**d)
+
+
+# ------------------------------------------------------------------ GET /v1/status
+@dataclass(frozen=True)
+class TrainerView:
+    """One trainer of the job (those still in it: not left, not failed)."""
+
+    id: str
+    rank: int | None  # in the current generation; None while waiting to join
+    pid: int
+    state: TrainerState
+    step: int
+
+    @classmethod
+    def from_json(cls, d: dict) -> TrainerView:
+        return cls(d["id"], d["rank"], d["pid"], TrainerState(d["state"]), d["step"])
+
+
+@dataclass(frozen=True)
+class GenerationSummary:
+    """One generation the job formed (across master restarts: ``id`` counts them all)."""
+
+    id: int
+    master_generation: int  # the id the current master gave it
+    world_size: int
+    members: tuple[str, ...]  # in rank order
+    reason: Reason
+    source: Source
+    base_step: int
+    pause_s: float | None  # from the change's trigger to the first step; None until then
+    triggered_at: float
+    first_step_at: float | None
+    rolled_back_steps: int
+
+    @classmethod
+    def from_json(cls, d: dict) -> GenerationSummary:
+        return cls(d["id"], d["master_generation"], d["world_size"], tuple(d["members"]), Reason(d["reason"]),
+                   Source(d["source"]), d["base_step"], d["pause_s"], d["triggered_at"], d["first_step_at"],
+                   d["rolled_back_steps"])
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """One committed checkpoint."""
+
+    step: int
+    uri: str
+    write_s: float
+    generation: int
+
+    @classmethod
+    def from_json(cls, d: dict) -> CheckpointRecord:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The job as the master sees it now (``GET /v1/status``)."""
+
+    job: str
+    status: JobStatus
+    error: str | None  # why the job failed
+    master_uid: str  # changes when the master restarts
+    phase: Phase
+    generation: int  # the current generation's id (0: none yet)
+    world_size: int
+    desired_trainers: int
+    unschedulable_at: float | None  # when the launcher last reported trainers it could not place
+    min_trainers: int
+    max_trainers: int
+    epoch: int  # the oldest epoch not yet done
+    epochs: int
+    epochs_completed: int
+    rows_per_epoch: int
+    done_rows: tuple[int, ...]  # rows committed, per epoch
+    step: int  # the last completed training step the master saw
+    loss: float | None  # the latest step's mean training loss
+    trainers: tuple[TrainerView, ...]
+    generations: tuple[GenerationSummary, ...]
+    checkpoints: tuple[CheckpointRecord, ...]
+    elapsed_s: float
+
+    def to_json(self) -> dict:
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> JobView:
+        return cls(
+            job=d["job"], status=JobStatus(d["status"]), error=d["error"], master_uid=d["master_uid"],
+            phase=Phase(d["phase"]), generation=d["generation"], world_size=d["world_size"],
+            desired_trainers=d["desired_trainers"], unschedulable_at=d["unschedulable_at"],
+            min_trainers=d["min_trainers"], max_trainers=d["max_trainers"], epoch=d["epoch"], epochs=d["epochs"],
+            epochs_completed=d["epochs_completed"], rows_per_epoch=d["rows_per_epoch"],
+            done_rows=tuple(d["done_rows"]), step=d["step"], loss=d["loss"],
+            trainers=tuple(TrainerView.from_json(t) for t in d["trainers"]),
+            generations=tuple(GenerationSummary.from_json(g) for g in d["generations"]),
+            checkpoints=tuple(CheckpointRecord.from_json(c) for c in d["checkpoints"]),
+            elapsed_s=d["elapsed_s"],
+        )
+
+
+# ------------------------------------------------------------------ a trainer's answers
+@dataclass(frozen=True)
+class Registration:
+    """What registering answers."""
+
+    master_uid: str
+    job_status: JobStatus
+
+    @classmethod
+    def from_json(cls, d: dict) -> Registration:
+        return cls(d["master_uid"], JobStatus(d["job_status"]))
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    master_uid: str
+    known: bool  # the master knows this trainer (False: it restarted and lost it)
+    state: TrainerState | None
+    generation: int  # the current generation's id
+    stop: bool  # stop at the next step boundary (a change is pending, or the job is over)
+    job_status: JobStatus
+    checkpoint: bool  # a checkpoint was asked for: rank 0 takes one at the next step
+
+    @classmethod
+    def from_json(cls, d: dict) -> HeartbeatAnswer:
+        state = None if d["state"] is None else TrainerState(d["state"])
+        return cls(d["master_uid"], d["known"], state, d["generation"], d["stop"], JobStatus(d["job_status"]),
+                   d["checkpoint"])
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What one trainer needs to join a generation."""
+
+    generation: int
+    rank: int
+    world_size: int
+    members: tuple[str, ...]  # in rank order
+    rendezvous: tuple[str, int]  # rank 0's collective store
+    base_step: int
+    source: Source
+    checkpoint_uri: str | None  # with ``Source.CHECKPOINT``
+    cursor: Cursor | None  # this trainer's data position at ``base_step``
+    held: tuple[Task, ...]  # the tasks it holds, in the order it consumes them
+    held_offset: int  # rows consumed of ``held[0]``
+    master_uid: str
+
+
+@dataclass(frozen=True)
+class NoAssignment:
+    why: Unassigned
+    job_status: JobStatus | None = None  # with ``Unassigned.FINISHED``
+    master_uid: str | None = None  # with ``Unassigned.UNKNOWN``
+
+
+def assignment_to_json(answer: Assignment | NoAssignment) -> dict:
+    if isinstance(answer, Assignment):
+        return {**to_json(answer), "status": "assigned"}
+    out: dict[str, Any] = {"status": answer.why.value}
+    if answer.job_status is not None:
+        out["job_status"] = answer.job_status.value
+    if answer.master_uid is not None:
+        out["master_uid"] = answer.master_uid
+    return out
+
+
+def assignment_from_json(d: dict) -> Assignment | NoAssignment:
+    if d["status"] != "assigned":
+        job_status = d.get("job_status")
+        return NoAssignment(Unassigned(d["status"]), None if job_status is None else JobStatus(job_status),
+                            d.get("master_uid"))
+    host, port = d["rendezvous"]
+    return Assignment(d["generation"], d["rank"], d["world_size"], tuple(d["members"]), (host, int(port)),
+                      d["base_step"], Source(d["source"]), d["checkpoint_uri"], cursor_from_json(d["cursor"]),
+                      tuple(task_from_json(t) for t in d["held"]), d["held_offset"], d["master_uid"])
+
+
+def next_task_to_json(answer: Task | Next) -> dict:
+    if isinstance(answer, Next):
+        return {"status": answer.value}
+    return {"status": "task", "task": to_json(answer)}
+
+
+def next_task_from_json(d: dict) -> Task | Next:
+    return task_from_json(d["task"]) if d["status"] == "task" else Next(d["status"])
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """A member's last completed step in its generation and everyone's cursor there."""
+
+    trainer: str
+    generation: int
+    step: int
+    cursors: dict[str, Cursor | None]
+    store_port: int  # where this trainer's collective store listens in the next generation
+    failed: bool = False  # the step after ``step`` raised (a peer died)
+
+
+def cursors_to_json(cursors: dict[str, Cursor | None]) -> dict[str, CursorJSON]:
+    return {k: cursor_to_json(c) for k, c in cursors.items()}
+
+
+def cursors_from_json(cursors: dict[str, CursorJSON]) -> dict[str, Cursor | None]:
+    return {k: cursor_from_json(c) for k, c in cursors.items()}
+
+
+# ------------------------------------------------------------------ the links
+class ControlLink(Protocol):
+    """What the launcher, the sidecar and the CLI ask of a job's master.
+
+    ``healthy``, ``status`` and ``summary`` are polled: they answer ``False``/``None`` while the
+    master cannot be reached. The others raise ``TemporaryError`` then; a refused request raises
+    ``UserError`` (with the master's reason).
+    """
+
+    def healthy(self) -> bool:
+        """The master answers (no token needed)."""
         ...
 
-    def scale(self, trainers: int) -> None: ...
+    def status(self) -> JobView | None: ...
+
+    def summary(self) -> dict[str, Any] | None:
+        """The run summary, a JSON document that launchers extend and write as is."""
+        ...
+
+    def scale(self, trainers: int) -> int:
+        """Set the desired trainer count; answers it. Outside the job's min..max: ``UserError``."""
+        ...
+
+    def report_unschedulable(self, count: int) -> int:
+        """``count`` trainer pods could not be placed; answers the lowered desired count."""
+        ...
+
+    def report_exit(self, trainer: str, code: int) -> None: ...
+
+    def drain(self, trainer: str) -> bool:
+        """Ask a trainer to leave at the next step boundary. ``False``: the master does not know it."""
+        ...
+
+    def request_checkpoint(self) -> None:
+        """Have rank 0 take a checkpoint at its next step."""
+        ...
+
+    def fail_job(self, message: str) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class TrainerLink(Protocol):
+    """What a trainer asks of its master. Raises ``TemporaryError`` while the master cannot be
+    reached (after the link's give-up time), ``StaleError`` when a request names a generation that
+    is no longer current, ``UserError`` when the master refuses a request."""
+
+    def spec(self) -> JobSpec: ...
+
+    def register(self, trainer: str, pid: int, host: str, store_port: int) -> Registration: ...
+
+    def assignment(self, trainer: str, after: int, wait_s: float) -> Assignment | NoAssignment:
+        """Long poll (up to ``wait_s``) for a generation newer than ``after``."""
+        ...
+
+    def heartbeat(self, trainer: str, *, generation: int, step: int, safe_cursor: Cursor | None,
+                  loss: float | None, wait_s: float) -> HeartbeatAnswer:
+        """Renew the lease and commit ``safe_cursor``; waits up to ``wait_s`` for a reason to stop."""
+        ...
+
+    def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:
+        """The next task to prefetch; the same ``request_id`` gets the same answer again."""
+        ...
+
+    def task_failed(self, trainer: str, task_id: int, reason: str) -> None: ...
+
+    def sync(self, report: SyncReport) -> None: ...
+
+    def first_step(self, trainer: str, generation: int) -> None:
+        """Rank 0 completed the generation's first step: the pause of the change ends."""
+        ...
+
+    def checkpoint_cut(self, generation: int, step: int, cursors: dict[str, Cursor | None]) -> dict[str, Any]:
+        """The master's half of a consistent cut at ``step`` (its queue, as ``master.json``)."""
+        ...
+
+    def checkpoint_committed(self, generation: int, step: int, uri: str, write_s: float) -> bool:
+        """``False``: no such cut is pending (a newer one committed first)."""
+        ...
+
+    def finish(self, step: int, final_model_uri: str | None, metrics: dict[str, float]) -> None: ...
+
+    def fail_job(self, message: str) -> None: ...

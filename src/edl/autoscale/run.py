@@ -12,22 +12,9 @@ from edl.api.cluster import Resources
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.errors import UserError
-from edl.trainer.client import MasterClient
+from edl.master.client import HttpMaster
 
 log = logging.getLogger("edl.sidecar")
-
-
-class HttpMasterLink:
-    """The master's status and scale endpoints, with the job token."""
-
-    def __init__(self, address: str, token: str) -> None:
-        self.client = MasterClient(address, token, timeout_s=5.0, give_up_s=10.0)
-
-    def status(self) -> dict | None:
-        return self.client.try_call("GET", "/v1/status")
-
-    def scale(self, trainers: int) -> None:
-        self.client.call("POST", "/v1/scale", json={"trainers": trainers})
 
 
 def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
@@ -50,7 +37,7 @@ def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, 
     view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)),
                            owner=pod_from_env()).start()
     cfg = SidecarConfig(f"{namespace}/{job}", trainer, min_trainers, max_trainers, period_s, jitter_s)
-    sidecar = Sidecar(cfg, view, HttpMasterLink(master, token), chosen)
+    sidecar = Sidecar(cfg, view, HttpMaster(master, token, timeout_s=5.0, give_up_s=10.0), chosen)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

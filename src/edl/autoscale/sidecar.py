@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from edl.api.cluster import ClusterView, JobDemand, Pod, Resources, Snapshot
-from edl.api.master import MasterLink
+from edl.api.master import ControlLink, JobStatus, JobView, Reason
 from edl.api.policy import Policy
 
 log = logging.getLogger("edl.sidecar")
@@ -67,10 +67,10 @@ class ThroughputMeter:
         return tuple(out)
 
 
-def rescale_cost_s(status: dict) -> float:
+def rescale_cost_s(status: JobView) -> float:
     """Median measured pause of this job's generation changes (0 until one was measured)."""
-    pauses = [g["pause_s"] for g in status.get("generations") or [] if g.get("pause_s") is not None
-              and g.get("reason") not in ("start", "resume")]
+    pauses = [g.pause_s for g in status.generations
+              if g.pause_s is not None and g.reason not in (Reason.START, Reason.RESUME)]
     return float(statistics.median(pauses)) if pauses else 0.0
 
 
@@ -92,7 +92,7 @@ def job_offset(job: str, jitter_s: float) -> float:
 
 
 class Sidecar:
-    def __init__(self, cfg: SidecarConfig, view: ClusterView, master: MasterLink, policy: Policy,
+    def __init__(self, cfg: SidecarConfig, view: ClusterView, master: ControlLink, policy: Policy,
                  clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.view = view
@@ -115,13 +115,13 @@ class Sidecar:
             self.priority = max(found)
         return self.priority
 
-    def demand(self, status: dict, pods: list[Pod]) -> JobDemand:
+    def demand(self, status: JobView, pods: list[Pod]) -> JobDemand:
         priority = self._priority(pods)
         rows_left = None
-        if status.get("rows_per_epoch") and status.get("epochs"):
-            rows_left = max(0.0, float(status["rows_per_epoch"] * status["epochs"] - sum(status["done_rows"])))
+        if status.rows_per_epoch and status.epochs:
+            rows_left = max(0.0, float(status.rows_per_epoch * status.epochs - sum(status.done_rows)))
         return JobDemand(name=self.cfg.job, min=self.cfg.min, max=self.cfg.max,
-                         current=int(status["desired_trainers"]), trainer=self.cfg.trainer, priority=priority,
+                         current=status.desired_trainers, trainer=self.cfg.trainer, priority=priority,
                          throughput=self.meter.curve(), rescale_cost_s=rescale_cost_s(status), remaining=rows_left)
 
     def step(self) -> int | None:
@@ -134,13 +134,13 @@ class Sidecar:
             self.master_away = True
             return None
         self.master_away = False
-        if status.get("status") not in (None, "running"):
+        if status.status is not JobStatus.RUNNING:
             return None  # the job is over: nothing to negotiate
-        self.meter.observe(now, sum(status.get("done_rows") or [0]), int(status.get("world_size") or 0))
+        self.meter.observe(now, sum(status.done_rows), status.world_size)
         if not self.view.healthy():
             if not self.holding:
                 log.warning("cluster view is not current (API unreachable?): holding %d trainers",
-                            status["desired_trainers"])
+                            status.desired_trainers)
             self.holding = True
             return None
         self.holding = False
@@ -154,7 +154,7 @@ class Sidecar:
         plan = self.policy.decide(snapshot)
         self.decisions += 1
         target = max(self.cfg.min, min(self.cfg.max, plan.get(mine.name, mine.current)))
-        blocked_at = status.get("unschedulable_at")
+        blocked_at = status.unschedulable_at
         if blocked_at is not None and now - blocked_at < UNSCHEDULABLE_BACKOFF_PERIODS * self.cfg.period_s:
             # The launcher just gave up on Pending trainers: the snapshot overstates what fits
             # (taints, affinity, fragmentation the policy does not see). Do not grow for a while.

@@ -14,49 +14,22 @@ import logging
 import time
 from typing import Callable
 
-import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit
-from edl.errors import PermanentError, UserError
-from edl.launcher.reconcile import plan_trainers
+from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.spec import JobSpec
+from edl.errors import PermanentError, TemporaryError, UserError
+from edl.launcher.reconcile import plan_trainers
+from edl.master.client import HttpMaster
 
 log = logging.getLogger("edl.launcher")
 
 
-class MasterApi:
-    """The master's control routes the launcher uses, with the job token. ``None``: unreachable."""
-
-    def __init__(self, address: str, token: str, timeout_s: float = 5.0) -> None:
-        self.http = httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {token}"},
-                                 timeout=timeout_s)
-
-    def get(self, path: str) -> dict | None:
-        try:
-            r = self.http.get(path)
-            return r.json() if r.status_code == 200 else None
-        except httpx.TransportError:
-            return None
-
-    def post(self, path: str, body: dict | None = None) -> dict | None:
-        try:
-            r = self.http.post(path, json=body or {})
-            return r.json() if r.status_code == 200 else None
-        except httpx.TransportError:
-            return None
-
-    def drain(self, trainer: str) -> bool | None:
-        """True: draining; False: the master does not know it (never registered); None: unreachable."""
-        try:
-            r = self.http.post(f"/v1/trainers/{trainer}/drain", json={})
-        except httpx.TransportError:
-            return None
-        return True if r.status_code == 200 else (False if r.status_code == 400 else None)
-
-    def close(self) -> None:
-        self.http.close()
+def http_master(endpoint: MasterEndpoint) -> HttpMaster:
+    """The launcher's link to the master: one attempt per call (every tick asks again)."""
+    return HttpMaster(endpoint.address, endpoint.token, timeout_s=5.0, give_up_s=0.0)
 
 
 class ProgressView:
@@ -78,32 +51,31 @@ class ProgressView:
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
 
-    def show(self, st: dict) -> None:
-        for e in range(st["epochs"]):
-            done = st["done_rows"][e]
-            if e not in self.bars and (done > 0 or e == st["epoch"]):
-                self.bars[e] = self.progress.add_task(f"epoch {e + 1}/{st['epochs']}", total=st["rows_per_epoch"],
-                                                      info="")
+    def show(self, st: JobView) -> None:
+        for e in range(st.epochs):
+            done = st.done_rows[e]
+            if e not in self.bars and (done > 0 or e == st.epoch):
+                self.bars[e] = self.progress.add_task(f"epoch {e + 1}/{st.epochs}", total=st.rows_per_epoch, info="")
             if e in self.bars:
                 self.progress.update(self.bars[e], completed=done,
-                                     info=f"gen {st['generation']} · {st['world_size']} trainers · step {st['step']}")
-        gens = st["generations"]
+                                     info=f"gen {st.generation} · {st.world_size} trainers · step {st.step}")
+        gens = st.generations
         while self.shown_generations < len(gens):
             g = gens[self.shown_generations]
-            if g["pause_s"] is None and self.shown_generations == len(gens) - 1 and st["status"] == "running":
+            if g.pause_s is None and self.shown_generations == len(gens) - 1 and st.status is JobStatus.RUNNING:
                 break  # wait until its pause is known
-            prev = gens[self.shown_generations - 1]["world_size"] if self.shown_generations else 0
-            pause = "" if g["pause_s"] is None else f", pause {g['pause_s']:.2f} s"
-            back = f", rolled back {g['rolled_back_steps']} steps" if g["rolled_back_steps"] else ""
+            prev = gens[self.shown_generations - 1].world_size if self.shown_generations else 0
+            pause = "" if g.pause_s is None else f", pause {g.pause_s:.2f} s"
+            back = f", rolled back {g.rolled_back_steps} steps" if g.rolled_back_steps else ""
             self.progress.console.print(
-                f"generation {g['id']}: {prev} → {g['world_size']} trainers ({g['reason']}){pause}{back}")
+                f"generation {g.id}: {prev} → {g.world_size} trainers ({g.reason.value}){pause}{back}")
             self.shown_generations += 1
         if not self.console.is_terminal and time.monotonic() - self.last_line > 10:
             self.last_line = time.monotonic()
-            e = min(st["epoch"], st["epochs"] - 1)
-            pct = 100.0 * st["done_rows"][e] / max(1, st["rows_per_epoch"])
-            self.console.print(f"epoch {e + 1}/{st['epochs']}: {pct:5.1f} % · {st['world_size']} trainers · "
-                               f"step {st['step']}")
+            e = min(st.epoch, st.epochs - 1)
+            pct = 100.0 * st.done_rows[e] / max(1, st.rows_per_epoch)
+            self.console.print(f"epoch {e + 1}/{st.epochs}: {pct:5.1f} % · {st.world_size} trainers · "
+                               f"step {st.step}")
 
 
 class Cancelled(Exception):
@@ -116,7 +88,7 @@ class Launcher:
                  console: Console | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, max_master_restarts: int = 10,
                  master_start_timeout_s: float = 300.0,
-                 master_factory: Callable[[MasterEndpoint], MasterApi] | None = None) -> None:
+                 master_factory: Callable[[MasterEndpoint], ControlLink] = http_master) -> None:
         self.spec = spec
         self.cluster = cluster
         self.max_trainer_failures = max_trainer_failures
@@ -129,7 +101,7 @@ class Launcher:
         self.max_master_restarts = max_master_restarts
         self.master_start_timeout_s = master_start_timeout_s
         # How to talk to the master: HTTP with the job token, or the simulator's job model.
-        self.master_factory = master_factory or (lambda ep: MasterApi(ep.address, ep.token))
+        self.master_factory = master_factory
         self.draining: dict[str, float] = {}
         self.failures = 0
         self.relaunches = 0
@@ -137,8 +109,8 @@ class Launcher:
         self.master_restarts = 0
         self.counter = 0
         self.endpoint: MasterEndpoint | None = None
-        self.last_status: dict | None = None  # the master's status as the last tick read it
-        self.master: MasterApi | None = None
+        self.last_status: JobView | None = None  # the master's status as the last tick read it
+        self.master: ControlLink | None = None
         self.cancelled = False
 
     # --------------------------------------------------------------- start
@@ -155,7 +127,7 @@ class Launcher:
     def wait_for_master(self) -> None:
         deadline = self.clock() + self.master_start_timeout_s
         while self.clock() < deadline:
-            if self.master.get("/healthz") is not None:
+            if self.master.healthy():
                 return
             if not self.cluster.master_alive():
                 self._master_lost()
@@ -172,28 +144,37 @@ class Launcher:
         self.cluster.recreate_master()
 
     # ---------------------------------------------------------------- loop
-    def tick(self) -> dict | None:
+    def _tell(self, report: Callable[[], object]) -> bool:
+        """Report to the master once; ``False`` when it cannot be reached (the report is dropped:
+        what it said is either seen again next round or no longer matters)."""
+        try:
+            report()
+            return True
+        except TemporaryError:
+            return False
+
+    def tick(self) -> JobView | None:
         """One round. Returns the master's status once the job is no longer running."""
         if not self.cluster.master_alive():
             self._master_lost()
             self.wait_for_master()
-        st = self.master.get("/v1/status")
+        st = self.master.status()
         if st is None:
             return None
         self.last_status = st
-        if st["status"] != "running":
+        if st.status is not JobStatus.RUNNING:
             return st
         self._apply(st)
         return None
 
-    def _apply(self, st: dict) -> None:
+    def _apply(self, st: JobView) -> None:
         now = self.clock()
         trainers = self.cluster.trainers()
-        plan = plan_trainers(st["desired_trainers"], trainers, self.draining, now, self.pending_timeout_s,
+        plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
                              self.drain_timeout_s)
         by_name = {t.name: t for t in trainers}
         for name, code in plan.exited:
-            self.master.post(f"/v1/trainers/{name}/exited", {"code": code})
+            self._tell(lambda: self.master.report_exit(name, code))
         for name in plan.relaunched:
             self.relaunches += 1
             t = by_name[name]
@@ -209,7 +190,7 @@ class Launcher:
         if plan.fatal is not None:
             why, message = plan.fatal
             self.cluster.record("TrainerFatal", message, warning=True)
-            self.master.post("/v1/fatal", {"message": message})
+            self._tell(lambda: self.master.fail_job(message))
             raise UserError(message) if why is TrainerExit.USER_ERROR else PermanentError(message)
         if plan.unschedulable:
             self.unschedulable += len(plan.unschedulable)
@@ -217,28 +198,31 @@ class Launcher:
                    "removed and reported unschedulable")
             self.cluster.record("TrainersUnschedulable", msg, warning=True)
             self.console.print(msg)
-            self.master.post("/v1/unschedulable", {"count": len(plan.unschedulable)})
+            self._tell(lambda: self.master.report_unschedulable(len(plan.unschedulable)))
         for name in plan.delete:
             self.cluster.delete_trainer(name)
             self.draining.pop(name, None)
-        if plan.drain and st["phase"] == "running":
+        if plan.drain and st.phase is Phase.RUNNING:
             for name in plan.drain:
-                answer = self.master.drain(name)
-                if answer:
+                try:
+                    known = self.master.drain(name)
+                except TemporaryError:
+                    continue  # the master is away: the next round drains it
+                if known:
                     self.draining[name] = now
-                elif answer is False:  # not registered (yet): nothing to hand over, remove it
+                else:  # not registered (yet): nothing to hand over, remove it
                     self.cluster.delete_trainer(name)
             self.cluster.record("ScaleDown", f"draining {', '.join(plan.drain)} (desired "
-                                             f"{st['desired_trainers']})")
+                                             f"{st.desired_trainers})")
         if plan.create:
             names = []
             for _ in range(plan.create):
                 self.counter += 1
                 names.append(f"{self.prefix}{self.counter}")
                 self.cluster.create_trainer(names[-1])
-            self.cluster.record("ScaleUp", f"started {', '.join(names)} (desired {st['desired_trainers']})")
+            self.cluster.record("ScaleUp", f"started {', '.join(names)} (desired {st.desired_trainers})")
 
-    def run(self, view: ProgressView | None = None, poll_s: float = 0.1) -> dict:
+    def run(self, view: ProgressView | None = None, poll_s: float = 0.1) -> JobView:
         """Until the job ends; returns the master's final status. ``Cancelled`` propagates."""
         while True:
             st = self.tick()
@@ -262,16 +246,16 @@ class Launcher:
         """Ask for a checkpoint now and wait (within ``budget_s``) until one more is committed."""
         if self.master is None:
             return False
-        st = self.master.get("/v1/status")
-        if st is None or st["status"] != "running":
+        st = self.master.status()
+        if st is None or st.status is not JobStatus.RUNNING:
             return False
-        before = len(st.get("checkpoints") or [])
-        if self.master.post("/v1/checkpoints/request") is None:
+        before = len(st.checkpoints)
+        if not self._tell(self.master.request_checkpoint):
             return False
         deadline = self.clock() + budget_s
         while self.clock() < deadline:
-            st = self.master.get("/v1/status")
-            if st is not None and len(st.get("checkpoints") or []) > before:
+            st = self.master.status()
+            if st is not None and len(st.checkpoints) > before:
                 return True
             self.sleep(0.2)
         return False
@@ -279,7 +263,6 @@ class Launcher:
     def shutdown(self, delete: bool = True) -> None:
         """Stop the master and remove every object of the job (idempotent)."""
         if self.master is not None:
-            self.master.post("/v1/shutdown")
-            self.master.close()
+            self._tell(self.master.shutdown)
         if delete:
             self.cluster.delete_job()

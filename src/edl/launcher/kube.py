@@ -61,7 +61,7 @@ def launch(spec: JobSpec, opts: m.K8sOptions, *, kubeconfig: str | None = None, 
             final = launcher.run(view, poll_s=0.5)
             view.show(final)
         launcher.wait_for_trainers()
-        summary = launcher.master.get("/v1/summary") or {"job": spec.job, "status": "failed", "error": "master lost"}
+        summary = launcher.master.summary() or {"job": spec.job, "status": "failed", "error": "master lost"}
         summary.update(trainer_failures=launcher.failures, trainer_relaunches=launcher.relaunches,
                        unschedulable_trainers=launcher.unschedulable, master_restarts=launcher.master_restarts)
         if summary_out is not None:

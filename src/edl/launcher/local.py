@@ -18,19 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import httpx
 from rich.console import Console
 
+from edl.api.master import JobView
 from edl.autoscale.local_view import SLOT, CapacitySchedule, LocalClusterView
 from edl.autoscale.policy import get_policy
-from edl.autoscale.run import HttpMasterLink
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.data.dataset import Dataset
-from edl.errors import PermanentError, UserError
+from edl.errors import EdlError, PermanentError, UserError
 from edl.files import write_json_atomic
 from edl.cluster.local import LocalCluster
 from edl.api.spec import JobSpec
 from edl.launcher.core import Launcher, ProgressView
+from edl.master.client import HttpMaster
 from edl.master.main import prepare_job
 from edl.trainer.audit import audit
 
@@ -50,14 +50,18 @@ def read_job_file(job: str, home: Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
-def local_job_status(job: str, home: Path | None = None, timeout_s: float = 3.0) -> dict | None:
+def local_job_master(job: str, home: Path | None = None, timeout_s: float = 5.0) -> HttpMaster:
+    """The master of the local job ``job`` (its address and token from its job file), one attempt per call."""
+    info = read_job_file(job, home)
+    return HttpMaster(info["address"], info["token"], timeout_s=timeout_s, give_up_s=0.0,
+                      name=f"the master of job {job!r}")
+
+
+def local_job_status(job: str, home: Path | None = None, timeout_s: float = 3.0) -> JobView | None:
     """A running local job's status, or ``None`` while it cannot be read (starting, restarting, gone)."""
     try:
-        info = read_job_file(job, home)
-        r = httpx.get(f"http://{info['address']}/v1/status",
-                      headers={"Authorization": f"Bearer {info['token']}"}, timeout=timeout_s)
-        return r.json() if r.status_code == 200 else None
-    except (UserError, OSError, ValueError, KeyError, httpx.HTTPError):
+        return local_job_master(job, home, timeout_s).status()
+    except (EdlError, OSError, ValueError, KeyError):
         return None
 
 
@@ -74,11 +78,11 @@ class LocalAutoscale:
 class RecordingView(ProgressView):
     """Progress display that also hands every status it shows to ``record`` (timelines)."""
 
-    def __init__(self, console: Console, record: Callable[[dict], None]) -> None:
+    def __init__(self, console: Console, record: Callable[[JobView], None]) -> None:
         super().__init__(console)
         self.record = record
 
-    def show(self, st: dict) -> None:
+    def show(self, st: JobView) -> None:
         super().show(st)
         self.record(st)
 
@@ -102,7 +106,8 @@ class LocalLauncher:
         self.view = LocalClusterView(self.spec.job, a.slots, a.schedule, self.started_at, time.time)
         sidecar = Sidecar(SidecarConfig(self.spec.job, SLOT, self.spec.min_trainers, self.spec.max_trainers,
                                         a.period_s, 0.0),
-                          self.view, HttpMasterLink(cluster.address, cluster.token), get_policy(a.policy))
+                          self.view, HttpMaster(cluster.address, cluster.token, timeout_s=5.0, give_up_s=10.0),
+                          get_policy(a.policy))
         thread = threading.Thread(target=sidecar.run, args=(stop.is_set, stop.wait), name="edl-sidecar",
                                   daemon=True)
         thread.start()
@@ -145,14 +150,14 @@ class LocalLauncher:
             stop_sidecar.set()
             launcher.shutdown()
 
-    def _record(self, st: dict) -> None:
+    def _record(self, st: JobView) -> None:
         free = self.view.free_slots() if self.view is not None else None
-        self.on_status({"t": time.time() - self.started_at, "world_size": st["world_size"],
-                        "desired": st["desired_trainers"], "loss": st.get("loss"), "free_slots": free,
-                        "status": st["status"]})
+        self.on_status({"t": time.time() - self.started_at, "world_size": st.world_size,
+                        "desired": st.desired_trainers, "loss": st.loss, "free_slots": free,
+                        "status": st.status.value})
 
     def _finish(self, launcher: Launcher) -> int:
-        summary = (launcher.master.get("/v1/summary") if launcher.master else None) or {
+        summary = (launcher.master.summary() if launcher.master else None) or {
             "job": self.spec.job, "status": "failed", "error": "master lost"}
         if self.spec.audit:
             ids = Dataset(self.spec.data).all_ids()

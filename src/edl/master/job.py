@@ -1,60 +1,57 @@
 """The master's whole job state: spec, task queue, membership, checkpoints, outcome.
 
 Pure and clock-injected: the HTTP layer (``server.py``) calls these methods with
-``now`` and turns their answers into responses. Nothing here does I/O.
+``now`` and turns their answers into responses. Nothing here does I/O; its settings
+come in a ``Timeouts`` (``main.py`` reads them from the environment).
+
+The job's status moves only through ``STATUS_TRANSITIONS``::
+
+    RUNNING -> SUCCEEDED | FAILED
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass
-from enum import Enum
+from dataclasses import dataclass
+from typing import Any
 
-from edl.api.spec import JobSpec
-from edl.errors import PermanentError, UserError
-from edl.master.membership import (
-    Formation,
-    Membership,
-    MembershipConfig,
+from edl.api.data import Cursor, Shard, Task
+from edl.api.master import (
+    Assignment,
+    CheckpointRecord,
+    GenerationSummary,
+    HeartbeatAnswer,
+    JobStatus,
+    JobView,
+    Next,
+    NoAssignment,
     Phase,
     Reason,
     Source,
     SyncReport,
     TrainerState,
+    TrainerView,
+    Unassigned,
+    to_json,
 )
-from edl.api.data import Cursor, Shard, Task
-from edl.master.tasks import Next, TaskQueue
+from edl.api.spec import JobSpec
+from edl.errors import PermanentError, StaleError, UserError
+from edl.master.membership import Formation, Membership, MembershipConfig
+from edl.master.tasks import TaskQueue
+from edl.master.transitions import Transitions
+
+STATUS_TRANSITIONS = Transitions("job status", {
+    JobStatus.RUNNING: {JobStatus.SUCCEEDED, JobStatus.FAILED},
+    JobStatus.SUCCEEDED: set(),
+    JobStatus.FAILED: set(),
+})
 
 
-class JobStatus(str, Enum):
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
+@dataclass(frozen=True)
+class Timeouts:
+    """How long the master waits on trainers."""
 
-
-@dataclass
-class CheckpointRecord:
-    step: int
-    uri: str
-    write_s: float
-    generation: int
-
-
-@dataclass
-class Assignment:
-    """What one trainer needs to join a generation."""
-
-    generation: int
-    rank: int
-    world_size: int
-    members: list[str]
-    rendezvous: tuple[str, int]
-    base_step: int
-    source: str
-    checkpoint_uri: str | None
-    cursor: Cursor | None
-    held: list[Task]
-    held_offset: int
+    lease_s: float = MembershipConfig.lease_s  # a trainer silent this long is declared failed
+    sync_timeout_s: float = MembershipConfig.sync_timeout_s  # a member that does not report by then is dropped
 
 
 class Job:
@@ -66,6 +63,7 @@ class Job:
         now: float,
         restored: dict | None = None,
         restored_uri: str | None = None,
+        timeouts: Timeouts = Timeouts(),
     ) -> None:
         self.spec = spec
         self.master_uid = master_uid
@@ -78,12 +76,14 @@ class Job:
         self.metrics: dict[str, float] = {}
         self.final_step = 0
         self.resumed_from: str | None = None
-        self.prior_generations: list[dict] = []
+        self.prior_generations: list[GenerationSummary] = []
         self.prior_elapsed_s = 0.0
         self.last_step_seen = 0
         self.loss: float | None = None  # the latest step's mean training loss, as trainers report it
         # A checkpoint someone asked for (the launcher, before a cancel): served at the next step.
         self.checkpoint_requested = False
+        # Cuts handed out, by (generation, step), until their checkpoint commits: the queue state to restore.
+        self.pending_cuts: dict[tuple[int, int], dict[str, Any]] = {}
         self.unschedulable_at: float | None = None  # last time the launcher gave up on Pending trainers
         desired = spec.trainers
         if restored is not None:
@@ -94,9 +94,9 @@ class Job:
             self.resumed_from = restored_uri
             desired = int(restored.get("desired", desired))
             desired = min(max(desired, spec.min_trainers), spec.max_trainers)
-            self.prior_generations = list(restored.get("generations", []))
+            self.prior_generations = [GenerationSummary.from_json(g) for g in restored.get("generations", [])]
             self.prior_elapsed_s = float(restored.get("elapsed_s", 0.0))
-            self.checkpoints = [CheckpointRecord(**c) for c in restored.get("checkpoints", [])]
+            self.checkpoints = [CheckpointRecord.from_json(c) for c in restored.get("checkpoints", [])]
             self.last_step_seen = self.restore_step
         else:
             self.queue = TaskQueue(shards, spec.epochs, spec.task_rows, spec.max_task_failures, spec.seed)
@@ -108,8 +108,7 @@ class Job:
         self.restore_queue_state = self.queue.to_state()
         self.membership = Membership(MembershipConfig(
             spec.min_trainers, spec.max_trainers, desired,
-            lease_s=float(os.environ.get("EDL_LEASE_S", "10")),
-            sync_timeout_s=float(os.environ.get("EDL_SYNC_TIMEOUT_S", "15")),
+            lease_s=timeouts.lease_s, sync_timeout_s=timeouts.sync_timeout_s,
         ))
         if restored is not None:
             self.membership.resume_reason = Reason.RESUME
@@ -121,7 +120,7 @@ class Job:
 
     def _fail(self, message: str, now: float) -> None:
         if self.status is JobStatus.RUNNING:
-            self.status = JobStatus.FAILED
+            self.status = STATUS_TRANSITIONS.move(self.status, JobStatus.FAILED)
             self.error = message
             self.finished_at = now
 
@@ -154,7 +153,7 @@ class Job:
         self.tick(now)
 
     def heartbeat(self, trainer: str, step: int, safe_cursor: Cursor | None, now: float,
-                  loss: float | None = None) -> dict:
+                  loss: float | None = None) -> HeartbeatAnswer:
         m = self.membership
         t = m.heartbeat(trainer, step, now)
         if t is not None and t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING:
@@ -165,18 +164,18 @@ class Job:
         self.tick(now)
         return self.heartbeat_answer(trainer)
 
-    def heartbeat_answer(self, trainer: str) -> dict:
+    def heartbeat_answer(self, trainer: str) -> HeartbeatAnswer:
         m = self.membership
         t = m.trainers.get(trainer)
-        return {
-            "master_uid": self.master_uid,
-            "known": t is not None,
-            "state": t.state.value if t else None,
-            "generation": m.current.id if m.current else 0,
-            "stop": m.change_pending_for(trainer) or self.status is not JobStatus.RUNNING,
-            "job_status": self.status.value,
-            "checkpoint": self.checkpoint_requested,
-        }
+        return HeartbeatAnswer(
+            master_uid=self.master_uid,
+            known=t is not None,
+            state=t.state if t else None,
+            generation=m.current.id if m.current else 0,
+            stop=m.change_pending_for(trainer) or self.status is not JobStatus.RUNNING,
+            job_status=self.status,
+            checkpoint=self.checkpoint_requested,
+        )
 
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None, now: float) -> Task | Next:
         t = self.membership.trainers.get(trainer)
@@ -226,25 +225,29 @@ class Job:
         self.last_step_seen = max(self.last_step_seen, step)
         self.final_model_uri = final_model_uri
         self.metrics = dict(metrics)
-        self.status = JobStatus.SUCCEEDED
+        self.status = STATUS_TRANSITIONS.move(self.status, JobStatus.SUCCEEDED)
         self.finished_at = now
 
     # -------------------------------------------------------------- checkpoints
-    def checkpoint_cut(self, generation: int, step: int, cursors: dict[str, Cursor | None], now: float) -> dict | None:
-        """The master half of a consistent cut at ``step`` of ``generation`` (fenced)."""
+    def checkpoint_cut(self, generation: int, step: int, cursors: dict[str, Cursor | None],
+                       now: float) -> dict[str, Any]:
+        """The master half of a consistent cut at ``step`` of ``generation`` (fenced: a generation
+        that is no longer current gets ``StaleError``)."""
         cur = self.membership.current
         if cur is None or cur.id != generation:
-            return None
+            raise StaleError(f"stale generation {generation}")
         self.checkpoint_requested = False  # this cut serves any pending request
-        return {
+        state = {
             "step": step,
             "queue": self.queue.cut(cursors),
             "desired": self.desired,
-            "generations": self.generation_summaries(),
-            "checkpoints": [asdict(c) for c in self.checkpoints],
+            "generations": to_json(self.generation_summaries()),
+            "checkpoints": to_json(self.checkpoints),
             "elapsed_s": self.elapsed_s(now),
             "spec": self.spec.to_dict(),
         }
+        self.pending_cuts[(generation, step)] = state
+        return state
 
     def request_checkpoint(self) -> None:
         self.checkpoint_requested = True
@@ -256,12 +259,19 @@ class Job:
             self.membership.config.desired = max(self.spec.min_trainers, self.desired - count)
             self.unschedulable_at = now
 
-    def checkpoint_committed(self, record: CheckpointRecord, queue_state: dict) -> None:
+    def checkpoint_committed(self, record: CheckpointRecord) -> bool:
+        """Rank 0 wrote the checkpoint of a cut. ``False``: no such cut is pending."""
+        state = self.pending_cuts.pop((record.generation, record.step), None)
+        if state is None:
+            return False
+        for key in [k for k in self.pending_cuts if k[1] < record.step]:
+            self.pending_cuts.pop(key)  # older cuts can never commit now
         self.checkpoints.append(record)
-        self.restore_queue_state = queue_state
+        self.restore_queue_state = state["queue"]
         self.restore_step = record.step
         self.restore_source = Source.CHECKPOINT
         self.restore_uri = record.uri
+        return True
 
     # --------------------------------------------------------------- the clock
     def tick(self, now: float) -> Formation | None:
@@ -299,80 +309,90 @@ class Job:
             generation=gen.id,
             rank=rank,
             world_size=gen.world_size,
-            members=list(gen.members),
+            members=gen.members,
             rendezvous=gen.rendezvous,
             base_step=gen.base_step,
-            source=gen.source.value,
+            source=gen.source,
             checkpoint_uri=self.restore_uri if gen.source is Source.CHECKPOINT else None,
             cursor=gen.cursors.get(trainer),
-            held=self.queue.held_by(trainer),
+            held=tuple(self.queue.held_by(trainer)),
             held_offset=self.queue.held[trainer].offset if trainer in self.queue.held else 0,
+            master_uid=self.master_uid,
         )
+
+    def assignment_answer(self, trainer: str, after: int) -> Assignment | NoAssignment:
+        """What a trainer that is in generation ``after`` (0: none) should do next."""
+        if self.status is not JobStatus.RUNNING:
+            return NoAssignment(Unassigned.FINISHED, job_status=self.status)
+        t = self.membership.trainers.get(trainer)
+        if t is None:
+            return NoAssignment(Unassigned.UNKNOWN, master_uid=self.master_uid)
+        if t.state is TrainerState.LEFT:
+            return NoAssignment(Unassigned.LEFT)
+        if t.state is TrainerState.FAILED:
+            return NoAssignment(Unassigned.FAILED)
+        a = self.assignment(trainer)
+        if a is None or a.generation <= after:
+            return NoAssignment(Unassigned.WAIT)
+        return a
 
     def elapsed_s(self, now: float) -> float:
         end = self.finished_at if self.finished_at is not None else now
         return self.prior_elapsed_s + (end - self.started_at)
 
-    def generation_summaries(self) -> list[dict]:
+    def generation_summaries(self) -> list[GenerationSummary]:
         out = list(self.prior_generations)
         for g in self.membership.history:
-            out.append(
-                {
-                    "id": len(out) + 1,
-                    "master_generation": g.id,
-                    "world_size": g.world_size,
-                    "members": list(g.members),
-                    "reason": g.reason.value,
-                    "source": g.source.value,
-                    "base_step": g.base_step,
-                    "pause_s": None if g.pause_s is None else round(g.pause_s, 3),
-                    "triggered_at": g.triggered_at,
-                    "first_step_at": g.first_step_at,
-                    "rolled_back_steps": g.rolled_back_steps,
-                }
-            )
+            out.append(GenerationSummary(
+                id=len(out) + 1,
+                master_generation=g.id,
+                world_size=g.world_size,
+                members=g.members,
+                reason=g.reason,
+                source=g.source,
+                base_step=g.base_step,
+                pause_s=None if g.pause_s is None else round(g.pause_s, 3),
+                triggered_at=g.triggered_at,
+                first_step_at=g.first_step_at,
+                rolled_back_steps=g.rolled_back_steps,
+            ))
         return out
 
-    def status_view(self, now: float) -> dict:
+    def status_view(self, now: float) -> JobView:
         m = self.membership
         gen = m.current
         q = self.queue
-        return {
-            "job": self.spec.job,
-            "status": self.status.value,
-            "error": self.error,
-            "master_uid": self.master_uid,
-            "phase": m.phase.value,
-            "generation": gen.id if gen else 0,
-            "world_size": gen.world_size if gen else 0,
-            "desired_trainers": self.desired,
-            "unschedulable_at": self.unschedulable_at,
-            "min_trainers": self.spec.min_trainers,
-            "max_trainers": self.spec.max_trainers,
-            "epoch": min(q.current_epoch, self.spec.epochs - 1),
-            "epochs": self.spec.epochs,
-            "epochs_completed": q.epochs_completed,
-            "rows_per_epoch": q.rows_per_epoch,
-            "done_rows": [q.done_rows.get(e, 0) for e in range(self.spec.epochs)],
-            "step": self.last_step_seen,
-            "loss": self.loss,
-            "trainers": [
-                {
-                    "id": t.id,
-                    "rank": gen.rank_of(t.id) if gen else None,
-                    "pid": t.pid,
-                    "state": t.state.value,
-                    "step": t.step,
-                }
+        return JobView(
+            job=self.spec.job,
+            status=self.status,
+            error=self.error,
+            master_uid=self.master_uid,
+            phase=m.phase,
+            generation=gen.id if gen else 0,
+            world_size=gen.world_size if gen else 0,
+            desired_trainers=self.desired,
+            unschedulable_at=self.unschedulable_at,
+            min_trainers=self.spec.min_trainers,
+            max_trainers=self.spec.max_trainers,
+            epoch=min(q.current_epoch, self.spec.epochs - 1),
+            epochs=self.spec.epochs,
+            epochs_completed=q.epochs_completed,
+            rows_per_epoch=q.rows_per_epoch,
+            done_rows=tuple(q.done_rows.get(e, 0) for e in range(self.spec.epochs)),
+            step=self.last_step_seen,
+            loss=self.loss,
+            trainers=tuple(
+                TrainerView(t.id, gen.rank_of(t.id) if gen else None, t.pid, t.state, t.step)
                 for t in m.trainers.values()
-                if t.state not in (TrainerState.LEFT, TrainerState.FAILED)
-            ],
-            "generations": self.generation_summaries(),
-            "checkpoints": [asdict(c) for c in self.checkpoints],
-            "elapsed_s": round(self.elapsed_s(now), 3),
-        }
+                if not t.state.gone
+            ),
+            generations=tuple(self.generation_summaries()),
+            checkpoints=tuple(self.checkpoints),
+            elapsed_s=round(self.elapsed_s(now), 3),
+        )
 
-    def summary(self, now: float) -> dict:
+    def summary(self, now: float) -> dict[str, Any]:
+        """The run summary (``/v1/summary``): a JSON document that launchers extend and write."""
         elapsed = self.elapsed_s(now)
         q = self.queue
         samples = sum(q.done_rows.values())
@@ -388,7 +408,8 @@ class Job:
             "lost_samples": None,
             "duplicate_samples": None,
             "generations": [
-                {k: g[k] for k in ("id", "world_size", "reason", "pause_s", "rolled_back_steps", "base_step")}
+                {"id": g.id, "world_size": g.world_size, "reason": g.reason.value, "pause_s": g.pause_s,
+                 "rolled_back_steps": g.rolled_back_steps, "base_step": g.base_step}
                 for g in self.generation_summaries()
             ],
             "checkpoints": [{"step": c.step, "uri": c.uri, "write_s": round(c.write_s, 3)} for c in self.checkpoints],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 
 import uvicorn
@@ -12,7 +13,7 @@ import uvicorn
 from edl.data.dataset import Dataset, resolve_split
 from edl.errors import UserError
 from edl.api.spec import JobSpec
-from edl.master.job import Job
+from edl.master.job import Job, Timeouts
 from edl.master.server import Master, build_app
 from edl.storage.checkpoint import FINAL, WARM_START_FILE, CheckpointStore
 from edl.storage.store import open_store
@@ -38,6 +39,12 @@ def prepare_job(spec: JobSpec) -> tuple[JobSpec, list, CheckpointStore]:
     store = open_store(spec.checkpoint_uri, "--checkpoint-uri")
     store.check()
     return spec, shards, CheckpointStore(store, spec.keep_checkpoints)
+
+
+def timeouts_from_env() -> Timeouts:
+    """The trainer timeouts, from EDL_LEASE_S and EDL_SYNC_TIMEOUT_S (bench/throughput.py stretches the lease)."""
+    return Timeouts(lease_s=float(os.environ.get("EDL_LEASE_S", Timeouts.lease_s)),
+                    sync_timeout_s=float(os.environ.get("EDL_SYNC_TIMEOUT_S", Timeouts.sync_timeout_s)))
 
 
 def restore(ckpts: CheckpointStore) -> tuple[dict | None, str | None]:
@@ -70,14 +77,15 @@ async def serve(master: Master, host: str, port: int) -> None:
 def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
     spec, shards, ckpts = prepare_job(spec)
     state, uri = restore(ckpts)
-    job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.time(), restored=state, restored_uri=uri)
+    job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.time(), restored=state, restored_uri=uri,
+              timeouts=timeouts_from_env())
     if job.queue.finished:
         # Every epoch was already trained: report the recorded outcome instead of training again.
         final = json.loads(ckpts.store.get(FINAL)) if ckpts.store.exists(FINAL) else {}
         job.finish(int(final.get("step", job.restore_step)), final.get("final_model_uri"), final.get("metrics", {}),
                    time.time())
         log.info("job %s was already complete at step %d", spec.job, job.final_step)
-    master = Master(job, token)
+    master = Master(job, token, clock=time.time)
     log.info(
         "master for job %s on %s:%d: %d shards, %d rows per epoch, %d epochs, trainers %d..%d (desired %d)",
         spec.job, host, port, len(shards), job.queue.rows_per_epoch, spec.epochs,

@@ -12,7 +12,11 @@ every rank's data cursor at that step. The master then forms the next
 generation from the survivors and the waiting joiners; the survivor with the
 highest completed step becomes rank 0 and the source of model state.
 
-Trainer states and their transitions::
+The phase moves only through ``PHASE_TRANSITIONS``::
+
+    FORMING (no generation yet) -> RUNNING -> SYNCING -> RUNNING ...
+
+Trainer states and their transitions (``TRAINER_TRANSITIONS``)::
 
     WAITING  (registered, not yet in a generation) -> ACTIVE
     ACTIVE   -> DRAINING (asked to leave) -> LEFT
@@ -22,48 +26,24 @@ Trainer states and their transitions::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 from edl.api.data import Cursor
+from edl.api.master import Phase, Reason, Source, SyncReport, TrainerState
+from edl.master.transitions import Transitions
 
+PHASE_TRANSITIONS = Transitions("membership phase", {
+    Phase.FORMING: {Phase.RUNNING},
+    Phase.RUNNING: {Phase.SYNCING},
+    Phase.SYNCING: {Phase.RUNNING},
+})
 
-class TrainerState(str, Enum):
-    WAITING = "waiting"
-    ACTIVE = "active"
-    DRAINING = "draining"
-    LEFT = "left"
-    FAILED = "failed"
-
-
-_ALLOWED = {
+TRAINER_TRANSITIONS = Transitions("trainer state", {
     TrainerState.WAITING: {TrainerState.ACTIVE, TrainerState.FAILED, TrainerState.LEFT},
     TrainerState.ACTIVE: {TrainerState.DRAINING, TrainerState.FAILED, TrainerState.LEFT},
     TrainerState.DRAINING: {TrainerState.LEFT, TrainerState.FAILED},
     TrainerState.LEFT: set(),
     TrainerState.FAILED: set(),
-}
-
-
-class Reason(str, Enum):
-    START = "start"
-    SCALE_UP = "scale_up"
-    SCALE_DOWN = "scale_down"
-    FAILURE = "failure"
-    RESUME = "resume"
-
-
-class Phase(str, Enum):
-    FORMING = "forming"  # no generation yet: waiting for the first trainers
-    RUNNING = "running"
-    SYNCING = "syncing"  # a change is pending; members are reporting their last step
-
-
-class Source(str, Enum):
-    """Where the model state of a new generation comes from."""
-
-    PEER = "peer"  # rank 0's replica, broadcast
-    CHECKPOINT = "checkpoint"  # loaded by rank 0 from the committed checkpoint
-    INIT = "init"  # freshly initialised (no checkpoint yet)
+})
 
 
 @dataclass
@@ -78,23 +58,8 @@ class Trainer:
     step: int = 0
 
     def move(self, to: TrainerState) -> None:
-        if to is self.state:
-            return
-        if to not in _ALLOWED[self.state]:
-            raise ValueError(f"trainer {self.id}: {self.state.value} -> {to.value} is not allowed")
-        self.state = to
-
-
-@dataclass(frozen=True)
-class SyncReport:
-    """A member's last completed step in its generation and everyone's cursor there."""
-
-    trainer: str
-    generation: int
-    step: int
-    cursors: dict[str, Cursor | None]
-    store_port: int
-    failed: bool = False  # the step after ``step`` raised (a peer died)
+        if to is not self.state:
+            self.state = TRAINER_TRANSITIONS.move(self.state, to)
 
 
 @dataclass
@@ -167,9 +132,12 @@ class Membership:
         self.resume_reason = Reason.START
 
     # ---------------------------------------------------------------- helpers
+    def _move(self, to: Phase) -> None:
+        self.phase = PHASE_TRANSITIONS.move(self.phase, to)
+
     def _trigger(self, reason: Reason, now: float) -> None:
         if self.phase is Phase.RUNNING:
-            self.phase = Phase.SYNCING
+            self._move(Phase.SYNCING)
             self.pending_reason = reason
             self.pending_since = now
             self.reports = {}
@@ -184,13 +152,6 @@ class Membership:
         return sorted(
             (t for t in self.trainers.values() if t.state is TrainerState.WAITING),
             key=lambda t: t.registered_at,
-        )
-
-    def live_count(self) -> int:
-        return sum(
-            1
-            for t in self.trainers.values()
-            if t.state in (TrainerState.WAITING, TrainerState.ACTIVE)
         )
 
     # ------------------------------------------------------------- transitions
@@ -224,7 +185,7 @@ class Membership:
 
     def fail(self, trainer_id: str, now: float) -> None:
         t = self.trainers.get(trainer_id)
-        if t is None or t.state in (TrainerState.LEFT, TrainerState.FAILED):
+        if t is None or t.state.gone:
             return
         was_member = trainer_id in self.members()
         t.move(TrainerState.FAILED)
@@ -252,7 +213,7 @@ class Membership:
     def expire(self, now: float) -> None:
         """Declare silent trainers failed and drop members that miss the sync."""
         for t in list(self.trainers.values()):
-            if t.state in (TrainerState.LEFT, TrainerState.FAILED):
+            if t.state.gone:
                 continue
             if now - t.last_seen > self.config.lease_s:
                 self.fail(t.id, now)
@@ -350,7 +311,7 @@ class Membership:
             self.trainers[j].move(TrainerState.ACTIVE)
         self.current = gen
         self.history.append(gen)
-        self.phase = Phase.RUNNING
+        self._move(Phase.RUNNING)
         self.pending_reason = None
         self.pending_since = None
         self.reports = {}

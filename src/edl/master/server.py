@@ -4,6 +4,12 @@ Every route but ``/healthz`` and ``/metrics`` needs the job's token
 (``Authorization: Bearer TOKEN``); without it the answer is 401 and nothing
 changes. The job state lives in one ``Job`` object that only the event loop
 touches, so no locks are needed; long polls wait on one ``asyncio.Condition``.
+
+The routes come in groups over one ``Master`` (the job, its clock, its
+notifications): open (health, metrics), trainer (membership and tasks),
+checkpoint and outcome (cuts, commits, the job's end), control (the launcher,
+the sidecar and the CLI). Answers are the types of ``edl.api.master`` in their
+JSON form; a ``UserError`` is a 400 with its message, a ``StaleError`` a 409.
 """
 
 from __future__ import annotations
@@ -13,25 +19,30 @@ import hmac
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict
-from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel
 
-from edl.errors import UserError
-from edl.master.job import CheckpointRecord, Job, JobStatus
-from edl.master.membership import SyncReport
-from edl.api.data import CursorJSON, Task, cursor_from_json, cursor_to_json
-from edl.master.tasks import Next
+from edl.api.data import CursorJSON, cursor_from_json
+from edl.api.master import (
+    CheckpointRecord,
+    JobStatus,
+    NoAssignment,
+    Reason,
+    SyncReport,
+    Unassigned,
+    assignment_to_json,
+    cursors_from_json,
+    next_task_to_json,
+    to_json,
+)
+from edl.errors import StaleError, UserError
+from edl.master.job import Job
 
 log = logging.getLogger("edl.master")
-
-def task_out(t: Task) -> dict:
-    return asdict(t)
 
 
 class RegisterBody(BaseModel):
@@ -113,47 +124,46 @@ class _JobCollector:
 
     def collect(self):
         job = self.master.job
-        v = job.status_view(time.time())
+        v = job.status_view(self.master.clock())
         labels = ["job"]
         for name, doc, value in (
-            ("edl_world_size", "Trainers in the current generation", v["world_size"]),
-            ("edl_desired_trainers", "Desired trainer count", v["desired_trainers"]),
-            ("edl_generation", "Current generation id", v["generation"]),
-            ("edl_epoch", "Oldest epoch not yet done", v["epoch"]),
-            ("edl_step", "Last completed training step seen by the master", v["step"]),
+            ("edl_world_size", "Trainers in the current generation", v.world_size),
+            ("edl_desired_trainers", "Desired trainer count", v.desired_trainers),
+            ("edl_generation", "Current generation id", v.generation),
+            ("edl_epoch", "Oldest epoch not yet done", v.epoch),
+            ("edl_step", "Last completed training step seen by the master", v.step),
             ("edl_todo_tasks", "Tasks waiting to be handed out", len(job.queue.todo)),
         ):
             g = GaugeMetricFamily(name, doc, labels=labels)
             g.add_metric([job.spec.job], value)
             yield g
         done = CounterMetricFamily("edl_samples_done", "Samples committed, all epochs", labels=labels)
-        done.add_metric([job.spec.job], sum(v["done_rows"]))
+        done.add_metric([job.spec.job], sum(v.done_rows))
         yield done
         gens = CounterMetricFamily("edl_generation_changes", "Generations formed, by reason", labels=["job", "reason"])
         counts: dict[str, int] = {}
-        for g in v["generations"]:
-            counts[g["reason"]] = counts.get(g["reason"], 0) + 1
+        for g in v.generations:
+            counts[g.reason.value] = counts.get(g.reason.value, 0) + 1
         for reason, n in counts.items():
             gens.add_metric([job.spec.job, reason], n)
         yield gens
         pause = GaugeMetricFamily("edl_last_pause_seconds", "Pause of the newest generation change", labels=labels)
-        paused = [g["pause_s"] for g in v["generations"] if g["pause_s"] is not None]
+        paused = [g.pause_s for g in v.generations if g.pause_s is not None]
         pause.add_metric([job.spec.job], paused[-1] if paused else 0.0)
         yield pause
         ck = CounterMetricFamily("edl_checkpoints", "Checkpoints committed", labels=labels)
-        ck.add_metric([job.spec.job], len(v["checkpoints"]))
+        ck.add_metric([job.spec.job], len(v.checkpoints))
         yield ck
 
 
 class Master:
-    """Binds a ``Job`` to the event loop: clock, notifications, pending cuts, logging."""
+    """Binds a ``Job`` to the event loop: clock, notifications, logging."""
 
     def __init__(self, job: Job, token: str, clock: Callable[[], float] = time.time) -> None:
         self.job = job
         self.token = token
         self.clock = clock
         self.changed = asyncio.Condition()
-        self.cuts: dict[tuple[int, int], dict] = {}
         self.shutdown_requested = asyncio.Event()
         self._logged_generations = 0
         self._logged_status = JobStatus.RUNNING
@@ -164,17 +174,14 @@ class Master:
             self.changed.notify_all()
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        async with self.changed:
-            while not predicate():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                try:
-                    await asyncio.wait_for(self.changed.wait(), left)
-                except TimeoutError:
-                    return predicate()
-        return True
+        """Until ``predicate()`` holds after a change, or ``timeout`` seconds (the event loop's clock)."""
+        try:
+            async with asyncio.timeout(timeout):
+                async with self.changed:
+                    await self.changed.wait_for(predicate)
+            return True
+        except TimeoutError:
+            return predicate()
 
     def _log_events(self) -> None:
         hist = self.job.membership.history
@@ -204,7 +211,6 @@ class Master:
 
 def build_app(master: Master) -> FastAPI:
     app = FastAPI(title="edl master", docs_url=None, redoc_url=None, openapi_url=None)
-    job = master.job
 
     def authorized(request: Request) -> None:
         header = request.headers.get("authorization", "")
@@ -216,109 +222,170 @@ def build_app(master: Master) -> FastAPI:
     async def user_error(_: Request, exc: UserError) -> JSONResponse:
         return JSONResponse(status_code=400, content={"detail": str(exc)})
 
+    @app.exception_handler(StaleError)
+    async def stale(_: Request, exc: StaleError) -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": str(exc)})
+
     auth = [Depends(authorized)]
+    app.include_router(_open_routes(master))
+    app.include_router(_trainer_routes(master), dependencies=auth)
+    app.include_router(_checkpoint_routes(master), dependencies=auth)
+    app.include_router(_control_routes(master), dependencies=auth)
+    return app
 
-    @app.get("/healthz")
-    async def healthz() -> dict:
-        return {"ok": True, "master_uid": job.master_uid}
 
+def _open_routes(master: Master) -> APIRouter:
+    """Health and metrics: no token (probes and Prometheus)."""
+    routes = APIRouter()
     registry = CollectorRegistry()
     registry.register(_JobCollector(master))
 
-    @app.get("/metrics")
+    @routes.get("/healthz")
+    async def healthz() -> dict:
+        return {"ok": True, "master_uid": master.job.master_uid}
+
+    @routes.get("/metrics")
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest(registry).decode(), media_type="text/plain; version=0.0.4")
 
-    @app.post("/v1/trainers/{trainer}/register", dependencies=auth)
+    return routes
+
+
+def _trainer_routes(master: Master) -> APIRouter:
+    """What trainers call to join, stay in and leave generations, and to get their data."""
+    routes = APIRouter(prefix="/v1/trainers/{trainer}")
+    job = master.job
+
+    @routes.post("/register")
     async def register(trainer: str, body: RegisterBody) -> dict:
-        if job.status is not JobStatus.RUNNING:
-            return {"master_uid": job.master_uid, "job_status": job.status.value}
-        job.register(trainer, body.pid, body.host, body.store_port, master.clock())
-        log.info("trainer %s registered (pid %d)", trainer, body.pid)
-        await master.notify()
+        if job.status is JobStatus.RUNNING:
+            job.register(trainer, body.pid, body.host, body.store_port, master.clock())
+            log.info("trainer %s registered (pid %d)", trainer, body.pid)
+            await master.notify()
         return {"master_uid": job.master_uid, "job_status": job.status.value}
 
-    @app.post("/v1/trainers/{trainer}/heartbeat", dependencies=auth)
+    @routes.post("/heartbeat")
     async def heartbeat(trainer: str, body: HeartbeatBody) -> dict:
         answer = job.heartbeat(trainer, body.step, cursor_from_json(body.safe_cursor), master.clock(), body.loss)
         await master.notify()
-        if body.wait_s > 0 and not answer["stop"]:
-            await master.wait_for(
-                lambda: job.heartbeat_answer(trainer)["stop"], min(body.wait_s, 5.0)
-            )
+        if body.wait_s > 0 and not answer.stop:
+            await master.wait_for(lambda: job.heartbeat_answer(trainer).stop, min(body.wait_s, 5.0))
             job.membership.heartbeat(trainer, body.step, master.clock())
             answer = job.heartbeat_answer(trainer)
-        return answer
+        return to_json(answer)
 
-    @app.post("/v1/trainers/{trainer}/task", dependencies=auth)
-    async def next_task(trainer: str, body: TaskBody) -> dict:
-        answer = job.next_task(trainer, body.request_id, cursor_from_json(body.safe_cursor), master.clock())
-        if isinstance(answer, Next):
-            return {"status": answer.value}
-        return {"status": "task", "task": task_out(answer)}
+    @routes.get("/assignment")
+    async def assignment(trainer: str, after: int = 0, wait_s: float = 10.0) -> dict:
+        def decided() -> bool:
+            answer = job.assignment_answer(trainer, after)
+            return not (isinstance(answer, NoAssignment) and answer.why is Unassigned.WAIT)
 
-    @app.post("/v1/trainers/{trainer}/task-failed", dependencies=auth)
-    async def task_failed(trainer: str, body: TaskFailedBody) -> dict:
-        log.warning("trainer %s could not process task %d: %s", trainer, body.task_id, body.reason)
-        job.fail_task(trainer, body.task_id, body.reason, master.clock())
-        await master.notify()
-        return {"ok": True}
+        await master.wait_for(decided, min(wait_s, 30.0))
+        return assignment_to_json(job.assignment_answer(trainer, after))
 
-    @app.post("/v1/trainers/{trainer}/sync", dependencies=auth)
+    @routes.post("/sync")
     async def sync(trainer: str, body: SyncBody) -> dict:
-        report = SyncReport(
-            trainer,
-            body.generation,
-            body.step,
-            {k: cursor_from_json(v) for k, v in body.cursors.items()},
-            body.store_port,
-            body.failed,
-        )
+        report = SyncReport(trainer, body.generation, body.step, cursors_from_json(body.cursors), body.store_port,
+                            body.failed)
         if body.failed:
             log.warning("trainer %s lost a peer in generation %d after step %d", trainer, body.generation, body.step)
         job.sync(report, master.clock())
         await master.notify()
         return {"ok": True}
 
-    @app.get("/v1/trainers/{trainer}/assignment", dependencies=auth)
-    async def assignment(trainer: str, after: int = 0, wait_s: float = 10.0) -> dict:
-        def ready() -> bool:
-            t = job.membership.trainers.get(trainer)
-            if job.status is not JobStatus.RUNNING or t is None:
-                return True
-            if t.state.value in ("left", "failed"):
-                return True
-            a = job.assignment(trainer)
-            return a is not None and a.generation > after
-
-        await master.wait_for(ready, min(wait_s, 30.0))
-        t = job.membership.trainers.get(trainer)
-        if job.status is not JobStatus.RUNNING:
-            return {"status": "finished", "job_status": job.status.value}
-        if t is None:
-            return {"status": "unknown", "master_uid": job.master_uid}
-        if t.state.value in ("left", "failed"):
-            return {"status": t.state.value}
-        a = job.assignment(trainer)
-        if a is None or a.generation <= after:
-            return {"status": "wait"}
-        out = asdict(a)
-        out["cursor"] = cursor_to_json(a.cursor)
-        out["held"] = [task_out(x) for x in a.held]
-        out["status"] = "assigned"
-        out["master_uid"] = job.master_uid
-        return out
-
-    @app.post("/v1/trainers/{trainer}/first-step", dependencies=auth)
+    @routes.post("/first-step")
     async def first_step(trainer: str, body: StepBody) -> dict:
         job.first_step(body.generation, master.clock())
         g = job.membership.current
-        if g is not None and g.id == body.generation and g.pause_s is not None and g.reason.value != "start":
+        if g is not None and g.id == body.generation and g.pause_s is not None and g.reason is not Reason.START:
             log.info("generation %d running: pause %.2f s", g.id, g.pause_s)
         await master.notify()
         return {"ok": True}
 
-    @app.post("/v1/trainers/{trainer}/exited", dependencies=auth)
+    @routes.post("/task")
+    async def next_task(trainer: str, body: TaskBody) -> dict:
+        answer = job.next_task(trainer, body.request_id, cursor_from_json(body.safe_cursor), master.clock())
+        return next_task_to_json(answer)
+
+    @routes.post("/task-failed")
+    async def task_failed(trainer: str, body: TaskFailedBody) -> dict:
+        log.warning("trainer %s could not process task %d: %s", trainer, body.task_id, body.reason)
+        job.fail_task(trainer, body.task_id, body.reason, master.clock())
+        await master.notify()
+        return {"ok": True}
+
+    return routes
+
+
+def _checkpoint_routes(master: Master) -> APIRouter:
+    """Rank 0's checkpoints (a fenced cut, then its commit) and the job's outcome."""
+    routes = APIRouter()
+    job = master.job
+
+    @routes.get("/v1/spec")
+    async def spec() -> dict:
+        return job.spec.to_dict()
+
+    @routes.post("/v1/checkpoints/cut")
+    async def cut(body: CutBody) -> dict:
+        return job.checkpoint_cut(body.generation, body.step, cursors_from_json(body.cursors), master.clock())
+
+    @routes.post("/v1/checkpoints/committed")
+    async def committed(body: CommittedBody) -> dict:
+        ok = job.checkpoint_committed(CheckpointRecord(body.step, body.uri, body.write_s, body.generation))
+        if ok:
+            log.info("checkpoint committed at step %d: %s (%.2f s)", body.step, body.uri, body.write_s)
+        return {"ok": ok}
+
+    @routes.post("/v1/finish")
+    async def finish(body: FinishBody) -> dict:
+        job.finish(body.step, body.final_model_uri, body.metrics, master.clock())
+        await master.notify()
+        return {"ok": True}
+
+    @routes.post("/v1/fatal")
+    async def fatal(body: FatalBody) -> dict:
+        job.fatal(body.message, master.clock())
+        await master.notify()
+        return {"ok": True}
+
+    return routes
+
+
+def _control_routes(master: Master) -> APIRouter:
+    """What the launcher, the sidecar and the CLI call: status, size, trainer exits, shutdown."""
+    routes = APIRouter()
+    job = master.job
+
+    @routes.get("/v1/status")
+    async def status() -> dict:
+        return job.status_view(master.clock()).to_json()
+
+    @routes.get("/v1/summary")
+    async def summary() -> dict:
+        return job.summary(master.clock())
+
+    @routes.post("/v1/scale")
+    async def scale(body: ScaleBody) -> dict:
+        job.scale(body.trainers)
+        log.info("desired trainers set to %d", body.trainers)
+        await master.notify()
+        return {"desired_trainers": job.desired}
+
+    @routes.post("/v1/unschedulable")
+    async def unschedulable(body: UnschedulableBody) -> dict:
+        job.report_unschedulable(body.count, master.clock())
+        log.info("%d trainer(s) unschedulable; desired trainers now %d", body.count, job.desired)
+        await master.notify()
+        return {"desired_trainers": job.desired}
+
+    @routes.post("/v1/checkpoints/request")
+    async def request_checkpoint() -> dict:
+        job.request_checkpoint()
+        log.info("checkpoint requested")
+        return {"ok": True, "committed": len(job.checkpoints)}
+
+    @routes.post("/v1/trainers/{trainer}/exited")
     async def exited(trainer: str, body: ExitBody) -> dict:
         job.trainer_exited(trainer, body.code, master.clock())
         if body.code != 0:
@@ -326,83 +393,16 @@ def build_app(master: Master) -> FastAPI:
         await master.notify()
         return {"ok": True}
 
-    @app.post("/v1/trainers/{trainer}/drain", dependencies=auth)
+    @routes.post("/v1/trainers/{trainer}/drain")
     async def drain(trainer: str) -> dict:
         job.drain(trainer, master.clock())
         log.info("draining trainer %s", trainer)
         await master.notify()
         return {"ok": True}
 
-    @app.post("/v1/scale", dependencies=auth)
-    async def scale(body: ScaleBody) -> dict:
-        job.scale(body.trainers)
-        log.info("desired trainers set to %d", body.trainers)
-        await master.notify()
-        return {"desired_trainers": job.desired}
-
-    @app.post("/v1/unschedulable", dependencies=auth)
-    async def unschedulable(body: UnschedulableBody) -> dict:
-        job.report_unschedulable(body.count, master.clock())
-        log.info("%d trainer(s) unschedulable; desired trainers now %d", body.count, job.desired)
-        await master.notify()
-        return {"desired_trainers": job.desired}
-
-    @app.post("/v1/checkpoints/request", dependencies=auth)
-    async def request_checkpoint() -> dict:
-        job.request_checkpoint()
-        log.info("checkpoint requested")
-        return {"ok": True, "committed": len(job.checkpoints)}
-
-    @app.post("/v1/fatal", dependencies=auth)
-    async def fatal(body: FatalBody) -> dict:
-        job.fatal(body.message, master.clock())
-        await master.notify()
-        return {"ok": True}
-
-    @app.post("/v1/checkpoints/cut", dependencies=auth)
-    async def cut(body: CutBody) -> Any:
-        state = job.checkpoint_cut(body.generation, body.step, {k: cursor_from_json(v) for k, v in body.cursors.items()},
-                                   master.clock())
-        if state is None:
-            return JSONResponse(status_code=409, content={"detail": "stale generation"})
-        master.cuts[(body.generation, body.step)] = state
-        return state
-
-    @app.post("/v1/checkpoints/committed", dependencies=auth)
-    async def committed(body: CommittedBody) -> dict:
-        state = master.cuts.pop((body.generation, body.step), None)
-        if state is None:
-            return {"ok": False}
-        # Older cuts can never commit now.
-        for key in [k for k in master.cuts if k[1] < body.step]:
-            master.cuts.pop(key)
-        job.checkpoint_committed(
-            CheckpointRecord(body.step, body.uri, body.write_s, body.generation), state["queue"]
-        )
-        log.info("checkpoint committed at step %d: %s (%.2f s)", body.step, body.uri, body.write_s)
-        return {"ok": True}
-
-    @app.post("/v1/finish", dependencies=auth)
-    async def finish(body: FinishBody) -> dict:
-        job.finish(body.step, body.final_model_uri, body.metrics, master.clock())
-        await master.notify()
-        return {"ok": True}
-
-    @app.get("/v1/spec", dependencies=auth)
-    async def spec() -> dict:
-        return job.spec.to_dict()
-
-    @app.get("/v1/status", dependencies=auth)
-    async def status() -> dict:
-        return job.status_view(master.clock())
-
-    @app.get("/v1/summary", dependencies=auth)
-    async def summary() -> dict:
-        return job.summary(master.clock())
-
-    @app.post("/v1/shutdown", dependencies=auth)
+    @routes.post("/v1/shutdown")
     async def shutdown() -> dict:
         master.shutdown_requested.set()
         return {"ok": True}
 
-    return app
+    return routes

@@ -17,17 +17,10 @@ import copy
 import random
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 
 from edl.api.data import Cursor, Shard, Task
+from edl.api.master import Next
 from edl.errors import TaskFailedError
-
-
-class Next(Enum):
-    """What ``next_task`` answers besides a task."""
-
-    WAIT = "wait"  # nothing to hand out now; held tasks may still come back
-    FINISHED = "finished"  # every epoch is done
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The simulator's cluster as a launcher/sidecar backend, in virtual time.
 
 ``SimCluster`` implements the launcher's ``Cluster``, ``SimClusterView`` the
-sidecar's ``ClusterView`` and ``SimMaster`` the master routes both use, over one
+sidecar's ``ClusterView`` and ``SimMaster`` the master's ``ControlLink`` both use, over one
 ``Simulation`` in which the job is *external*: the engine's own controllers and
 autoscaler leave its trainers alone, and the real ``Launcher`` and ``Sidecar``
 manage them. The master is the simulator's job model (progress at the modelled
@@ -13,11 +13,12 @@ the sidecar every period, so a whole run is a loop over virtual time.
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
-from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources
+from edl.api.cluster import JobDemand, MasterEndpoint, Node, Pod, PodPhase, Resources, TrainerPod
+from edl.api.master import CheckpointRecord, JobStatus, JobView, Phase
 from edl.autoscale.sidecar import Sidecar
-from edl.api.cluster import MasterEndpoint, TrainerPod
+from edl.errors import TemporaryError, UserError
 from edl.sim.engine import SimPod, Simulation
 
 MASTER = Resources(0.5, 1.0, 0.0)
@@ -83,7 +84,11 @@ class SimCluster:
 
 
 class SimMaster:
-    """The master routes the launcher and sidecar call, answered from the simulated job."""
+    """The master's ``ControlLink`` (what the launcher and the sidecar ask), answered from the simulated job.
+
+    Like the real master it cannot be reached while its pod is not running (not started yet, or
+    lost), unless the job is already complete.
+    """
 
     def __init__(self, sim: Simulation, job: str) -> None:
         self.sim = sim
@@ -94,56 +99,66 @@ class SimMaster:
     def _js(self):
         return self.sim.jobs[self.job]
 
-    def status(self) -> dict:
+    def healthy(self) -> bool:
+        alive = any(p.role == "master" and p.running for p in self.sim.by_owner.get(self.job, {}).values())
+        return alive or self._js().completed_at is not None
+
+    def _reachable(self) -> None:
+        if not self.healthy():
+            raise TemporaryError(f"simulated master of {self.job} is not running")
+
+    def status(self) -> JobView | None:
+        if not self.healthy():
+            return None
         js, spec = self._js(), self._js().spec
         running = sum(1 for p in self.sim.by_owner.get(self.job, {}).values() if p.role == "trainer" and p.running)
         work = spec.work or 0.0
         done = js.completed_at is not None
-        return {"job": self.job, "status": "succeeded" if done else "running", "phase": "running",
-                "desired_trainers": js.target, "world_size": running, "min_trainers": spec.min,
-                "max_trainers": spec.max, "epochs": 1, "epoch": 0, "rows_per_epoch": int(work),
-                "done_rows": [int(min(js.done, work))], "step": 0, "generation": 0, "generations": [],
-                "checkpoints": [{"step": k} for k in range(self.checkpoints)],
-                "unschedulable_at": self.unschedulable_at}
+        return JobView(
+            job=self.job, status=JobStatus.SUCCEEDED if done else JobStatus.RUNNING, error=None, master_uid="sim",
+            phase=Phase.RUNNING, generation=0, world_size=running, desired_trainers=js.target,
+            unschedulable_at=self.unschedulable_at, min_trainers=spec.min, max_trainers=spec.max, epoch=0, epochs=1,
+            epochs_completed=1 if done else 0, rows_per_epoch=int(work), done_rows=(int(min(js.done, work)),),
+            step=0, loss=None, trainers=(), generations=(),
+            checkpoints=tuple(CheckpointRecord(k, "", 0.0, 0) for k in range(self.checkpoints)),
+            elapsed_s=self.sim.now,
+        )
 
-    # the MasterApi surface (get/post/drain) ------------------------------------------------
-    def get(self, path: str) -> dict | None:
-        alive = any(p.role == "master" and p.running for p in self.sim.by_owner.get(self.job, {}).values())
-        if not alive and self._js().completed_at is None:
-            return None  # not started yet, or lost
-        if path == "/healthz":
-            return {"ok": True}
-        if path in ("/v1/status", "/v1/summary"):
-            return self.status()
-        raise KeyError(path)
+    def summary(self) -> dict[str, Any] | None:
+        st = self.status()  # the simulated job keeps no run summary beyond its status
+        return None if st is None else st.to_json()
 
-    def post(self, path: str, body: dict | None = None) -> dict | None:
-        if self.get("/healthz") is None:
-            return None
-        js, spec = self._js(), self._js().spec
-        if path == "/v1/unschedulable":
-            js.target = max(spec.min, js.target - int(body["count"]))
-            self.unschedulable_at = self.sim.now
-            return {"desired_trainers": js.target}
-        if path == "/v1/checkpoints/request":
-            self.checkpoints += 1  # the simulated job checkpoints at once
-            return {"ok": True}
-        if re.fullmatch(r"/v1/trainers/[^/]+/exited", path) or path in ("/v1/shutdown", "/v1/fatal"):
-            return {"ok": True}
-        raise KeyError(path)
-
-    def drain(self, trainer: str) -> bool:
-        return True  # a simulated trainer leaves at its next step: the pod's drain time
-
-    def close(self) -> None:
-        pass
-
-    # the MasterLink surface (status/scale) for the sidecar ---------------------------------
-    def scale(self, trainers: int) -> None:
+    def scale(self, trainers: int) -> int:
+        self._reachable()
         spec = self._js().spec
         if not spec.min <= trainers <= spec.max:
-            raise ValueError(f"{trainers} outside {spec.min}..{spec.max}")
+            raise UserError(f"--trainers {trainers} is outside this job's range {spec.min}..{spec.max}")
         self._js().target = trainers
+        return trainers
+
+    def report_unschedulable(self, count: int) -> int:
+        self._reachable()
+        js = self._js()
+        js.target = max(js.spec.min, js.target - count)
+        self.unschedulable_at = self.sim.now
+        return js.target
+
+    def report_exit(self, trainer: str, code: int) -> None:
+        self._reachable()
+
+    def drain(self, trainer: str) -> bool:
+        self._reachable()
+        return True  # a simulated trainer leaves at its next step: the pod's drain time
+
+    def request_checkpoint(self) -> None:
+        self._reachable()
+        self.checkpoints += 1  # the simulated job checkpoints at once
+
+    def fail_job(self, message: str) -> None:
+        self._reachable()
+
+    def shutdown(self) -> None:
+        self._reachable()
 
 
 class SimClusterView:

@@ -23,26 +23,28 @@ import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import numpy as np
 import paddle
 
 from edl.data.dataset import Dataset
-from edl.errors import CollectiveError, EdlError, UserError
-from edl.api.spec import JobSpec
-from edl.api.data import Cursor, Task, cursor_to_json
+from edl.errors import CollectiveError, EdlError, StaleError, TemporaryError, UserError
+from edl.api.data import Cursor, Task
+from edl.api.master import Assignment, JobStatus, Next, Source, SyncReport, Unassigned
 from edl.modeldef import ModelDef, load_model_def
 from edl.storage.checkpoint import FINAL, WARM_START_FILE, AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays, encode_arrays
 from edl.storage.store import open_store
 from edl.trainer import state as mstate
 from edl.trainer.audit import AuditLog
-from edl.trainer.client import MasterClient
+from edl.master.client import HttpMaster
 from edl.net import free_port
 from edl.trainer.collective import Group
 from edl.trainer.data import TaskBuffer, read_slices
 from edl.trainer.slots import COUNT, FINISHED, LOSS, SLOT, STOP, decode_cursor, encode_slot
 
 log = logging.getLogger("edl.trainer")
+T = TypeVar("T")
 
 EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_EXCLUDED = 0, 1, 2, 3
 COLLECTIVE_HANG_S = 15.0  # stuck this long while the master has moved on: give up
@@ -70,9 +72,9 @@ class Trainer:
         self.token = token
         self.host = host
         self.backend = backend
-        self.client = MasterClient(master, token)
-        spec = self.client.call("GET", "/v1/spec")
-        self.spec = JobSpec(**spec)
+        self.client = HttpMaster(master, token)
+        self.client_once = HttpMaster(master, token, give_up_s=0.0)  # for reports that may be lost
+        self.spec = self.client.spec()
         self.md: ModelDef = load_model_def(self.spec.model_def)
         self._build()
         self.dataset = Dataset(self.spec.data)
@@ -119,15 +121,13 @@ class Trainer:
 
     # ------------------------------------------------------------ background
     @staticmethod
-    def _background_call(client: MasterClient, path: str, body: dict) -> dict | None:
-        """One POST from a background thread; on any failure wait a little and answer ``None``."""
+    def _background_call(call: Callable[[], T]) -> T | None:
+        """One call from a background thread; on any failure wait a little and answer ``None``."""
         try:
-            r = client.try_call("POST", path, json=body)
+            return call()
         except EdlError:
-            r = None
-        if r is None:
             time.sleep(0.2)
-        return r
+            return None
 
     def _take_checkpoint_request(self) -> bool:
         with self.ctl_lock:
@@ -135,53 +135,49 @@ class Trainer:
         return asked
 
     def _heartbeat_loop(self) -> None:
-        client = MasterClient(self.master_addr, self.token, timeout_s=10)
+        client = HttpMaster(self.master_addr, self.token, timeout_s=10, give_up_s=0.0)
         while self._alive:
-            body = {"generation": self.generation, "step": self.step, "wait_s": 1.0,
-                    "safe_cursor": cursor_to_json(self.safe_cursor), "loss": self.last_loss}
-            r = self._background_call(client, f"/v1/trainers/{self.id}/heartbeat", body)
+            r = self._background_call(lambda: client.heartbeat(
+                self.id, generation=self.generation, step=self.step, safe_cursor=self.safe_cursor,
+                loss=self.last_loss, wait_s=1.0))
             if r is None:
                 continue
             since = self._in_collective
             stuck = time.monotonic() - since if since is not None else 0.0
-            if stuck > COLLECTIVE_DEADLINE_S or (stuck > COLLECTIVE_HANG_S and r["generation"] != self.generation):
+            if stuck > COLLECTIVE_DEADLINE_S or (stuck > COLLECTIVE_HANG_S and r.generation != self.generation):
                 # The master moved on while we are stuck in a collective that can no longer
                 # complete (a peer vanished mid-rendezvous). Exit; the launcher replaces us.
                 log.error("trainer %s stuck in generation %d for %.0f s; exiting", self.id, self.generation,
                           time.monotonic() - since)
                 os._exit(EXIT_EXCLUDED)
             with self.ctl_lock:
-                if self.ctl.master_uid is not None and r["master_uid"] != self.ctl.master_uid:
+                if self.ctl.master_uid is not None and r.master_uid != self.ctl.master_uid:
                     self.ctl.master_changed = True
-                if r.get("stop"):
-                    self.ctl.stop_generation = r["generation"]
-                if r.get("job_status") != "running":
+                if r.stop:
+                    self.ctl.stop_generation = r.generation
+                if r.job_status is not JobStatus.RUNNING:
                     self.ctl.job_done = True
-                self.ctl.checkpoint_now = bool(r.get("checkpoint"))
-            if not r.get("known"):
+                self.ctl.checkpoint_now = r.checkpoint
+            if not r.known:
                 time.sleep(0.1)
-        client.close()
 
     def _prefetch_loop(self) -> None:
-        client = MasterClient(self.master_addr, self.token, timeout_s=10)
+        client = HttpMaster(self.master_addr, self.token, timeout_s=10, give_up_s=0.0)
         request_id = uuid.uuid4().hex
         while self._alive:
             if self.finished_tasks or self.buffer.remaining() >= 2 * self.spec.batch_size or self.generation == 0:
                 time.sleep(0.01)
                 continue
-            body = {"request_id": request_id,
-                    "safe_cursor": cursor_to_json(self.safe_cursor)}
-            r = self._background_call(client, f"/v1/trainers/{self.id}/task", body)
+            r = self._background_call(lambda: client.next_task(self.id, request_id, self.safe_cursor))
             if r is None:
                 continue  # same request id: a lost answer is handed out again, not twice
             request_id = uuid.uuid4().hex
-            if r["status"] == "task":
-                self.buffer.add(Task(**r["task"]))
-            elif r["status"] == "finished":
+            if isinstance(r, Task):
+                self.buffer.add(r)
+            elif r is Next.FINISHED:
                 self.finished_tasks = True
             else:
                 time.sleep(0.05)
-        client.close()
 
     # ------------------------------------------------------------ main loop
     def _warm_up(self) -> None:
@@ -197,28 +193,26 @@ class Trainer:
 
     def run(self) -> int:
         self._warm_up()
-        r = self.client.call("POST", f"/v1/trainers/{self.id}/register",
-                             json={"pid": os.getpid(), "host": self.host, "store_port": self.store_port})
-        self.ctl.master_uid = r["master_uid"]
+        r = self.client.register(self.id, os.getpid(), self.host, self.store_port)
+        self.ctl.master_uid = r.master_uid
         log.info("trainer %s registered with master %s", self.id, self.master_addr)
         threading.Thread(target=self._heartbeat_loop, name="edl-heartbeat", daemon=True).start()
         threading.Thread(target=self._prefetch_loop, name="edl-prefetch", daemon=True).start()
         try:
             while True:
-                a = self.client.call("GET", f"/v1/trainers/{self.id}/assignment",
-                                     params={"after": self.generation, "wait_s": 10.0})
-                status = a["status"]
-                if status == "wait":
+                a = self.client.assignment(self.id, after=self.generation, wait_s=10.0)
+                status = None if isinstance(a, Assignment) else a.why
+                if status is Unassigned.WAIT:
                     continue
-                if status == "finished":
-                    return EXIT_OK if a.get("job_status") == "succeeded" else EXIT_FAILED
-                if status == "left":
+                if status is Unassigned.FINISHED:
+                    return EXIT_OK if a.job_status is JobStatus.SUCCEEDED else EXIT_FAILED
+                if status is Unassigned.LEFT:
                     log.info("trainer %s drained; leaving", self.id)
                     return EXIT_OK
-                if status == "failed":
+                if status is Unassigned.FAILED:
                     log.warning("trainer %s was dropped from the job", self.id)
                     return EXIT_EXCLUDED
-                if status == "unknown":
+                if status is Unassigned.UNKNOWN:
                     self._reregister()
                     continue
                 done = self._run_generation(a)
@@ -235,40 +229,38 @@ class Trainer:
         self.generation = 0
         self.buffer.clear()
         self.finished_tasks = False
-        r = self.client.call("POST", f"/v1/trainers/{self.id}/register",
-                             json={"pid": os.getpid(), "host": self.host, "store_port": self.store_port})
+        r = self.client.register(self.id, os.getpid(), self.host, self.store_port)
         with self.ctl_lock:
-            self.ctl = Control(master_uid=r["master_uid"])
+            self.ctl = Control(master_uid=r.master_uid)
         log.info("trainer %s re-registered with restarted master", self.id)
 
-    def _run_generation(self, a: dict) -> bool:
-        gen, rank, world = a["generation"], a["rank"], a["world_size"]
-        members: list[str] = a["members"]
-        key = (int(a["master_uid"]), gen)
-        source = a["source"]
-        if source == "peer":
-            cursor = None if a["cursor"] is None else Cursor(*a["cursor"])
-            self.buffer.reposition(cursor, [Task(**t) for t in a["held"]], a["held_offset"])
+    def _run_generation(self, a: Assignment) -> bool:
+        gen, rank, world = a.generation, a.rank, a.world_size
+        members = a.members
+        key = (int(a.master_uid), gen)
+        source = a.source
+        if source is Source.PEER:
+            self.buffer.reposition(a.cursor, list(a.held), a.held_offset)
         else:
             self.buffer.clear()
             self.finished_tasks = False
         self.generation = gen
-        host, port = a["rendezvous"]
+        host, port = a.rendezvous
         t0 = time.monotonic()
         try:
-            group_id = zlib.crc32(f"{a['master_uid']}:{gen}".encode()) & 0x7FFFFFFF
+            group_id = zlib.crc32(f"{a.master_uid}:{gen}".encode()) & 0x7FFFFFFF
             self._in_collective = time.monotonic()
             group = Group(host, port, rank, world, group_id, self.backend)
-            if source != "peer" and self.dirty:
+            if source is not Source.PEER and self.dirty:
                 # Rolled back (to the checkpoint or to a fresh start): drop everything this replica
                 # learned since, optimizer accumulators included, before taking rank 0's state.
                 self._build()
-            if source == "checkpoint" and rank == 0:
-                self.step = self._load_checkpoint(a["checkpoint_uri"])
-            elif source != "peer":
-                self.step = a["base_step"]
+            if source is Source.CHECKPOINT and rank == 0:
+                self.step = self._load_checkpoint(a.checkpoint_uri)
+            elif source is not Source.PEER:
+                self.step = a.base_step
             t1 = time.monotonic()
-            self.step, _ = mstate.broadcast_state(group, self.model, self.opt, self.step if rank == 0 else a["base_step"])
+            self.step, _ = mstate.broadcast_state(group, self.model, self.opt, self.step if rank == 0 else a.base_step)
             t2 = time.monotonic()
         except CollectiveError as e:
             log.warning("trainer %s: generation %d did not form: %s", self.id, gen, e)
@@ -281,8 +273,8 @@ class Trainer:
         if self.writer is None and rank == 0:
             self.writer = AsyncCheckpointWriter(self.ckpts, on_error=lambda m: log.warning("%s", m))
         cursors: dict[str, Cursor | None] = {m: None for m in members}
-        if a["cursor"] is not None:
-            cursors[self.id] = Cursor(*a["cursor"])
+        if a.cursor is not None:
+            cursors[self.id] = a.cursor
         first = True
         prev_own = self.buffer.cursor
         while True:
@@ -296,8 +288,7 @@ class Trainer:
                     x, y = self.md.collate(table)
                 except UserError as e:
                     # Unreadable rows: give the task back (counted) and leave; the job retries it.
-                    self.client.call("POST", f"/v1/trainers/{self.id}/task-failed",
-                                     json={"task_id": slices[0].task.id, "reason": str(e)})
+                    self.client.task_failed(self.id, slices[0].task.id, str(e))
                     raise
                 count = len(y)
                 if self.audit:
@@ -329,7 +320,7 @@ class Trainer:
                 if not math.isfinite(total_loss):
                     msg = f"loss is {total_loss} at step {self.step + 1}; stopping the job"
                     if rank == 0:
-                        self.client.call("POST", "/v1/fatal", json={"message": msg})
+                        self.client.fail_job(msg)
                     raise SystemExit(EXIT_FAILED)
                 self.last_loss = total_loss / total
                 with paddle.no_grad():
@@ -347,7 +338,10 @@ class Trainer:
             prev_own = cursors[self.id]
             if first and rank == 0 and (total > 0 or tail[:, FINISHED].sum() >= world):
                 first = False  # the generation's first completed training step ends its pause
-                self.client.try_call("POST", f"/v1/trainers/{self.id}/first-step", json={"generation": gen})
+                try:
+                    self.client_once.first_step(self.id, gen)
+                except TemporaryError:
+                    pass  # the master is away: this generation's pause goes unmeasured
             if total == 0:
                 time.sleep(0.02)  # nobody had data this step: don't spin
             if rank == 0 and (time.monotonic() - self._last_ckpt >= self.spec.checkpoint_interval_s
@@ -379,9 +373,7 @@ class Trainer:
     def _report(self, gen: int, step: int, cursors: dict[str, Cursor | None], failed: bool) -> None:
         self._in_collective = None
         self.store_port = free_port(self.host)  # a fresh port per generation: the old store may linger
-        body = {"generation": gen, "step": step, "store_port": self.store_port, "failed": failed,
-                "cursors": {k: cursor_to_json(c) for k, c in cursors.items()}}
-        self.client.call("POST", f"/v1/trainers/{self.id}/sync", json=body)
+        self.client.sync(SyncReport(self.id, gen, step, cursors, self.store_port, failed))
 
     # ------------------------------------------------------------ checkpoints
     def _checkpoint(self, gen: int, cursors: dict[str, Cursor | None], wait: bool = False) -> None:
@@ -389,14 +381,15 @@ class Trainer:
         self._last_ckpt = time.monotonic()
         params, opt_arrays, extra = mstate.snapshot(self.model, self.opt)
         step = self.step
-        enc = {k: cursor_to_json(c) for k, c in cursors.items()}
-        client = MasterClient(self.master_addr, self.token, give_up_s=120)
+        cut_cursors = dict(cursors)  # as of this step: the dict is read on the writer thread
+        client = HttpMaster(self.master_addr, self.token, give_up_s=120)
         committed: list[Checkpoint] = []
 
         def build() -> dict[str, bytes]:
-            cut = client.call("POST", "/v1/checkpoints/cut", json={"generation": gen, "step": step, "cursors": enc})
-            if cut.get("status") == "stale":
-                raise RuntimeError("generation changed before the checkpoint was cut; skipped")
+            try:
+                cut = client.checkpoint_cut(gen, step, cut_cursors)
+            except StaleError:
+                raise StaleError("generation changed before the checkpoint was cut; skipped") from None
             trainer_meta = {"step": step, "opt_extra": extra, "model_def": self.spec.model_def}
             return {
                 "model.npz": encode_arrays(params),
@@ -407,8 +400,7 @@ class Trainer:
 
         def on_commit(ckpt: Checkpoint, seconds: float) -> None:
             committed.append(ckpt)
-            client.call("POST", "/v1/checkpoints/committed",
-                        json={"generation": gen, "step": step, "uri": ckpt.uri, "write_s": seconds})
+            client.checkpoint_committed(gen, step, ckpt.uri, seconds)
             log.info("trainer %s: checkpoint at step %d committed in %.2f s", self.id, step, seconds)
 
         assert self.writer is not None
@@ -435,8 +427,7 @@ class Trainer:
         metrics = self._evaluate()
         outcome = {"step": self.step, "final_model_uri": final_uri, "metrics": metrics}
         self.ckpts.store.put(FINAL, json.dumps(outcome).encode())
-        self.client.call("POST", "/v1/finish",
-                         json={"step": self.step, "final_model_uri": final_uri, "metrics": metrics})
+        self.client.finish(self.step, final_uri, metrics)
         log.info("trainer %s: training finished at step %d; metrics %s", self.id, self.step, metrics)
 
     def _export(self) -> str | None:
@@ -487,6 +478,9 @@ def run_trainer(trainer_id: str, master: str, token: str, audit_dir: str | None,
         trainer = Trainer(trainer_id, master, token, host, Path(audit_dir) if audit_dir else None, backend)
     except UserError as e:
         # Tell the master so the job fails with the reason, not just an exit code.
-        MasterClient(master, token, give_up_s=10).try_call("POST", "/v1/fatal", json={"message": str(e)})
+        try:
+            HttpMaster(master, token, give_up_s=0.0).fail_job(str(e))
+        except TemporaryError:
+            pass  # the master is away: the launcher still sees the exit code
         raise
     return trainer.run()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources
+from edl.api.master import GenerationSummary, JobStatus, JobView, Phase, Reason, Source
 from edl.autoscale.policy import get_policy
 from edl.api.cluster import decode_demand, encode_demand
 from edl.autoscale.sidecar import Sidecar, SidecarConfig, ThroughputMeter, job_offset, rescale_cost_s
@@ -37,13 +40,19 @@ class MemoryView:
         self.board[demand.name] = (demand, now)
 
 
+def job_view(status: JobStatus, desired: int, generations=()) -> JobView:
+    return JobView(job="a", status=status, error=None, master_uid="1", phase=Phase.RUNNING, generation=1,
+                   world_size=desired, desired_trainers=desired, unschedulable_at=None, min_trainers=1,
+                   max_trainers=8, epoch=0, epochs=1, epochs_completed=0, rows_per_epoch=0, done_rows=(0,), step=0,
+                   loss=None, trainers=(), generations=tuple(generations), checkpoints=(), elapsed_s=0.0)
+
+
 class MemoryMaster:
-    def __init__(self, desired: int, status: str = "running") -> None:
+    def __init__(self, desired: int, status: JobStatus = JobStatus.RUNNING) -> None:
         self.desired, self.st, self.calls = desired, status, []
 
     def status(self):
-        return {"status": self.st, "desired_trainers": self.desired, "world_size": self.desired,
-                "done_rows": [0], "rows_per_epoch": 0, "epochs": 1, "generations": []}
+        return job_view(self.st, self.desired)
 
     def scale(self, n):
         self.calls.append(n)
@@ -84,7 +93,7 @@ def test_holds_the_size_while_the_cluster_view_is_not_current():
     s = sidecar("ns/a", MemoryView(nodes(4), [], {}, healthy=False), master)
     assert s.step() is None and master.calls == [] and s.holding
     # and does nothing for a job that is over or a master that is away
-    assert sidecar("ns/a", MemoryView(nodes(4), [], {}), MemoryMaster(3, "succeeded")).step() is None
+    assert sidecar("ns/a", MemoryView(nodes(4), [], {}), MemoryMaster(3, JobStatus.SUCCEEDED)).step() is None
 
 
 @settings(max_examples=40, deadline=None)
@@ -121,9 +130,12 @@ def test_throughput_meter_measures_per_world_size():
 
 
 def test_rescale_cost_is_the_median_measured_pause():
-    gens = [{"reason": "start", "pause_s": 5.0}, {"reason": "scale_up", "pause_s": 0.5},
-            {"reason": "drain", "pause_s": 0.3}, {"reason": "failure", "pause_s": 0.9}, {"reason": "x", "pause_s": None}]
-    assert rescale_cost_s({"generations": gens}) == 0.5
+    def gen(reason: Reason, pause_s: float | None) -> GenerationSummary:
+        return GenerationSummary(1, 1, 1, ("t",), reason, Source.PEER, 0, pause_s, 0.0, None, 0)
+
+    gens = [gen(Reason.START, 5.0), gen(Reason.SCALE_UP, 0.5), gen(Reason.SCALE_DOWN, 0.3),
+            gen(Reason.FAILURE, 0.9), gen(Reason.RESUME, None)]
+    assert rescale_cost_s(job_view(JobStatus.RUNNING, 1, gens)) == 0.5
 
 
 def test_job_offsets_are_fixed_and_spread():
@@ -136,7 +148,7 @@ def test_no_growth_for_a_while_after_trainers_were_unschedulable():
     master = MemoryMaster(1)
     base = master.status
 
-    master.status = lambda: {**base(), "unschedulable_at": 995.0}
+    master.status = lambda: dataclasses.replace(base(), unschedulable_at=995.0)
     s = sidecar("ns/a", MemoryView(nodes(4), [], {}), master, clock=lambda: 1000.0)
     assert s.step() is None and master.calls == []
     s.clock = lambda: 1000.0 + 10 * 6  # the back-off (6 periods of 10 s) is over

@@ -56,7 +56,7 @@ def test_unschedulable_reports_lower_the_desired_count_and_checkpoints_can_be_re
     assert client.post("/v1/unschedulable", json={"count": 1}, headers={}).status_code == 401
     assert not job.checkpoint_requested
     client.post("/v1/checkpoints/request", headers=auth)
-    assert job.checkpoint_requested and job.heartbeat_answer("t1")["checkpoint"] is True
+    assert job.checkpoint_requested and job.heartbeat_answer("t1").checkpoint is True
 
 
 def test_status_and_metrics():

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from edl.master.membership import Membership, MembershipConfig, Phase, Reason, Source, SyncReport, TrainerState
+from edl.api.master import Phase, Reason, Source, SyncReport, TrainerState
+from edl.master.membership import Membership, MembershipConfig
 from edl.api.data import Cursor
 
 

@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 
 from edl.errors import TaskFailedError
 from edl.api.data import Cursor, Shard, Task
-from edl.master.tasks import Next, TaskQueue
+from edl.api.master import Next
+from edl.master.tasks import TaskQueue
 
 
 def accounted(q: TaskQueue) -> dict[int, int]:

@@ -140,7 +140,7 @@ def test_the_job_runs_to_completion_and_a_crash_loop_fails_it():
     w = World(sc)
     w.launcher.start()
     final = w.launcher.run(poll_s=1.0)
-    assert final["status"] == "succeeded" and w.launcher.failures == 0
+    assert final.status == "succeeded" and w.launcher.failures == 0
 
     from edl.api.cluster import PodPhase
     from edl.api.cluster import TrainerExit, TrainerPod

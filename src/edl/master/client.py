@@ -1,0 +1,192 @@
+"""The one HTTP client of the master (httpx, retried with tenacity): both links of ``edl.api.master``.
+
+Answers map to errors the same way for every caller: an unreachable master or a 5xx is
+temporary (retried until the client's give-up time), 401 is a ``UserError`` naming the token,
+400 a ``UserError`` with the master's reason, 409 a ``StaleError`` (the request named a
+generation that is no longer current), any other 4xx a ``PermanentError``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from edl.api.data import Cursor, Task, cursor_to_json
+from edl.api.master import (
+    Assignment,
+    HeartbeatAnswer,
+    JobView,
+    Next,
+    NoAssignment,
+    Registration,
+    SyncReport,
+    assignment_from_json,
+    cursors_to_json,
+    next_task_from_json,
+)
+from edl.api.spec import JobSpec
+from edl.errors import PermanentError, StaleError, TemporaryError, UserError
+
+
+class MasterUnavailable(TemporaryError):
+    """The master did not answer, or answered 5xx (it may be restarting)."""
+
+
+def default_give_up_s() -> float:
+    return float(os.environ.get("EDL_MASTER_GIVE_UP_S", "300"))
+
+
+class HttpMaster:
+    """A job's master at ``address`` (``host:port`` or a URL), with the job token.
+
+    Calls retry while the master is unavailable, for up to ``give_up_s`` (0: one attempt; default
+    ``$EDL_MASTER_GIVE_UP_S`` or 300 s); the polled ``healthy``/``status``/``summary`` try once.
+    ``name`` is how error messages call the master (default: "master at ADDRESS").
+    """
+
+    def __init__(self, address: str, token: str, *, timeout_s: float = 15.0, give_up_s: float | None = None,
+                 name: str | None = None) -> None:
+        self.base = address if address.startswith("http") else f"http://{address}"
+        self.name = name or f"master at {self.base}"
+        self.give_up_s = default_give_up_s() if give_up_s is None else give_up_s
+        self._http = httpx.Client(
+            base_url=self.base,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(timeout_s, connect=min(2.0, timeout_s)),
+        )
+
+    # ------------------------------------------------------------------ transport
+    def _once(self, method: str, path: str, body: dict | None, params: dict | None) -> httpx.Response:
+        try:
+            r = self._http.request(method, path, json=body, params=params)
+        except httpx.TransportError as e:
+            raise MasterUnavailable(f"{self.name} unreachable: {type(e).__name__}") from e
+        if r.status_code >= 500:
+            raise MasterUnavailable(f"{self.name}: error {r.status_code} on {path}")
+        return r
+
+    def _request(self, method: str, path: str, body: dict | None = None, params: dict | None = None,
+                 once: bool = False) -> httpx.Response:
+        if once or self.give_up_s <= 0:
+            return self._once(method, path, body, params)
+        return retry(
+            retry=retry_if_exception_type(MasterUnavailable),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            stop=stop_after_delay(self.give_up_s),
+            reraise=True,
+        )(self._once)(method, path, body, params)
+
+    def _answer(self, r: httpx.Response, path: str) -> Any:
+        if r.status_code == 401:
+            raise UserError(f"{self.name} refused our job token (401)")
+        if r.status_code == 400:
+            raise UserError(_detail(r))
+        if r.status_code == 409:
+            raise StaleError(f"{self.name} on {path}: {_detail(r)} (409)")
+        if r.status_code >= 400:
+            raise PermanentError(f"{self.name} answered {r.status_code} on {path}: {r.text[:200]}")
+        return r.json()
+
+    def _call(self, method: str, path: str, body: dict | None = None, params: dict | None = None) -> Any:
+        return self._answer(self._request(method, path, body, params), path)
+
+    def _poll(self, path: str) -> Any | None:
+        """One GET; ``None`` while the master is unavailable."""
+        try:
+            return self._answer(self._request("GET", path, once=True), path)
+        except MasterUnavailable:
+            return None
+
+    # ------------------------------------------------------------------ ControlLink
+    def healthy(self) -> bool:
+        try:
+            return self._request("GET", "/healthz", once=True).status_code == 200
+        except MasterUnavailable:
+            return False
+
+    def status(self) -> JobView | None:
+        d = self._poll("/v1/status")
+        return None if d is None else JobView.from_json(d)
+
+    def summary(self) -> dict[str, Any] | None:
+        return self._poll("/v1/summary")
+
+    def scale(self, trainers: int) -> int:
+        return int(self._call("POST", "/v1/scale", {"trainers": trainers})["desired_trainers"])
+
+    def report_unschedulable(self, count: int) -> int:
+        return int(self._call("POST", "/v1/unschedulable", {"count": count})["desired_trainers"])
+
+    def report_exit(self, trainer: str, code: int) -> None:
+        self._call("POST", f"/v1/trainers/{trainer}/exited", {"code": code})
+
+    def drain(self, trainer: str) -> bool:
+        path = f"/v1/trainers/{trainer}/drain"
+        r = self._request("POST", path, {})
+        if r.status_code == 400:
+            return False  # no trainer by that name: it never registered
+        self._answer(r, path)
+        return True
+
+    def request_checkpoint(self) -> None:
+        self._call("POST", "/v1/checkpoints/request")
+
+    def fail_job(self, message: str) -> None:
+        self._call("POST", "/v1/fatal", {"message": message})
+
+    def shutdown(self) -> None:
+        self._call("POST", "/v1/shutdown")
+
+    # ------------------------------------------------------------------ TrainerLink
+    def spec(self) -> JobSpec:
+        return JobSpec(**self._call("GET", "/v1/spec"))
+
+    def register(self, trainer: str, pid: int, host: str, store_port: int) -> Registration:
+        body = {"pid": pid, "host": host, "store_port": store_port}
+        return Registration.from_json(self._call("POST", f"/v1/trainers/{trainer}/register", body))
+
+    def assignment(self, trainer: str, after: int, wait_s: float) -> Assignment | NoAssignment:
+        d = self._call("GET", f"/v1/trainers/{trainer}/assignment", params={"after": after, "wait_s": wait_s})
+        return assignment_from_json(d)
+
+    def heartbeat(self, trainer: str, *, generation: int, step: int, safe_cursor: Cursor | None,
+                  loss: float | None, wait_s: float) -> HeartbeatAnswer:
+        body = {"generation": generation, "step": step, "wait_s": wait_s, "safe_cursor": cursor_to_json(safe_cursor),
+                "loss": loss}
+        return HeartbeatAnswer.from_json(self._call("POST", f"/v1/trainers/{trainer}/heartbeat", body))
+
+    def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:
+        body = {"request_id": request_id, "safe_cursor": cursor_to_json(safe_cursor)}
+        return next_task_from_json(self._call("POST", f"/v1/trainers/{trainer}/task", body))
+
+    def task_failed(self, trainer: str, task_id: int, reason: str) -> None:
+        self._call("POST", f"/v1/trainers/{trainer}/task-failed", {"task_id": task_id, "reason": reason})
+
+    def sync(self, report: SyncReport) -> None:
+        body = {"generation": report.generation, "step": report.step, "store_port": report.store_port,
+                "failed": report.failed, "cursors": cursors_to_json(report.cursors)}
+        self._call("POST", f"/v1/trainers/{report.trainer}/sync", body)
+
+    def first_step(self, trainer: str, generation: int) -> None:
+        self._call("POST", f"/v1/trainers/{trainer}/first-step", {"generation": generation})
+
+    def checkpoint_cut(self, generation: int, step: int, cursors: dict[str, Cursor | None]) -> dict[str, Any]:
+        body = {"generation": generation, "step": step, "cursors": cursors_to_json(cursors)}
+        return self._call("POST", "/v1/checkpoints/cut", body)
+
+    def checkpoint_committed(self, generation: int, step: int, uri: str, write_s: float) -> bool:
+        body = {"generation": generation, "step": step, "uri": uri, "write_s": write_s}
+        return bool(self._call("POST", "/v1/checkpoints/committed", body)["ok"])
+
+    def finish(self, step: int, final_model_uri: str | None, metrics: dict[str, float]) -> None:
+        self._call("POST", "/v1/finish", {"step": step, "final_model_uri": final_model_uri, "metrics": metrics})
+
+
+def _detail(r: httpx.Response) -> str:
+    try:
+        return str(r.json().get("detail", r.text))
+    except ValueError:
+        return r.text[:200]

@@ -1,0 +1,79 @@
+"""The one HTTP client of the master against the real app in-process: typed answers, the error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fastapi.testclient import TestClient
+
+from edl.api.data import Cursor, Shard
+from edl.api.master import Assignment, JobStatus, JobView, NoAssignment, Phase, Source, TrainerState, Unassigned
+from edl.api.spec import JobSpec
+from edl.errors import StaleError, TemporaryError, UserError
+from edl.master.client import HttpMaster
+from edl.master.job import Job
+from edl.master.server import Master, build_app
+
+TOKEN = "s3cret"
+
+
+@pytest.fixture
+def job() -> Job:
+    spec = JobSpec(job="api", model_def="m", data="d", epochs=1, batch_size=4, min_trainers=1, max_trainers=3,
+                   trainers=1, checkpoint_uri="/tmp/x")
+    return Job(spec, [Shard("a.parquet", 40)], master_uid="1", now=0.0)
+
+
+def link_to(job: Job, token: str = TOKEN) -> tuple[HttpMaster, TestClient]:
+    async def make() -> Master:
+        return Master(job, TOKEN, clock=lambda: 1.0)
+
+    app = build_app(asyncio.new_event_loop().run_until_complete(make()))
+    link = HttpMaster("testserver", token, give_up_s=0.0)
+    http = TestClient(app, base_url=link.base, headers={"Authorization": f"Bearer {token}"})
+    link._http = http  # the app in-process instead of a socket
+    return link, http
+
+
+def test_typed_answers_round_trip_their_json(job):
+    link, http = link_to(job)
+    with http:
+        assert link.healthy()
+        assert link.spec() == job.spec
+        reg = link.register("t1", 11, "127.0.0.1", 5)
+        assert reg.master_uid == "1" and reg.job_status is JobStatus.RUNNING
+        a = link.assignment("t1", after=0, wait_s=0.0)
+        assert isinstance(a, Assignment) and (a.rank, a.world_size, a.source) == (0, 1, Source.INIT)
+        assert link.assignment("t1", after=a.generation, wait_s=0.0) == NoAssignment(Unassigned.WAIT)
+        beat = link.heartbeat("t1", generation=1, step=0, safe_cursor=None, loss=None, wait_s=0.0)
+        assert beat.known and beat.state is TrainerState.ACTIVE and not beat.stop
+        wire = http.get("/v1/status").json()
+        st = link.status()
+        assert isinstance(st, JobView) and st.to_json() == wire
+        assert st.phase is Phase.RUNNING and st.trainers[0].state is TrainerState.ACTIVE
+        assert link.scale(2) == 2 and link.report_unschedulable(1) == 1
+
+
+def test_errors_map_to_one_line_kinds(job):
+    link, http = link_to(job)
+    with http:
+        with pytest.raises(UserError, match="outside this job's range 1..3"):
+            link.scale(7)  # 400: the master's reason
+        assert link.drain("nobody") is False  # 400 on a drain: the master does not know it
+        link.register("t1", 11, "127.0.0.1", 5)
+        with pytest.raises(StaleError, match="409"):
+            link.checkpoint_cut(7, 3, {"t1": Cursor(0, 4)})  # not the current generation
+        cut = link.checkpoint_cut(1, 3, {"t1": Cursor(0, 4)})
+        assert cut["step"] == 3 and link.checkpoint_committed(1, 3, "file:///c", 0.5)
+        assert not link.checkpoint_committed(1, 3, "file:///c", 0.5)  # committed once
+    wrong, http = link_to(job, token="wrong")
+    with http, pytest.raises(UserError, match="refused our job token"):
+        wrong.status()
+
+
+def test_an_unreachable_master_is_temporary():
+    link = HttpMaster("127.0.0.1:1", TOKEN, timeout_s=1.0, give_up_s=0.0)
+    assert link.status() is None and not link.healthy()
+    with pytest.raises(TemporaryError, match="unreachable"):
+        link.scale(2)
