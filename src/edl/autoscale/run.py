@@ -11,6 +11,9 @@ import threading
 from edl.api.cluster import Resources
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
+from edl.cluster.kube_api import KubeApi, load_api_client
+from edl.cluster.kube_view import KubeClusterView
+from edl.cluster.manifests import pod_from_env
 from edl.errors import UserError
 from edl.master.client import HttpMaster
 
@@ -19,12 +22,6 @@ log = logging.getLogger("edl.sidecar")
 
 def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
                 min_trainers: int, max_trainers: int, trainer: Resources, kubeconfig: str | None) -> int:
-    # Here, not at the top: launcher/local.py imports this module, and `edl train` should not load the
-    # Kubernetes client (about 0.6 s).
-    from edl.cluster.kube_api import KubeApi, load_api_client
-    from edl.cluster.kube_view import KubeClusterView
-    from edl.cluster.manifests import pod_from_env
-
     if not 1 <= min_trainers <= max_trainers:
         raise UserError(f"--min-trainers {min_trainers} / --max-trainers {max_trainers}: need 1 <= min <= max")
     if period_s <= 0 or not 0 <= jitter_s < period_s:
