@@ -11,7 +11,6 @@ import threading
 from edl.api.cluster import Resources
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
-from edl.errors import UserError
 from edl.trainer.client import MasterClient
 
 log = logging.getLogger("edl.sidecar")
@@ -32,13 +31,10 @@ class HttpMasterLink:
 
 def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
                 min_trainers: int, max_trainers: int, trainer: Resources, kubeconfig: str | None) -> int:
+    """Run the sidecar until SIGTERM; its settings come validated (``edl sidecar``: ``edl.api.spec``)."""
     from edl.cluster.kubernetes import KubeApi, KubeClusterView, load_api_client
     from edl.cluster.manifests import pod_from_env
 
-    if not 1 <= min_trainers <= max_trainers:
-        raise UserError(f"--min-trainers {min_trainers} / --max-trainers {max_trainers}: need 1 <= min <= max")
-    if period_s <= 0 or not 0 <= jitter_s < period_s:
-        raise UserError(f"--period {period_s} / --jitter {jitter_s}: need period > 0 and 0 <= jitter < period")
     chosen = get_policy(policy)
     kube = KubeApi(load_api_client(kubeconfig), namespace)
     holder = os.environ.get("POD_NAME") or socket.gethostname()

@@ -20,7 +20,7 @@ from edl.cluster import manifests as m
 from edl.api.cluster import MasterEndpoint, TrainerExit, TrainerPod
 from edl.cluster.kubernetes import KubeApi
 from edl.errors import UserError
-from edl.api.spec import JobSpec
+from edl.api.spec import JobSpec, K8sOptions
 
 log = logging.getLogger("edl.launcher")
 _PHASE = {"Pending": PodPhase.PENDING, "Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED,
@@ -76,7 +76,7 @@ def classify_exit(pod: dict) -> tuple[TrainerExit, str]:
 
 
 class KubeCluster:
-    def __init__(self, kube: KubeApi, spec: JobSpec, opts: m.K8sOptions, owner: dict | None = None,
+    def __init__(self, kube: KubeApi, spec: JobSpec, opts: K8sOptions, owner: dict | None = None,
                  master_via: str = "service") -> None:
         self.kube = kube
         self.spec = spec
