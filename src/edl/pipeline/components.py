@@ -4,8 +4,14 @@ in ``kfp.local`` (subprocesses on this machine) and on a cluster (in the images 
 Each body only imports ``edl`` and calls one function; the work lives in the package
 where it is tested without KFP. ``install_kfp_package=False``: the images already hold
 the pinned kfp, and a cluster without internet access must not pip-install at start.
+
+``elastic_train``'s signature is the one list of its parameters (KFP reads it, and runs the
+function's source in the image, so it must be written out): ``TRAIN_PARAMETERS`` below,
+``TrainParams`` (step.py) and the retraining pipeline's parameters (retrain.py) derive from it.
 """
 
+
+import inspect
 
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
@@ -65,25 +71,17 @@ def elastic_train(
     machine and other tenants taking them over time (TIME:SLOTS pairs); ``audit`` (local only)
     counts every record that enters the model and reports lost and duplicated samples.
     """
-    from pathlib import Path
+    arguments = dict(locals())  # every parameter and artifact above, by name
+    from edl.pipeline.step import run_component
 
-    from edl.pipeline.step import TrainParams, artifact_uri, run_elastic_train
+    run_component(**arguments)
 
-    start_from = warm_start_uri
-    if warm_start is not None:
-        start_from = artifact_uri(warm_start.uri, warm_start.path)
-    params = TrainParams(
-        data_uri=artifact_uri(data.uri, data.path) if data is not None else data_uri, model_def=model_def, epochs=epochs, batch_size=batch_size,
-        learning_rate=learning_rate, min_trainers=min_trainers, max_trainers=max_trainers,
-        initial_trainers=initial_trainers, trainer_cpu=trainer_cpu, trainer_memory=trainer_memory,
-        trainer_gpu=trainer_gpu, priority_class=priority_class, checkpoint_uri=checkpoint_uri, s3_secret=s3_secret,
-        job_name=job_name, sidecar_policy=sidecar_policy, sidecar_period_s=sidecar_period_s,
-        sidecar_jitter_s=sidecar_jitter_s, capacity_slots=capacity_slots, capacity_schedule=capacity_schedule,
-        warm_start_uri=start_from, audit=audit)
-    result = run_elastic_train(params, Path(model.path), Path(summary.path), Path(timeline.path),
-                               metrics.log_metric)
-    model.metadata.update({"framework": "paddlepaddle", "format": "paddle.jit.save + params.npz",
-                           "source_uri": result.get("final_model_uri"), "model_def": model_def})
+
+# The parameters (not the artifacts) of elastic_train, in their order, with their types and defaults.
+TRAIN_PARAMETERS: tuple[inspect.Parameter, ...] = tuple(
+    p for p in inspect.signature(elastic_train.python_func).parameters.values()
+    if p.annotation in (str, int, float, bool))
+TRAIN_DEFAULTS: dict = {p.name: p.default for p in TRAIN_PARAMETERS}
 
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)

@@ -17,9 +17,8 @@ import dataclasses
 import json
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from edl.api.spec import (
     JobSpec,
@@ -32,6 +31,7 @@ from edl.api.spec import (
 )
 from edl.autoscale.policy import POLICY_NAMES
 from edl.errors import UserError
+from edl.pipeline.components import TRAIN_PARAMETERS
 
 # How the step names the fields of JobSpec and K8sOptions: by the component's parameters.
 PARAMETER_NAMES = Naming(
@@ -40,34 +40,8 @@ PARAMETER_NAMES = Naming(
     "pipeline parameter {name}:", hints={"data": "connect a Dataset or set data_uri"})
 
 
-@dataclass
-class TrainParams:
-    """The elastic_train component's parameters (components.py), plus ``namespace``: on a cluster the
-    step's pod's own namespace, which callers outside KFP (tests) set."""
-
-    data_uri: str
-    model_def: str = "edl.zoo.digits"
-    epochs: int = 10
-    batch_size: int = 32
-    learning_rate: float = 0.01
-    min_trainers: int = 1
-    max_trainers: int = 4
-    initial_trainers: int = 0  # 0: start at min_trainers
-    trainer_cpu: str = "2"
-    trainer_memory: str = "4Gi"
-    trainer_gpu: int = 0
-    priority_class: str = ""
-    checkpoint_uri: str = ""  # "" : a directory of the step (local) — required on a cluster
-    s3_secret: str = ""
-    job_name: str = ""
-    namespace: str = ""
-    sidecar_policy: str = "edl"
-    sidecar_period_s: float = 10.0
-    sidecar_jitter_s: float = 2.0
-    capacity_slots: int = 0  # local only: trainer slots on this machine (0: max_trainers)
-    capacity_schedule: str = ""  # local only: other tenants, TIME:SLOTS pairs
-    warm_start_uri: str = ""
-    audit: bool = False  # local only: log every record id and report lost/duplicated samples
+class _TrainParamsMethods:
+    """What the step does with its parameters: the fields are the component's (``TrainParams``)."""
 
     def job(self) -> str:
         return self.job_name or f"train-{os.getpid()}"
@@ -98,6 +72,16 @@ class TrainParams:
                                                            self.min_trainers))
 
 
+# The component's parameters as a dataclass, plus ``namespace``: on a cluster the step's pod's own
+# namespace, which callers outside KFP (tests) set.
+TrainParams = dataclasses.make_dataclass(
+    "TrainParams",
+    [*((p.name, p.annotation, dataclasses.field(default=p.default)) for p in TRAIN_PARAMETERS),
+     ("namespace", str, dataclasses.field(default=""))],
+    bases=(_TrainParamsMethods,))
+TrainParams.__module__ = __name__
+
+
 def artifact_uri(uri: str, path: str) -> str:
     """Where a KFP artifact's files are for edl: its object-store URI on a cluster (KFP's
     ``minio://bucket/key`` is S3), else its local path (``kfp.local``)."""
@@ -112,6 +96,19 @@ def artifact_uri(uri: str, path: str) -> str:
 
 def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: Any = None, warm_start: Any = None,
+                  **parameters: Any) -> None:
+    """The elastic_train component: its artifacts (KFP's ``Output``/``Input`` objects) and parameters."""
+    if data is not None:
+        parameters["data_uri"] = artifact_uri(data.uri, data.path)
+    if warm_start is not None:
+        parameters["warm_start_uri"] = artifact_uri(warm_start.uri, warm_start.path)
+    result = run_elastic_train(TrainParams(**parameters), Path(model.path), Path(summary.path), Path(timeline.path),
+                               metrics.log_metric)
+    model.metadata.update({"framework": "paddlepaddle", "format": "paddle.jit.save + params.npz",
+                           "source_uri": result.get("final_model_uri"), "model_def": parameters["model_def"]})
 
 
 def run_elastic_train(p: TrainParams, model_dir: Path, summary_path: Path, timeline_path: Path | None = None,
