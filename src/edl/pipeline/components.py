@@ -21,7 +21,15 @@ RUNTIME_IMAGE = f"edl-runtime:{VERSION}"  # launcher, master, sidecar: no Paddle
 TRAINER_IMAGE = f"edl-trainer-cpu:{VERSION}"  # PaddlePaddle (CPU): evaluation needs it too
 
 
-@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)  # scikit-learn's digits live there
+def _component(base_image: str):
+    """KFP's component decorator. Where a component runs, KFP's runtime mode (``_KFP_RUNTIME``) has
+    none: step.py imports this module there (for ``TRAIN_PARAMETERS``) and gets the plain functions."""
+    if not hasattr(dsl, "component"):
+        return lambda func: func
+    return dsl.component(base_image=base_image, install_kfp_package=False)
+
+
+@_component(TRAINER_IMAGE)  # scikit-learn's digits live there
 def prepare_data(dataset: Output[Dataset], kind: str = "digits", rows: int = 20000, seed: int = 0):
     """Write a ready-to-train data set (Parquet shards in train/ and test/) into the artifact."""
     from edl.pipeline.tasks import prepare_dataset
@@ -29,7 +37,7 @@ def prepare_data(dataset: Output[Dataset], kind: str = "digits", rows: int = 200
     prepare_dataset(kind, dataset.path, rows, seed, dataset.metadata)
 
 
-@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+@_component(RUNTIME_IMAGE)
 def elastic_train(
     model: Output[Model],
     metrics: Output[Metrics],
@@ -77,14 +85,15 @@ def elastic_train(
     run_component(**arguments)
 
 
-# The parameters (not the artifacts) of elastic_train, in their order, with their types and defaults.
+# The parameters (not the artifacts) of elastic_train, in their order, with their types and defaults
+# (of the function a component wraps, or of the plain function in KFP's runtime mode).
 TRAIN_PARAMETERS: tuple[inspect.Parameter, ...] = tuple(
-    p for p in inspect.signature(elastic_train.python_func).parameters.values()
+    p for p in inspect.signature(getattr(elastic_train, "python_func", elastic_train)).parameters.values()
     if p.annotation in (str, int, float, bool))
 TRAIN_DEFAULTS: dict = {p.name: p.default for p in TRAIN_PARAMETERS}
 
 
-@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+@_component(TRAINER_IMAGE)
 def evaluate(model: Input[Model], data: Input[Dataset], metrics: Output[Metrics],
              model_def: str = "edl.zoo.digits") -> float:
     """Accuracy of ``model`` on the held-out split (test/) of ``data``; also logged as metrics."""
@@ -97,7 +106,7 @@ def evaluate(model: Input[Model], data: Input[Dataset], metrics: Output[Metrics]
     return float(result["accuracy"])
 
 
-@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+@_component(RUNTIME_IMAGE)
 def beats_published(accuracy: float, registry_uri: str) -> bool:
     """Whether ``accuracy`` beats the model currently published at ``registry_uri`` (or none is)."""
     from edl.pipeline.tasks import beats_published as check
@@ -105,7 +114,7 @@ def beats_published(accuracy: float, registry_uri: str) -> bool:
     return check(accuracy, registry_uri)
 
 
-@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+@_component(RUNTIME_IMAGE)
 def publish(model: Input[Model], accuracy: float, registry_uri: str) -> str:
     """Publish ``model`` as the current one at ``registry_uri``; returns where it went."""
     from edl.pipeline.tasks import publish_model
