@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from edl.api.spec import JobSpec, K8sOptions
 from edl.errors import EdlError, UserError
 from edl.jobargs import FLAG_NAMES
 
@@ -187,7 +188,7 @@ def cmd_sidecar(a: argparse.Namespace) -> int:
                        a.min_trainers, a.max_trainers, trainer, a.kubeconfig)
 
 
-def _kubernetes_job(a: argparse.Namespace):
+def _kubernetes_job(a: argparse.Namespace) -> tuple[JobSpec, K8sOptions]:
     """The spec and pod options of ``edl launch``/``edl k8s render``, validated for Kubernetes."""
     from edl.api.spec import kubernetes_problems
     from edl.autoscale.policy import POLICY_NAMES
