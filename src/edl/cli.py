@@ -9,7 +9,14 @@ import os
 import sys
 from pathlib import Path
 
+from edl.api.spec import JobSpec, K8sOptions
 from edl.errors import EdlError, TemporaryError, UserError
+from edl.jobargs import FLAG_NAMES
+
+# The flags that only ``edl train`` and ``edl sidecar`` have, by the field they set.
+TRAIN_FLAGS = FLAG_NAMES.with_names(autoscale_slots="--autoscale-slots", capacity_schedule="--capacity-schedule")
+SIDECAR_FLAGS = FLAG_NAMES.with_names(sidecar_policy="--policy", sidecar_period_s="--period",
+                                      sidecar_jitter_s="--jitter")
 
 
 def _token_from_env() -> str:
@@ -20,20 +27,19 @@ def _token_from_env() -> str:
 
 
 def cmd_train(a: argparse.Namespace) -> int:
+    from edl.api.spec import local_autoscale_problems
     from edl.jobargs import spec_from_args
     from edl.launcher.local import LocalLauncher
 
     spec = spec_from_args(a)
+    TRAIN_FLAGS.check(local_autoscale_problems(a.autoscale_slots, a.capacity_schedule, a.sidecar_period,
+                                               spec.min_trainers))
     autoscale = None
     if a.autoscale_slots is not None:
         from edl.autoscale.local_view import CapacitySchedule
         from edl.launcher.local import LocalAutoscale
 
-        if a.autoscale_slots < spec.min_trainers:
-            raise UserError(f"--autoscale-slots {a.autoscale_slots} is below --min-trainers {spec.min_trainers}")
         autoscale = LocalAutoscale(a.autoscale_slots, CapacitySchedule.parse(a.capacity_schedule), a.sidecar_period)
-    elif a.capacity_schedule:
-        raise UserError("--capacity-schedule needs --autoscale-slots")
     return LocalLauncher(spec, Path(a.summary_out) if a.summary_out else None, a.max_trainer_failures,
                          autoscale=autoscale).run()
 
@@ -123,9 +129,10 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         raise UserError(f"--runs must be at least 1 (got {a.runs})")
     scenario = load(a.scenario)
     policies = [p.strip() for p in a.compare.split(",")] if a.compare else [a.policy]
+    known = _simulated_policies()
     for p in policies:
-        if p not in ("off", "edl2017", "edl"):
-            raise UserError(f"unknown policy {p!r}; choose from off, edl2017, edl")
+        if p not in known:
+            raise UserError(f"unknown policy {p!r}; choose from {', '.join(known)}")
     reports = []
     for p in policies:
         report, sim = simulate(scenario, p, a.runs, a.seed)
@@ -154,24 +161,35 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
 def cmd_sidecar(a: argparse.Namespace) -> int:
     from edl.api.cluster import Resources
+    from edl.api.spec import sidecar_problems, trainer_range_problems, trainer_resource_problems
+    from edl.autoscale.policy import POLICY_NAMES
     from edl.autoscale.run import run_sidecar
     from edl.cluster.kube_api import quantity
 
-    try:
-        trainer = Resources(quantity(a.trainer_cpu), quantity(a.trainer_memory) / 2 ** 30, float(a.trainer_gpu))
-    except (ValueError, ArithmeticError):
-        raise UserError(f"--trainer-cpu {a.trainer_cpu!r} / --trainer-memory {a.trainer_memory!r}: "
-                        "not Kubernetes quantities") from None
+    SIDECAR_FLAGS.check(trainer_range_problems(a.min_trainers, a.max_trainers),
+                        sidecar_problems(a.policy, a.period, a.jitter, POLICY_NAMES),
+                        trainer_resource_problems(a.trainer_cpu, a.trainer_memory, a.trainer_gpu))
+    trainer = Resources(quantity(a.trainer_cpu), quantity(a.trainer_memory) / 2 ** 30, float(a.trainer_gpu))
     return run_sidecar(a.job_name, a.master, _token_from_env(), a.namespace, a.policy, a.period, a.jitter,
                        a.min_trainers, a.max_trainers, trainer, a.kubeconfig)
 
 
+def _kubernetes_job(a: argparse.Namespace) -> tuple[JobSpec, K8sOptions]:
+    """The spec and pod options of ``edl launch``/``edl k8s render``, validated for Kubernetes."""
+    from edl.api.spec import kubernetes_problems
+    from edl.autoscale.policy import POLICY_NAMES
+    from edl.jobargs import options_from_args, spec_from_args
+
+    spec, opts = spec_from_args(a), options_from_args(a)
+    FLAG_NAMES.check(kubernetes_problems(spec, opts, POLICY_NAMES))
+    return spec, opts
+
+
 def cmd_launch(a: argparse.Namespace) -> int:
-    from edl.cluster.manifests import options_from_args
-    from edl.jobargs import spec_from_args
     from edl.launcher.kube import launch
 
-    return launch(spec_from_args(a), options_from_args(a), kubeconfig=a.kubeconfig,
+    spec, opts = _kubernetes_job(a)
+    return launch(spec, opts, kubeconfig=a.kubeconfig,
                   max_trainer_failures=a.max_trainer_failures,
                   summary_out=Path(a.summary_out) if a.summary_out else None, master_via=a.master_via)
 
@@ -195,10 +213,9 @@ def cmd_pipeline_compile(a: argparse.Namespace) -> int:
 def cmd_k8s_render(a: argparse.Namespace) -> int:
     import yaml
 
-    from edl.cluster.manifests import options_from_args, render
-    from edl.jobargs import spec_from_args
+    from edl.cluster.manifests import render
 
-    files = render(spec_from_args(a), options_from_args(a))  # validates everything before a file is written
+    files = render(*_kubernetes_job(a))  # everything is validated before a file is written
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {a.out!r} exists and is not a directory")
@@ -219,9 +236,16 @@ def _add_kubeconfig(p: argparse.ArgumentParser) -> None:
                    help="kubeconfig to use outside a cluster (default: in-cluster config, else ~/.kube/config)")
 
 
+def _simulated_policies() -> tuple[str, ...]:
+    """What ``edl simulate`` runs: "off" (static trainer counts) and every registered policy."""
+    from edl.autoscale.policy import POLICY_NAMES
+
+    return ("off", *POLICY_NAMES)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from edl.cluster.manifests import add_k8s_arguments
-    from edl.jobargs import add_job_arguments
+    from edl.autoscale.policy import POLICY_NAMES
+    from edl.jobargs import add_job_arguments, add_k8s_arguments
 
     p = argparse.ArgumentParser(prog="edl", description="Elastic deep learning for PaddlePaddle.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -273,8 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="simulate a cluster with elastic jobs under a scaling policy",
                          description="Run a scenario in virtual time with the same policy code the sidecar runs.")
     sim.add_argument("--scenario", required=True, help="a scenario YAML file, or seed-case1 / seed-case2")
-    sim.add_argument("--policy", default="edl", help="off (static trainer counts), edl2017 or edl (default edl)")
-    sim.add_argument("--compare", default=None, help="comma-separated policies to run side by side, e.g. off,edl2017,edl")
+    sim.add_argument("--policy", default="edl", help=f"off (static trainer counts), {' or '.join(POLICY_NAMES)} "
+                                                     "(default edl)")
+    sim.add_argument("--compare", default=None,
+                     help=f"comma-separated policies to run side by side, e.g. {','.join(_simulated_policies())}")
     sim.add_argument("--runs", type=int, default=1, help="runs with consecutive seeds, averaged (default 1)")
     sim.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     sim.add_argument("--out", default=None, help="write the JSON report here")
@@ -287,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "everything when the job ends or on SIGTERM (after a last checkpoint, if it "
                                     "fits in 20 s). Exits 0 when the job succeeded.")
     add_job_arguments(la)
-    add_k8s_arguments(la)
+    add_k8s_arguments(la, POLICY_NAMES)
     la.add_argument("--max-trainer-failures", type=int, default=5,
                     help="fail the job after this many trainer crashes; preemptions do not count (default 5)")
     la.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
@@ -303,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc2.add_argument("--master", required=True, help="the job master's address, host:port")
     sc2.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"),
                      help="namespace of the job and its demand Lease (default: $POD_NAMESPACE or default)")
-    sc2.add_argument("--policy", default="edl", help="scaling policy: edl (default) or edl2017")
+    sc2.add_argument("--policy", default="edl", help=f"scaling policy: {' or '.join(POLICY_NAMES)} (default edl)")
     sc2.add_argument("--period", type=float, default=10.0, help="seconds between decisions (default 10)")
     sc2.add_argument("--jitter", type=float, default=2.0,
                      help="each job acts at a fixed offset in [0, jitter) seconds into the period (default 2)")
@@ -334,13 +360,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("k8s", help="Kubernetes tools")
     ksub = k.add_subparsers(dest="k8s_command", required=True, metavar="ACTION")
-    kr = ksub.add_parser("render", help="write every object the launcher would create as YAML",
+    kr = ksub.add_parser("render", help="write the job's Kubernetes objects as YAML, for review",
                          description="Write the job's RBAC, token Secret (placeholder value), master Service, master "
                                      "pod with its autoscale sidecar and the trainer pod template to --out, for "
-                                     "review and `kubectl apply --dry-run=server`. The launcher adds "
-                                     "ownerReferences to its own pod and the real token.")
+                                     "review and `kubectl apply --dry-run=server`. The launcher creates the Secret "
+                                     "(with the real token), the Service, the master pod and the trainer pods from "
+                                     "the same builders, owned by its own pod; the RBAC is yours to apply.")
     add_job_arguments(kr)
-    add_k8s_arguments(kr)
+    add_k8s_arguments(kr, POLICY_NAMES)
     kr.add_argument("--out", required=True, help="directory to write the YAML files into")
     kr.set_defaults(fn=cmd_k8s_render)
 

@@ -1,17 +1,19 @@
-"""The job options shared by ``edl train``, ``edl master`` (and later ``edl k8s render``).
+"""The flags of a job: its spec (``edl train``, ``edl master``, ``edl launch``, ``edl k8s render``)
+and its pods (``edl launch``, ``edl k8s render``).
 
-One table maps each flag to a ``JobSpec`` field, so parsing a command line,
-building a spec and turning a spec back into flags (to spawn ``edl master``)
-cannot drift apart.
+One table maps each flag to a ``JobSpec`` or ``K8sOptions`` field, so parsing a command line,
+building a spec, turning a spec back into flags (to spawn ``edl master``) and naming the
+culprit of a validation error (``FLAG_NAMES``) cannot drift apart.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, fields
+from collections.abc import Sequence
 from typing import Any
 
-from edl.api.spec import JobSpec
+from edl.api.spec import JobSpec, K8sOptions, Naming, job_problems
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,27 @@ FLAGS: tuple[Flag, ...] = (
 )
 AUDIT_HELP = "log every record id that enters the model and report lost/duplicate samples"
 
+# Defaults from K8sOptions; "{policies}": the names of the policy registry (edl.autoscale.policy).
+K8S_FLAGS: tuple[Flag, ...] = (
+    Flag("--namespace", "namespace", str, "namespace of the job's objects (default default)"),
+    Flag("--image", "image", str, "image of launcher, master and sidecar (default edl-runtime:0.1.0)"),
+    Flag("--trainer-image", "trainer_image", str, "image of the trainers (default edl-trainer-cpu:0.1.0)"),
+    Flag("--trainer-cpu", "trainer_cpu", str, "CPU request and limit per trainer, a Kubernetes quantity (default 2)"),
+    Flag("--trainer-memory", "trainer_memory", str, "memory request and limit per trainer (default 4Gi)"),
+    Flag("--trainer-gpu", "trainer_gpu", int, "GPUs per trainer, nvidia.com/gpu (default 0)"),
+    Flag("--priority-class", "priority_class", str, "PriorityClass of the trainer pods (default: none)"),
+    Flag("--s3-secret", "s3_secret", str,
+         "Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL for s3:// URIs"),
+    Flag("--sidecar-policy", "sidecar_policy", str, "scaling policy the sidecar runs: {policies} (default edl)"),
+    Flag("--sidecar-period", "sidecar_period_s", float, "seconds between the sidecar's decisions (default 10)"),
+    Flag("--sidecar-jitter", "sidecar_jitter_s", float,
+         "random delay up to this many seconds so that sidecars do not act at once (default 2)"),
+    Flag("--pending-timeout", "pending_timeout_s", float,
+         "seconds a trainer pod may stay Pending before it is reported unschedulable and removed (default 120)"),
+)
+
+FLAG_NAMES = Naming({**{f.field: f.flag for f in (*FLAGS, *K8S_FLAGS)}, "audit": "--audit"})
+
 
 def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("job")
@@ -61,13 +84,28 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--audit", dest="audit", action="store_true", help=AUDIT_HELP)
 
 
+def add_k8s_arguments(p: argparse.ArgumentParser, policies: Sequence[str]) -> None:
+    g = p.add_argument_group("kubernetes")
+    defaults = K8sOptions()
+    for f in K8S_FLAGS:
+        g.add_argument(f.flag, dest=f.field, type=f.type, default=getattr(defaults, f.field),
+                       help=f.help.format(policies=" or ".join(policies)))
+
+
 def spec_from_args(a: argparse.Namespace) -> JobSpec:
+    """The spec the flags give, checked by its own rules (``job_problems``)."""
     values = {f.name: getattr(a, f.name) for f in fields(JobSpec) if hasattr(a, f.name)}
     if values.get("trainers") is None:
         values["trainers"] = values["min_trainers"]
     spec = JobSpec(**values)
-    spec.validate()
+    FLAG_NAMES.check(job_problems(spec))
     return spec
+
+
+def options_from_args(a: argparse.Namespace) -> K8sOptions:
+    """The pod options the flags give; the caller checks them (``kubernetes_problems``, with the policy names)."""
+    names = {f.name for f in fields(K8sOptions)}
+    return K8sOptions(**{k: v for k, v in vars(a).items() if k in names})
 
 
 def spec_to_argv(spec: JobSpec) -> list[str]:

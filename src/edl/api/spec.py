@@ -1,12 +1,18 @@
-"""The training job's spec: everything that defines a job, the same on every (re)start.
+"""The training job's spec, the options of its pods, and the one validator of both.
 
-It travels from ``edl train``/``edl launch``/the KFP step to the master (as JSON in its
+The spec travels from ``edl train``/``edl launch``/the KFP step to the master (as JSON in its
 argv) and on to every trainer (in the master's ``/v1/spec``).
+
+Validation reports *which field* is wrong (a ``Problem``); the caller's ``Naming`` (field ->
+flag or pipeline parameter) turns the first problem into the one-line ``UserError``, so the same
+rules speak of ``--min-trainers`` on the command line and of ``min_trainers`` in the KFP step.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import re
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edl.errors import UserError
@@ -35,32 +41,169 @@ class JobSpec:
     audit: bool = False
     init_model: str | None = None  # warm start: a model directory with params.npz (a previous run's model)
 
-    def validate(self) -> None:
-        if not self.job or not all(c.isalnum() or c in "-_." for c in self.job):
-            raise UserError(f"--job-name {self.job!r}: use letters, digits, '-', '_' and '.'")
-        if self.epochs < 1:
-            raise UserError(f"--epochs must be at least 1 (got {self.epochs})")
-        if self.batch_size < 1:
-            raise UserError(f"--batch-size must be at least 1 (got {self.batch_size})")
-        if self.min_trainers < 1:
-            raise UserError(f"--min-trainers must be at least 1 (got {self.min_trainers})")
-        if self.min_trainers > self.max_trainers:
-            raise UserError(
-                f"--min-trainers {self.min_trainers} is greater than --max-trainers {self.max_trainers}"
-            )
-        if not self.min_trainers <= self.trainers <= self.max_trainers:
-            raise UserError(
-                f"--trainers {self.trainers} is outside --min-trainers..--max-trainers "
-                f"({self.min_trainers}..{self.max_trainers})"
-            )
-        if self.learning_rate <= 0:
-            raise UserError(f"--learning-rate must be positive (got {self.learning_rate})")
-        if self.keep_checkpoints < 1:
-            raise UserError(f"--keep-checkpoints must be at least 1 (got {self.keep_checkpoints})")
-
     @property
     def task_rows(self) -> int:
         return self.rows_per_task or self.batch_size * 4
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class K8sOptions:
+    """Where and how the job's pods run; set by the flags of ``edl launch``/``edl k8s render`` and by the KFP step."""
+
+    namespace: str = "default"
+    image: str = "edl-runtime:0.1.0"
+    trainer_image: str = "edl-trainer-cpu:0.1.0"
+    trainer_cpu: str = "2"
+    trainer_memory: str = "4Gi"
+    trainer_gpu: int = 0
+    priority_class: str | None = None
+    s3_secret: str | None = None
+    sidecar_policy: str = "edl"
+    sidecar_period_s: float = 10.0
+    sidecar_jitter_s: float = 2.0
+    pending_timeout_s: float = 120.0
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------ validation
+NameOf = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong with one field. ``detail`` follows the field's name in the message; where it
+    mentions other fields it is a function of the caller's naming."""
+
+    field: str
+    detail: str | Callable[[NameOf], str]
+
+
+@dataclass(frozen=True)
+class Naming:
+    """How one source of job input names the fields: ``{"min_trainers": "--min-trainers"}`` and
+    ``"{name}"`` for flags, parameter names and ``"pipeline parameter {name}:"`` for the KFP step.
+    ``hints`` add what the name alone does not say (one pipeline parameter fed by two inputs)."""
+
+    names: Mapping[str, str]
+    opening: str = "{name}"
+    hints: Mapping[str, str] = field(default_factory=dict)
+
+    def name(self, field_name: str) -> str:
+        return self.names.get(field_name, field_name)
+
+    def error(self, problem: Problem) -> UserError:
+        detail = problem.detail if isinstance(problem.detail, str) else problem.detail(self.name)
+        hint = self.hints.get(problem.field)
+        return UserError(f"{self.opening.format(name=self.name(problem.field))} {detail}"
+                         + (f" ({hint})" if hint else ""))
+
+    def check(self, *problems: Iterable[Problem]) -> None:
+        """Raise the ``UserError`` of the first problem, if there is one."""
+        for group in problems:
+            for problem in group:
+                raise self.error(problem)
+
+    def with_names(self, **names: str) -> Naming:
+        """The same naming with these fields named (or renamed): a command's own flags."""
+        return Naming({**self.names, **names}, self.opening, self.hints)
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+MAX_JOB_NAME = 40  # room for "edl-" + "-trainer-" + a 5-character suffix within 63
+
+
+def job_problems(spec: JobSpec) -> Iterator[Problem]:
+    """The spec's own rules, wherever the job runs."""
+    if not spec.job or not all(c.isalnum() or c in "-_." for c in spec.job):
+        yield Problem("job", f"{spec.job!r}: use letters, digits, '-', '_' and '.'")
+    if not spec.data:
+        yield Problem("data", "must name a data set")
+    if spec.epochs < 1:
+        yield Problem("epochs", f"must be at least 1 (got {spec.epochs})")
+    if spec.batch_size < 1:
+        yield Problem("batch_size", f"must be at least 1 (got {spec.batch_size})")
+    yield from trainer_range_problems(spec.min_trainers, spec.max_trainers, spec.trainers)
+    if spec.learning_rate <= 0:
+        yield Problem("learning_rate", f"must be positive (got {spec.learning_rate})")
+    if spec.keep_checkpoints < 1:
+        yield Problem("keep_checkpoints", f"must be at least 1 (got {spec.keep_checkpoints})")
+
+
+def trainer_range_problems(min_trainers: int, max_trainers: int, trainers: int | None = None) -> Iterator[Problem]:
+    """``1 <= min_trainers <= trainers <= max_trainers`` (``trainers``: the initial count, where one is given)."""
+    if min_trainers < 1:
+        yield Problem("min_trainers", f"must be at least 1 (got {min_trainers})")
+    if min_trainers > max_trainers:
+        yield Problem("min_trainers", lambda n: f"{min_trainers} is greater than {n('max_trainers')} {max_trainers}")
+    if trainers is not None and not min_trainers <= trainers <= max_trainers:
+        yield Problem("trainers", lambda n: f"{trainers} is outside {n('min_trainers')}..{n('max_trainers')} "
+                                            f"({min_trainers}..{max_trainers})")
+
+
+def sidecar_problems(policy: str, period_s: float, jitter_s: float, policies: Collection[str]) -> Iterator[Problem]:
+    """The autoscale sidecar's settings; ``policies``: the names the policy registry knows."""
+    if policy not in policies:
+        yield Problem("sidecar_policy", f"{policy!r}: choose {' or '.join(policies)}")
+    if period_s <= 0:
+        yield Problem("sidecar_period_s", f"must be positive (got {period_s})")
+    if not 0 <= jitter_s < period_s:
+        yield Problem("sidecar_jitter_s", lambda n: f"must be in [0, {n('sidecar_period_s')}) (got {jitter_s})")
+
+
+def trainer_resource_problems(cpu: str, memory: str, gpu: int) -> Iterator[Problem]:
+    """One trainer pod's requests: positive Kubernetes quantities and a GPU count."""
+    for name, value in (("trainer_cpu", cpu), ("trainer_memory", memory)):
+        if not _QUANTITY.match(value) or float(re.sub(r"[A-Za-z]+$", "", value)) <= 0:
+            yield Problem(name, f"{value!r}: must be a positive Kubernetes quantity (e.g. 2, 500m, 4Gi)")
+    if gpu < 0:
+        yield Problem("trainer_gpu", f"must be 0 or more (got {gpu})")
+
+
+def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Problem]:
+    """The pod options' own rules."""
+    if not _DNS_LABEL.match(opts.namespace) or len(opts.namespace) > 63:
+        yield Problem("namespace", f"{opts.namespace!r}: must be a DNS label (lowercase letters, digits, '-')")
+    for name, image in (("image", opts.image), ("trainer_image", opts.trainer_image)):
+        if not image or any(c.isspace() for c in image):
+            yield Problem(name, f"{image!r}: must be an image reference without spaces")
+    yield from trainer_resource_problems(opts.trainer_cpu, opts.trainer_memory, opts.trainer_gpu)
+    if opts.priority_class is not None and not _DNS_LABEL.match(opts.priority_class):
+        yield Problem("priority_class", f"{opts.priority_class!r}: must be a PriorityClass name")
+    if opts.s3_secret is not None and not _DNS_LABEL.match(opts.s3_secret):
+        yield Problem("s3_secret", f"{opts.s3_secret!r}: must be a Secret name")
+    yield from sidecar_problems(opts.sidecar_policy, opts.sidecar_period_s, opts.sidecar_jitter_s, policies)
+    if opts.pending_timeout_s <= 0:
+        yield Problem("pending_timeout_s", f"must be positive (got {opts.pending_timeout_s})")
+
+
+def kubernetes_problems(spec: JobSpec, opts: K8sOptions, policies: Collection[str]) -> Iterator[Problem]:
+    """The pod options, and what a job needs beyond ``job_problems`` to run as pods."""
+    yield from pod_problems(opts, policies)
+    if len(spec.job) > MAX_JOB_NAME or not _DNS_LABEL.match(spec.job):
+        yield Problem("job", f"{spec.job!r}: on Kubernetes use at most {MAX_JOB_NAME} lowercase letters, "
+                             "digits and '-', starting and ending with a letter or digit")
+    for name, uri in (("checkpoint_uri", spec.checkpoint_uri), ("data", spec.data), ("eval_data", spec.eval_data)):
+        if uri is not None and not uri.startswith("s3://"):
+            yield Problem(name, f"{uri!r}: pods share no disk, use an s3:// URI (MinIO or any S3 store)")
+    if spec.checkpoint_uri.startswith("s3://") and opts.s3_secret is None:
+        yield Problem("s3_secret", "is required for s3:// URIs: name the Secret that holds the S3 credentials")
+    if spec.audit:
+        yield Problem("audit", "writes a local directory and is for the local backend only")
+
+
+def local_autoscale_problems(slots: int | None, schedule: str, period_s: float,
+                             min_trainers: int) -> Iterator[Problem]:
+    """The sidecar run on this machine (``edl train --autoscale-slots``, the KFP step off a cluster):
+    ``slots`` trainer slots (``None``: no sidecar), other tenants on ``schedule``."""
+    if slots is None:
+        if schedule:
+            yield Problem("capacity_schedule", lambda n: f"needs {n('autoscale_slots')}")
+        return
+    if slots < min_trainers:
+        yield Problem("autoscale_slots", lambda n: f"{slots} is below {n('min_trainers')} {min_trainers}")
+    if period_s <= 0:
+        yield Problem("sidecar_period_s", f"must be positive (got {period_s})")

@@ -14,7 +14,6 @@ from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.cluster.kube_api import KubeApi, load_api_client
 from edl.cluster.kube_view import KubeClusterView
 from edl.cluster.manifests import pod_from_env
-from edl.errors import UserError
 from edl.master.client import HttpMaster
 
 log = logging.getLogger("edl.sidecar")
@@ -22,10 +21,7 @@ log = logging.getLogger("edl.sidecar")
 
 def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
                 min_trainers: int, max_trainers: int, trainer: Resources, kubeconfig: str | None) -> int:
-    if not 1 <= min_trainers <= max_trainers:
-        raise UserError(f"--min-trainers {min_trainers} / --max-trainers {max_trainers}: need 1 <= min <= max")
-    if period_s <= 0 or not 0 <= jitter_s < period_s:
-        raise UserError(f"--period {period_s} / --jitter {jitter_s}: need period > 0 and 0 <= jitter < period")
+    """Run the sidecar until SIGTERM; its settings come validated (``edl sidecar``: ``edl.api.spec``)."""
     chosen = get_policy(policy)
     kube = KubeApi(load_api_client(kubeconfig), namespace)
     holder = os.environ.get("POD_NAME") or socket.gethostname()

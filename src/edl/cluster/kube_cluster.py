@@ -19,7 +19,7 @@ from edl.cluster import manifests as m
 from edl.api.cluster import MasterEndpoint, TrainerPod
 from edl.cluster.kube_api import KubeApi, pod_phase, trainer_exit
 from edl.errors import UserError
-from edl.api.spec import JobSpec
+from edl.api.spec import JobSpec, K8sOptions
 
 log = logging.getLogger("edl.launcher")
 
@@ -35,7 +35,7 @@ def _now_rfc3339() -> str:
 
 
 class KubeCluster:
-    def __init__(self, kube: KubeApi, spec: JobSpec, opts: m.K8sOptions, owner: dict | None = None,
+    def __init__(self, kube: KubeApi, spec: JobSpec, opts: K8sOptions, owner: dict | None = None,
                  master_via: str = "service") -> None:
         self.kube = kube
         self.spec = spec

@@ -1,9 +1,13 @@
-"""Every Kubernetes object of an elastic job, built as plain dicts from the job's options.
+"""Every Kubernetes object of an elastic job, built as plain dicts from its ``JobSpec`` and ``K8sOptions``.
 
-The launcher creates exactly these objects (adding ownerReferences to its own
-pod and the real token); ``edl k8s render`` writes them to files for review and
-``kubectl apply --dry-run=server``. One builder per object, pure functions of
-``JobSpec`` and ``K8sOptions``, so the two can never disagree.
+One builder per object, pure functions, shared by the launcher and ``edl k8s render``, so the
+two can never disagree. The launcher (``cluster/kube_cluster.py``) creates the token Secret
+(with the real token), the master Service, the master pod and one pod per trainer (from
+``trainer_pod_spec``), all owned by the launcher's own pod; the sidecar in the master pod
+creates the demand Lease. ``edl k8s render`` writes these for review and ``kubectl apply
+--dry-run=server``: the RBAC (which the launcher never creates: it runs under it; apply it
+once per namespace), the Secret with a placeholder token, the Service, the master pod, and the
+trainers' pod as a ``PodTemplate``. Callers validate spec and options first (``edl.api.spec``).
 
 Security choices, on purpose:
 - the job token lives only in a Secret; pods read it through ``secretKeyRef``;
@@ -16,14 +20,10 @@ Security choices, on purpose:
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
-from dataclasses import dataclass, field, fields
 
-from edl.errors import UserError
+from edl.api.spec import JobSpec, K8sOptions
 from edl.jobargs import spec_to_argv
-from edl.api.spec import JobSpec
 
 MASTER_PORT = 8470
 APP = "edl"
@@ -31,104 +31,9 @@ RUN_AS = 10001  # the images' non-root user
 LAUNCHER_SA = "edl-launcher"
 SIDECAR_SA = "edl-sidecar"
 TRAINER_SA = "edl-trainer"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
-MAX_JOB_NAME = 40  # room for "edl-" + "-trainer-" + a 5-character suffix within 63
-
-
-@dataclass(frozen=True)
-class K8sOptions:
-    """Where and how the job's pods run; the flags ``edl k8s render`` and ``edl launch`` share."""
-
-    namespace: str = "default"
-    image: str = "edl-runtime:0.1.0"
-    trainer_image: str = "edl-trainer-cpu:0.1.0"
-    trainer_cpu: str = "2"
-    trainer_memory: str = "4Gi"
-    trainer_gpu: int = 0
-    priority_class: str | None = None
-    s3_secret: str | None = None
-    sidecar_policy: str = "edl"
-    sidecar_period_s: float = 10.0
-    sidecar_jitter_s: float = 2.0
-    pending_timeout_s: float = 120.0
-    extra_labels: dict[str, str] = field(default_factory=dict)
-
-    def validate(self) -> None:
-        if not _DNS_LABEL.match(self.namespace) or len(self.namespace) > 63:
-            raise UserError(f"--namespace {self.namespace!r}: must be a DNS label (lowercase letters, digits, '-')")
-        for flag, value in (("--image", self.image), ("--trainer-image", self.trainer_image)):
-            if not value or any(c.isspace() for c in value):
-                raise UserError(f"{flag} {value!r}: must be an image reference without spaces")
-        for flag, value in (("--trainer-cpu", self.trainer_cpu), ("--trainer-memory", self.trainer_memory)):
-            if not _QUANTITY.match(value) or float(re.sub(r"[A-Za-z]+$", "", value)) <= 0:
-                raise UserError(f"{flag} {value!r}: must be a positive Kubernetes quantity (e.g. 2, 500m, 4Gi)")
-        if self.trainer_gpu < 0:
-            raise UserError(f"--trainer-gpu must be 0 or more (got {self.trainer_gpu})")
-        if self.priority_class is not None and not _DNS_LABEL.match(self.priority_class):
-            raise UserError(f"--priority-class {self.priority_class!r}: must be a PriorityClass name")
-        if self.s3_secret is not None and not _DNS_LABEL.match(self.s3_secret):
-            raise UserError(f"--s3-secret {self.s3_secret!r}: must be a Secret name")
-        if self.sidecar_policy not in ("edl", "edl2017"):
-            raise UserError(f"--sidecar-policy {self.sidecar_policy!r}: choose edl or edl2017")
-        if self.sidecar_period_s <= 0:
-            raise UserError(f"--sidecar-period must be positive (got {self.sidecar_period_s})")
-        if not 0 <= self.sidecar_jitter_s < self.sidecar_period_s:
-            raise UserError(f"--sidecar-jitter must be in [0, --sidecar-period) (got {self.sidecar_jitter_s})")
-        if self.pending_timeout_s <= 0:
-            raise UserError(f"--pending-timeout must be positive (got {self.pending_timeout_s})")
-
-
-K8S_FLAGS = (
-    ("--namespace", "namespace", str, "namespace of the job's objects (default default)"),
-    ("--image", "image", str, "image of launcher, master and sidecar (default edl-runtime:0.1.0)"),
-    ("--trainer-image", "trainer_image", str, "image of the trainers (default edl-trainer-cpu:0.1.0)"),
-    ("--trainer-cpu", "trainer_cpu", str, "CPU request and limit per trainer, a Kubernetes quantity (default 2)"),
-    ("--trainer-memory", "trainer_memory", str, "memory request and limit per trainer (default 4Gi)"),
-    ("--trainer-gpu", "trainer_gpu", int, "GPUs per trainer, nvidia.com/gpu (default 0)"),
-    ("--priority-class", "priority_class", str, "PriorityClass of the trainer pods (default: none)"),
-    ("--s3-secret", "s3_secret", str,
-     "Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL for s3:// URIs"),
-    ("--sidecar-policy", "sidecar_policy", str, "scaling policy the sidecar runs: edl or edl2017 (default edl)"),
-    ("--sidecar-period", "sidecar_period_s", float, "seconds between the sidecar's decisions (default 10)"),
-    ("--sidecar-jitter", "sidecar_jitter_s", float,
-     "random delay up to this many seconds so that sidecars do not act at once (default 2)"),
-    ("--pending-timeout", "pending_timeout_s", float,
-     "seconds a trainer pod may stay Pending before it is reported unschedulable and removed (default 120)"),
-)
-
-
-def add_k8s_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("kubernetes")
-    defaults = K8sOptions()
-    for flag, dest, typ, help_ in K8S_FLAGS:
-        g.add_argument(flag, dest=dest, type=typ, default=getattr(defaults, dest), help=help_)
-
-
-def options_from_args(a: argparse.Namespace) -> K8sOptions:
-    names = {f.name for f in fields(K8sOptions)}
-    opts = K8sOptions(**{k: v for k, v in vars(a).items() if k in names})
-    opts.validate()
-    return opts
 
 
 # ----------------------------------------------------------------- names
-def validate_for_kubernetes(spec: JobSpec, opts: K8sOptions) -> None:
-    """What a job needs beyond ``JobSpec.validate`` to run as pods."""
-    if len(spec.job) > MAX_JOB_NAME or not _DNS_LABEL.match(spec.job):
-        raise UserError(f"--job-name {spec.job!r}: on Kubernetes use at most {MAX_JOB_NAME} lowercase letters, "
-                        "digits and '-', starting and ending with a letter or digit")
-    for flag, uri in (("--checkpoint-uri", spec.checkpoint_uri), ("--data", spec.data),
-                      ("--eval-data", spec.eval_data)):
-        if uri is not None and not uri.startswith("s3://"):
-            raise UserError(f"{flag} {uri!r}: pods share no disk, use an s3:// URI (MinIO or any S3 store)")
-    if spec.checkpoint_uri.startswith("s3://") and opts.s3_secret is None:
-        raise UserError("--s3-secret is required for s3:// URIs: name the Secret that holds the S3 credentials")
-    if spec.audit:
-        raise UserError("--audit writes a local directory and is for the local backend only")
-    opts.validate()
-
-
 def names(job: str) -> dict[str, str]:
     base = f"edl-{job}"
     return {"master": f"{base}-master", "service": f"{base}-master", "secret": f"{base}-token",
@@ -352,7 +257,6 @@ PLACEHOLDER_TOKEN = "REPLACED-BY-THE-LAUNCHER-AT-START"
 
 def render(spec: JobSpec, opts: K8sOptions) -> dict[str, list[dict]]:
     """Every object, grouped by the file ``edl k8s render`` writes it to (applied in name order)."""
-    validate_for_kubernetes(spec, opts)
     return {
         "00-rbac.yaml": rbac(opts.namespace),
         "10-token-secret.yaml": [token_secret(spec, opts, PLACEHOLDER_TOKEN)],

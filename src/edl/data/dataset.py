@@ -19,15 +19,28 @@ from edl.api.data import Shard
 from edl.storage.store import FileStore, ObjectStore, open_store
 
 
-def resolve_split(uri: str, split: str) -> str:
-    """``URI`` itself if it holds Parquet files, else ``URI/split`` if that does."""
+def resolve_splits(uri: str) -> tuple[str, str | None]:
+    """Where the training rows of ``uri`` are, and its held-out rows if it has some: ``uri`` itself if it
+    holds Parquet files, else ``uri/train`` if that does, with ``uri/test`` if that does (for ``uri`` =
+    ``PARENT/train``: ``PARENT/test``). One listing decides both (two for ``PARENT/train``)."""
     store = open_store(uri, "--data")
     keys = store.list("")
-    if any(k.endswith(".parquet") and "/" not in k for k in keys):
-        return uri
-    if any(k.startswith(f"{split}/") and k.endswith(".parquet") for k in keys):
-        return store.child(split)
-    return uri
+    train, test = _parquet_in(keys, "train/"), _parquet_in(keys, "test/")
+    if not _parquet_in(keys, "") and (train or test):
+        return store.child("train") if train else uri, store.child("test") if test else None
+    if uri.endswith("/train"):
+        parent = open_store(uri.rsplit("/train", 1)[0], "--data")
+        parent_keys = parent.list("")
+        if not _parquet_in(parent_keys, "") and _parquet_in(parent_keys, "test/"):
+            return uri, parent.child("test")
+    return uri, None
+
+
+def _parquet_in(keys: list[str], split: str) -> bool:
+    """Whether Parquet files lie in ``split`` ("train/", "test/"; "": directly in the listed prefix)."""
+    if not split:
+        return any(k.endswith(".parquet") and "/" not in k for k in keys)
+    return any(k.startswith(split) and k.endswith(".parquet") for k in keys)
 
 
 class Dataset:

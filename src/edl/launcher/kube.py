@@ -21,7 +21,8 @@ from edl.cluster.kube_api import KubeApi, load_api_client
 from edl.errors import PermanentError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.core import Cancelled, Launcher, ProgressView
-from edl.api.spec import JobSpec
+from edl.api.spec import JobSpec, K8sOptions, Naming, Problem
+from edl.jobargs import FLAG_NAMES
 
 EXIT_CANCELLED = 143
 FINAL_CHECKPOINT_S = 20.0
@@ -31,16 +32,18 @@ def _cancel(signum: int, _frame) -> None:
     raise Cancelled(signal.Signals(signum).name)
 
 
-def launch(spec: JobSpec, opts: m.K8sOptions, *, kubeconfig: str | None = None, max_trainer_failures: int = 5,
-           summary_out: Path | None = None, master_via: str = "service", console: Console | None = None) -> int:
+def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, max_trainer_failures: int = 5,
+           summary_out: Path | None = None, master_via: str = "service", console: Console | None = None,
+           naming: Naming = FLAG_NAMES) -> int:
+    """Run the job to its end. ``spec`` and ``opts`` come validated (``edl.api.spec.kubernetes_problems``);
+    what only the cluster can tell is reported in the caller's ``naming``."""
     console = console or Console(soft_wrap=True)  # a pod log: one event per line, never wrapped
-    m.validate_for_kubernetes(spec, opts)
     kube = KubeApi(load_api_client(kubeconfig), opts.namespace)
     if opts.s3_secret and kube.get("secrets", opts.s3_secret) is None:
         # Before any object is created: a step that cannot reach its data should not start pods.
-        raise UserError(f"--s3-secret {opts.s3_secret!r}: no such Secret in namespace {opts.namespace!r}")
+        raise naming.error(Problem("s3_secret", f"{opts.s3_secret!r}: no such Secret in namespace {opts.namespace!r}"))
     if opts.priority_class and kube.get("priorityclasses", opts.priority_class) is None:
-        raise UserError(f"--priority-class {opts.priority_class!r}: no such PriorityClass in the cluster")
+        raise naming.error(Problem("priority_class", f"{opts.priority_class!r}: no such PriorityClass in the cluster"))
     # The step's pod owns the job's objects: KFP's driver sets KFP_POD_NAME/KFP_POD_UID in every
     # task's pod; Argo steps (and the CronWorkflow) pass POD_NAME/POD_UID.
     owner = m.pod_from_env(("KFP_", ""))

@@ -7,12 +7,15 @@ import json
 import logging
 import os
 import time
+from dataclasses import replace
+from typing import NamedTuple
 
 import uvicorn
 
-from edl.data.dataset import Dataset, resolve_split
-from edl.errors import UserError
+from edl.api.data import Shard
 from edl.api.spec import JobSpec
+from edl.data.dataset import Dataset, resolve_splits
+from edl.errors import UserError
 from edl.master.job import Job, Timeouts
 from edl.master.server import Master, build_app
 from edl.storage.checkpoint import FINAL, WARM_START_FILE, CheckpointStore
@@ -21,13 +24,18 @@ from edl.storage.store import open_store
 log = logging.getLogger("edl.master")
 
 
-def prepare_job(spec: JobSpec) -> tuple[JobSpec, list, CheckpointStore]:
+class PreparedJob(NamedTuple):
+    """A job checked against its data and storage, with what the checks found."""
+
+    spec: JobSpec  # data and eval_data resolved to the files read (passed on as they are: to the master's argv)
+    shards: list[Shard]
+    checkpoints: CheckpointStore
+
+
+def prepare_job(spec: JobSpec) -> PreparedJob:
     """Checks that fail fast with a ``UserError``: data set, checkpoint store."""
-    spec.data = resolve_split(spec.data, "train")
-    if spec.eval_data is None:
-        candidate = resolve_split(spec.data.rsplit("/train", 1)[0], "test") if spec.data.endswith("/train") else None
-        if candidate and candidate.endswith("/test"):
-            spec.eval_data = candidate
+    data, held_out = resolve_splits(spec.data)
+    spec = replace(spec, data=data, eval_data=spec.eval_data or held_out)
     shards = Dataset(spec.data).shards()
     if spec.eval_data:
         Dataset(spec.eval_data, "--eval-data").shards()
@@ -38,7 +46,7 @@ def prepare_job(spec: JobSpec) -> tuple[JobSpec, list, CheckpointStore]:
                             "directory written by edl, e.g. a previous run's CHECKPOINT_URI/model)")
     store = open_store(spec.checkpoint_uri, "--checkpoint-uri")
     store.check()
-    return spec, shards, CheckpointStore(store, spec.keep_checkpoints)
+    return PreparedJob(spec, shards, CheckpointStore(store, spec.keep_checkpoints))
 
 
 def timeouts_from_env() -> Timeouts:

@@ -42,12 +42,12 @@ def compile_sidecar(container_path: Path, rbac_path: Path) -> list[Path]:
     """The sidecar as the launcher deploys it, for an example job (placeholders in capitals)."""
     import yaml
 
+    from edl.api.spec import JobSpec, K8sOptions
     from edl.cluster import manifests as m
-    from edl.api.spec import JobSpec
 
     spec = JobSpec(job="JOB", model_def="MODEL_DEF", data="s3://DATA", epochs=1, batch_size=1, min_trainers=1,
                    max_trainers=4, trainers=1, checkpoint_uri="s3://CHECKPOINTS")
-    opts = m.K8sOptions(namespace="NAMESPACE", s3_secret="S3_SECRET")
+    opts = K8sOptions(namespace="NAMESPACE", s3_secret="S3_SECRET")
     pod = m.master_pod(spec, opts)
     sidecar = next(c for c in pod["spec"]["containers"] if c["name"] == "autoscale-sidecar")
     container_path.write_text(yaml.safe_dump(sidecar, sort_keys=False))

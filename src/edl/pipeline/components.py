@@ -4,8 +4,14 @@ in ``kfp.local`` (subprocesses on this machine) and on a cluster (in the images 
 Each body only imports ``edl`` and calls one function; the work lives in the package
 where it is tested without KFP. ``install_kfp_package=False``: the images already hold
 the pinned kfp, and a cluster without internet access must not pip-install at start.
+
+``elastic_train``'s signature is the one list of its parameters (KFP reads it, and runs the
+function's source in the image, so it must be written out): ``TRAIN_PARAMETERS`` below,
+``TrainParams`` (step.py) and the retraining pipeline's parameters (retrain.py) derive from it.
 """
 
+
+import inspect
 
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
@@ -15,7 +21,15 @@ RUNTIME_IMAGE = f"edl-runtime:{VERSION}"  # launcher, master, sidecar: no Paddle
 TRAINER_IMAGE = f"edl-trainer-cpu:{VERSION}"  # PaddlePaddle (CPU): evaluation needs it too
 
 
-@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)  # scikit-learn's digits live there
+def _component(base_image: str):
+    """KFP's component decorator. Where a component runs, KFP's runtime mode (``_KFP_RUNTIME``) has
+    none: step.py imports this module there (for ``TRAIN_PARAMETERS``) and gets the plain functions."""
+    if not hasattr(dsl, "component"):
+        return lambda func: func
+    return dsl.component(base_image=base_image, install_kfp_package=False)
+
+
+@_component(TRAINER_IMAGE)  # scikit-learn's digits live there
 def prepare_data(dataset: Output[Dataset], kind: str = "digits", rows: int = 20000, seed: int = 0):
     """Write a ready-to-train data set (Parquet shards in train/ and test/) into the artifact."""
     from edl.pipeline.tasks import prepare_dataset
@@ -23,7 +37,7 @@ def prepare_data(dataset: Output[Dataset], kind: str = "digits", rows: int = 200
     prepare_dataset(kind, dataset.path, rows, seed, dataset.metadata)
 
 
-@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+@_component(RUNTIME_IMAGE)
 def elastic_train(
     model: Output[Model],
     metrics: Output[Metrics],
@@ -65,28 +79,21 @@ def elastic_train(
     machine and other tenants taking them over time (TIME:SLOTS pairs); ``audit`` (local only)
     counts every record that enters the model and reports lost and duplicated samples.
     """
-    from pathlib import Path
+    arguments = dict(locals())  # every parameter and artifact above, by name
+    from edl.pipeline.step import run_component
 
-    from edl.pipeline.step import TrainParams, artifact_uri, run_elastic_train
-
-    start_from = warm_start_uri
-    if warm_start is not None:
-        start_from = artifact_uri(warm_start.uri, warm_start.path)
-    params = TrainParams(
-        data_uri=artifact_uri(data.uri, data.path) if data is not None else data_uri, model_def=model_def, epochs=epochs, batch_size=batch_size,
-        learning_rate=learning_rate, min_trainers=min_trainers, max_trainers=max_trainers,
-        initial_trainers=initial_trainers, trainer_cpu=trainer_cpu, trainer_memory=trainer_memory,
-        trainer_gpu=trainer_gpu, priority_class=priority_class, checkpoint_uri=checkpoint_uri, s3_secret=s3_secret,
-        job_name=job_name, sidecar_policy=sidecar_policy, sidecar_period_s=sidecar_period_s,
-        sidecar_jitter_s=sidecar_jitter_s, capacity_slots=capacity_slots, capacity_schedule=capacity_schedule,
-        warm_start_uri=start_from, audit=audit)
-    result = run_elastic_train(params, Path(model.path), Path(summary.path), Path(timeline.path),
-                               metrics.log_metric)
-    model.metadata.update({"framework": "paddlepaddle", "format": "paddle.jit.save + params.npz",
-                           "source_uri": result.get("final_model_uri"), "model_def": model_def})
+    run_component(**arguments)
 
 
-@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+# The parameters (not the artifacts) of elastic_train, in their order, with their types and defaults
+# (of the function a component wraps, or of the plain function in KFP's runtime mode).
+TRAIN_PARAMETERS: tuple[inspect.Parameter, ...] = tuple(
+    p for p in inspect.signature(getattr(elastic_train, "python_func", elastic_train)).parameters.values()
+    if p.annotation in (str, int, float, bool))
+TRAIN_DEFAULTS: dict = {p.name: p.default for p in TRAIN_PARAMETERS}
+
+
+@_component(TRAINER_IMAGE)
 def evaluate(model: Input[Model], data: Input[Dataset], metrics: Output[Metrics],
              model_def: str = "edl.zoo.digits") -> float:
     """Accuracy of ``model`` on the held-out split (test/) of ``data``; also logged as metrics."""
@@ -99,7 +106,7 @@ def evaluate(model: Input[Model], data: Input[Dataset], metrics: Output[Metrics]
     return float(result["accuracy"])
 
 
-@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+@_component(RUNTIME_IMAGE)
 def beats_published(accuracy: float, registry_uri: str) -> bool:
     """Whether ``accuracy`` beats the model currently published at ``registry_uri`` (or none is)."""
     from edl.pipeline.tasks import beats_published as check
@@ -107,7 +114,7 @@ def beats_published(accuracy: float, registry_uri: str) -> bool:
     return check(accuracy, registry_uri)
 
 
-@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+@_component(RUNTIME_IMAGE)
 def publish(model: Input[Model], accuracy: float, registry_uri: str) -> str:
     """Publish ``model`` as the current one at ``registry_uri``; returns where it went."""
     from edl.pipeline.tasks import publish_model

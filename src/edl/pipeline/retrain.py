@@ -1,8 +1,8 @@
 """The retraining pipeline: prepare data → elastic train → evaluate → publish if better.
 
 Three forms of the same workflow:
-- ``retrain``: the KFP pipeline (Python DSL), compiled to ``pipelines/retrain.yaml``, run by
-  ``kfp.local`` on this machine (``edl demo``) or on a KFP cluster;
+- ``retrain``: the KFP pipeline (Python DSL), compiled to ``pipelines/retrain.pipeline.yaml``
+  (``edl pipeline compile``), run by ``kfp.local`` on this machine (``edl demo``) or on a KFP cluster;
 - ``schedule_retraining``: a KFP recurring run (six-field cron) that warm-starts each run from
   the last published model;
 - ``argo_cron_workflow``: an Argo ``CronWorkflow`` (five-field cron, ``schedules`` list) with the
@@ -10,15 +10,18 @@ Three forms of the same workflow:
 """
 
 
+import inspect
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kfp import dsl
 
 from edl.errors import UserError
 from edl.pipeline.components import (
     RUNTIME_IMAGE,
+    TRAIN_DEFAULTS,
+    TRAIN_PARAMETERS,
     TRAINER_IMAGE,
     beats_published,
     elastic_train,
@@ -36,46 +39,45 @@ def warm_start_from(registry_uri: str, enabled: bool = True) -> str:
     return warm_start_uri(registry_uri) if enabled else ""
 
 
+# The pipeline's parameters: its own, and elastic_train's under the same names, types and defaults,
+# except those the pipeline sets from its steps (data_uri, warm_start_uri) or leaves at their defaults.
+_NOT_EXPOSED = ("data_uri", "warm_start_uri", "initial_trainers", "sidecar_policy", "job_name")
+_PASSED_TO_TRAIN = tuple(p for p in TRAIN_PARAMETERS if p.name not in _NOT_EXPOSED)
+_RETRAIN_SIGNATURE = inspect.Signature([
+    inspect.Parameter("registry_uri", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+    inspect.Parameter("data_kind", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str, default="digits"),
+    *_PASSED_TO_TRAIN,
+    inspect.Parameter("warm_start", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=bool, default=True),
+])
+
+
+def _with_retrain_signature(body: Callable[..., None]) -> Callable[..., None]:
+    """``body(**parameters)`` as a function of ``_RETRAIN_SIGNATURE`` (KFP reads the signature and
+    calls the function once, positionally, to build the graph)."""
+    def pipeline(*args, **kwargs):
+        bound = _RETRAIN_SIGNATURE.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return body(**bound.arguments)
+
+    pipeline.__signature__ = _RETRAIN_SIGNATURE
+    pipeline.__name__ = pipeline.__qualname__ = body.__name__
+    return pipeline
+
+
 @dsl.pipeline(name="edl-retrain",
               description="Prepare data, train elastically, evaluate on held-out data, publish only a better model.")
-def retrain(
-    registry_uri: str,
-    data_kind: str = "digits",
-    model_def: str = "edl.zoo.digits",
-    epochs: int = 10,
-    batch_size: int = 32,
-    learning_rate: float = 0.01,
-    min_trainers: int = 1,
-    max_trainers: int = 4,
-    trainer_cpu: str = "2",
-    trainer_memory: str = "4Gi",
-    trainer_gpu: int = 0,
-    priority_class: str = "",
-    checkpoint_uri: str = "",
-    s3_secret: str = "",
-    warm_start: bool = True,
-    sidecar_period_s: float = 10.0,
-    sidecar_jitter_s: float = 2.0,
-    capacity_slots: int = 0,
-    capacity_schedule: str = "",
-    audit: bool = False,
-):
+@_with_retrain_signature
+def retrain(registry_uri: str, data_kind: str, warm_start: bool, **train_parameters: Any):
     data = prepare_data(kind=data_kind)
     start = warm_start_from(registry_uri=registry_uri, enabled=warm_start)
     start.set_caching_options(False)  # the registry changes between runs
-    train = elastic_train(
-        data=data.outputs["dataset"], model_def=model_def, epochs=epochs, batch_size=batch_size,
-        learning_rate=learning_rate, min_trainers=min_trainers, max_trainers=max_trainers,
-        trainer_cpu=trainer_cpu, trainer_memory=trainer_memory, trainer_gpu=trainer_gpu,
-        priority_class=priority_class, checkpoint_uri=checkpoint_uri, s3_secret=s3_secret,
-        warm_start_uri=start.output, sidecar_period_s=sidecar_period_s, sidecar_jitter_s=sidecar_jitter_s,
-        capacity_slots=capacity_slots,
-        capacity_schedule=capacity_schedule, audit=audit)
+    train = elastic_train(data=data.outputs["dataset"], warm_start_uri=start.output, **train_parameters)
     # Side effects (pods, checkpoints): never served from cache. Retrying is safe: the
     # launcher adopts the job its previous attempt created and resumes from its checkpoint.
     train.set_caching_options(False)
     train.set_retry(num_retries=2, backoff_duration="30s", backoff_factor=2.0)
-    score = evaluate(model=train.outputs["model"], data=data.outputs["dataset"], model_def=model_def)
+    score = evaluate(model=train.outputs["model"], data=data.outputs["dataset"],
+                     model_def=train_parameters["model_def"])
     score.set_caching_options(False)
     accuracy = score.outputs["Output"]
     better = beats_published(accuracy=accuracy, registry_uri=registry_uri)
@@ -121,14 +123,16 @@ ARGO_CRON = re.compile(r"^\S+( \S+){4}$")
 
 def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default", registry_uri: str = "s3://models/digits",
                        checkpoint_uri: str = "s3://checkpoints/digits-retrain", s3_secret: str = "minio-creds",
-                       data_uri: str = "s3://data/digits", epochs: int = 10, max_trainers: int = 4,
-                       runtime_image: str = RUNTIME_IMAGE, trainer_image: str = TRAINER_IMAGE):
+                       data_uri: str = "s3://data/digits", epochs: int = TRAIN_DEFAULTS["epochs"],
+                       max_trainers: int = TRAIN_DEFAULTS["max_trainers"], runtime_image: str = RUNTIME_IMAGE,
+                       trainer_image: str = TRAINER_IMAGE):
     """The same retraining as an Argo ``CronWorkflow`` (Argo v4: ``schedules``, five-field cron)."""
     from hera.workflows import Container, CronWorkflow, FieldEnv, Parameter, SecretEnv, Steps
     from hera.workflows.models import ResourceRequirements, SecurityContext
 
     if not ARGO_CRON.match(schedule.strip()):
         raise UserError(f"schedule {schedule!r}: Argo cron takes five fields, e.g. '0 3 * * *'")
+    model_def = TRAIN_DEFAULTS["model_def"]
     s3_env = [SecretEnv(name=k, secret_name=s3_secret, secret_key=k)
               for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")]
     pod_env = [FieldEnv(name="POD_NAME", field_path="metadata.name"),
@@ -157,8 +161,9 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
             name="elastic-train", image=runtime_image, command=["edl", "launch"],
             args=["--job-name", "retrain-{{workflow.creationTimestamp.Y}}{{workflow.creationTimestamp.m}}"
                                 "{{workflow.creationTimestamp.d}}",
-                  "--model-def", "edl.zoo.digits", "--data", data_uri, "--epochs", "{{workflow.parameters.epochs}}",
-                  "--batch-size", "32", "--min-trainers", "1", "--max-trainers", str(max_trainers),
+                  "--model-def", model_def, "--data", data_uri, "--epochs", "{{workflow.parameters.epochs}}",
+                  "--batch-size", str(TRAIN_DEFAULTS["batch_size"]),
+                  "--min-trainers", str(TRAIN_DEFAULTS["min_trainers"]), "--max-trainers", str(max_trainers),
                   "--checkpoint-uri", checkpoint_uri, "--s3-secret", s3_secret, "--namespace", namespace,
                   "--image", runtime_image, "--trainer-image", trainer_image,
                   "--init-model", "{{inputs.parameters.warm}}", "--summary-out", "/tmp/summary.json"],
@@ -167,7 +172,7 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
         score = Container(
             name="evaluate", image=trainer_image, command=["python", "-c"],
             args=["import json, sys; from edl.pipeline.tasks import evaluate_remote; "
-                  "open('/tmp/accuracy', 'w').write(str(evaluate_remote(sys.argv[1], sys.argv[2], 'edl.zoo.digits')))",
+                  f"open('/tmp/accuracy', 'w').write(str(evaluate_remote(sys.argv[1], sys.argv[2], {model_def!r})))",
                   f"{checkpoint_uri}/model", data_uri],
             env=s3_env, security_context=secure, resources=resources("1", "2Gi"),
             outputs=[Parameter(name="accuracy", value_from={"path": "/tmp/accuracy"})])

@@ -13,73 +13,73 @@ parameter* (``min_trainers``), not a command-line flag.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import re
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from edl.api.spec import (
+    JobSpec,
+    K8sOptions,
+    Naming,
+    job_problems,
+    kubernetes_problems,
+    local_autoscale_problems,
+    pod_problems,
+)
+from edl.autoscale.policy import POLICY_NAMES
 from edl.errors import UserError
+from edl.pipeline.components import TRAIN_PARAMETERS
 
-PRIORITY_CLASS = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# How the step names the fields of JobSpec and K8sOptions: by the component's parameters.
+PARAMETER_NAMES = Naming(
+    {"job": "job_name", "trainers": "initial_trainers", "init_model": "warm_start_uri",
+     "autoscale_slots": "capacity_slots"},
+    "pipeline parameter {name}:", hints={"data": "connect a Dataset or set data_uri"})
 
 
-@dataclass
-class TrainParams:
-    data_uri: str
-    model_def: str = "edl.zoo.digits"
-    epochs: int = 10
-    batch_size: int = 32
-    learning_rate: float = 0.01
-    min_trainers: int = 1
-    max_trainers: int = 4
-    initial_trainers: int = 0  # 0: start at min_trainers
-    trainer_cpu: str = "2"
-    trainer_memory: str = "4Gi"
-    trainer_gpu: int = 0
-    priority_class: str = ""
-    checkpoint_uri: str = ""  # "" : a directory of the step (local) — required on a cluster
-    s3_secret: str = ""
-    job_name: str = ""
-    namespace: str = ""
-    image: str = "edl-runtime:0.1.0"
-    trainer_image: str = "edl-trainer-cpu:0.1.0"
-    sidecar_policy: str = "edl"
-    sidecar_period_s: float = 10.0
-    sidecar_jitter_s: float = 2.0
-    capacity_slots: int = 0  # local only: trainer slots on this machine (0: max_trainers)
-    capacity_schedule: str = ""  # local only: other tenants, TIME:SLOTS pairs
-    warm_start_uri: str = ""
-    audit: bool = False  # local only: log every record id and report lost/duplicated samples
-    seed: int = 0
-    extra: dict = field(default_factory=dict)
+class _TrainParamsMethods:
+    """What the step does with its parameters: the fields are the component's (``TrainParams``)."""
+
+    def job(self) -> str:
+        return self.job_name or f"train-{os.getpid()}"
+
+    def job_spec(self, checkpoint_uri: str) -> JobSpec:
+        return JobSpec(job=self.job(), model_def=self.model_def, data=self.data_uri, epochs=self.epochs,
+                       batch_size=self.batch_size, min_trainers=self.min_trainers, max_trainers=self.max_trainers,
+                       trainers=self.initial_trainers or self.min_trainers, checkpoint_uri=checkpoint_uri,
+                       learning_rate=self.learning_rate, init_model=self.warm_start_uri or None,
+                       audit=self.audit and not in_cluster())
+
+    def pod_options(self, namespace: str) -> K8sOptions:
+        return K8sOptions(namespace=namespace, trainer_cpu=self.trainer_cpu, trainer_memory=self.trainer_memory,
+                          trainer_gpu=self.trainer_gpu, priority_class=self.priority_class or None,
+                          s3_secret=self.s3_secret or None, sidecar_policy=self.sidecar_policy,
+                          sidecar_period_s=self.sidecar_period_s, sidecar_jitter_s=self.sidecar_jitter_s)
 
     def validate(self) -> None:
-        def need(ok: bool, name: str, why: str) -> None:
-            if not ok:
-                raise UserError(f"pipeline parameter {name}: {why}")
+        """Every rule of ``edl.api.spec`` that applies where the step runs, in the parameters' names."""
+        spec = self.job_spec(self.checkpoint_uri)
+        opts = self.pod_options(self.namespace or K8sOptions.namespace)  # else the pod's own: valid
+        if in_cluster():
+            PARAMETER_NAMES.check(job_problems(spec), kubernetes_problems(spec, opts, POLICY_NAMES))
+        else:
+            PARAMETER_NAMES.check(job_problems(spec), pod_problems(opts, POLICY_NAMES),
+                                  local_autoscale_problems(self.capacity_slots or self.max_trainers,
+                                                           self.capacity_schedule, self.sidecar_period_s,
+                                                           self.min_trainers))
 
-        need(bool(self.data_uri), "data", "no data set given (connect a Dataset or set data_uri)")
-        need(self.epochs >= 1, "epochs", f"must be at least 1 (got {self.epochs})")
-        need(self.batch_size >= 1, "batch_size", f"must be at least 1 (got {self.batch_size})")
-        need(self.learning_rate > 0, "learning_rate", f"must be positive (got {self.learning_rate})")
-        need(self.min_trainers >= 1, "min_trainers", f"must be at least 1 (got {self.min_trainers})")
-        need(self.min_trainers <= self.max_trainers, "min_trainers",
-             f"{self.min_trainers} is greater than max_trainers {self.max_trainers}")
-        need(self.initial_trainers == 0 or self.min_trainers <= self.initial_trainers <= self.max_trainers,
-             "initial_trainers", f"{self.initial_trainers} is outside min_trainers..max_trainers "
-                                 f"({self.min_trainers}..{self.max_trainers})")
-        need(self.trainer_gpu >= 0, "trainer_gpu", f"must be 0 or more (got {self.trainer_gpu})")
-        need(not self.priority_class or bool(PRIORITY_CLASS.match(self.priority_class)), "priority_class",
-             f"{self.priority_class!r} is not a PriorityClass name")
-        need(self.sidecar_policy in ("edl", "edl2017"), "sidecar_policy",
-             f"{self.sidecar_policy!r}: choose edl or edl2017")
-        need(self.sidecar_period_s > 0, "sidecar_period_s", f"must be positive (got {self.sidecar_period_s})")
-        need(0 <= self.sidecar_jitter_s < self.sidecar_period_s, "sidecar_jitter_s",
-             "must be in [0, sidecar_period_s)")
-        need(self.capacity_slots >= 0, "capacity_slots", f"must be 0 or more (got {self.capacity_slots})")
+
+# The component's parameters as a dataclass, plus ``namespace``: on a cluster the step's pod's own
+# namespace, which callers outside KFP (tests) set.
+TrainParams = dataclasses.make_dataclass(
+    "TrainParams",
+    [*((p.name, p.annotation, dataclasses.field(default=p.default)) for p in TRAIN_PARAMETERS),
+     ("namespace", str, dataclasses.field(default=""))],
+    bases=(_TrainParamsMethods,))
+TrainParams.__module__ = __name__
 
 
 def artifact_uri(uri: str, path: str) -> str:
@@ -98,25 +98,25 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
-def _job_spec(p: TrainParams, checkpoint_uri: str):
-    from edl.api.spec import JobSpec
-
-    spec = JobSpec(job=p.job_name, model_def=p.model_def, data=p.data_uri, epochs=p.epochs,
-                   batch_size=p.batch_size, min_trainers=p.min_trainers, max_trainers=p.max_trainers,
-                   trainers=p.initial_trainers or p.min_trainers, checkpoint_uri=checkpoint_uri,
-                   learning_rate=p.learning_rate, seed=p.seed, init_model=p.warm_start_uri or None,
-                   audit=p.audit and not in_cluster())
-    spec.validate()
-    return spec
+def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: Any = None, warm_start: Any = None,
+                  **parameters: Any) -> None:
+    """The elastic_train component: its artifacts (KFP's ``Output``/``Input`` objects) and parameters."""
+    if data is not None:
+        parameters["data_uri"] = artifact_uri(data.uri, data.path)
+    if warm_start is not None:
+        parameters["warm_start_uri"] = artifact_uri(warm_start.uri, warm_start.path)
+    result = run_elastic_train(TrainParams(**parameters), Path(model.path), Path(summary.path), Path(timeline.path),
+                               metrics.log_metric)
+    model.metadata.update({"framework": "paddlepaddle", "format": "paddle.jit.save + params.npz",
+                           "source_uri": result.get("final_model_uri"), "model_def": parameters["model_def"]})
 
 
 def run_elastic_train(p: TrainParams, model_dir: Path, summary_path: Path, timeline_path: Path | None = None,
                       log_metric: Callable[[str, float], None] | None = None,
                       work_dir: Path | None = None) -> dict:
     """Run the job to its end; returns the summary. Raises ``UserError``/``PermanentError`` on failure."""
+    p = dataclasses.replace(p, job_name=p.job())
     p.validate()
-    if not p.job_name:
-        p.job_name = f"train-{os.getpid()}"
     work = Path(work_dir or tempfile.mkdtemp(prefix="edl-step-"))
     timeline: list[dict] = []
     if in_cluster():
@@ -136,32 +136,20 @@ def _run_locally(p: TrainParams, work: Path, summary_path: Path, timeline: list[
     from edl.autoscale.local_view import CapacitySchedule
     from edl.launcher.local import LocalAutoscale, LocalLauncher
 
-    checkpoint_uri = p.checkpoint_uri or str(work / "checkpoints" / p.job_name)
-    spec = _job_spec(p, checkpoint_uri)
-    slots = p.capacity_slots or p.max_trainers
-    autoscale = LocalAutoscale(slots, CapacitySchedule.parse(p.capacity_schedule, "capacity_schedule"),
-                               p.sidecar_period_s, p.sidecar_policy)
+    spec = p.job_spec(p.checkpoint_uri or str(work / "checkpoints" / p.job_name))
+    schedule = CapacitySchedule.parse(p.capacity_schedule, PARAMETER_NAMES.name("capacity_schedule"))
+    autoscale = LocalAutoscale(p.capacity_slots or p.max_trainers, schedule, p.sidecar_period_s, p.sidecar_policy)
     os.environ.setdefault("EDL_HOME", str(work / "edl-home"))
     LocalLauncher(spec, summary_path, autoscale=autoscale, on_status=timeline.append).run()
     return json.loads(summary_path.read_text())
 
 
 def _run_on_cluster(p: TrainParams, summary_path: Path) -> dict:
-    from edl.cluster.manifests import K8sOptions
     from edl.launcher.kube import launch
 
-    if not p.checkpoint_uri.startswith("s3://"):
-        raise UserError("pipeline parameter checkpoint_uri: on a cluster it must be an s3:// URI (MinIO)")
-    if not p.s3_secret:
-        raise UserError("pipeline parameter s3_secret: name the Secret that holds the MinIO credentials")
     namespace = p.namespace or Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip()
-    opts = K8sOptions(namespace=namespace, image=p.image, trainer_image=p.trainer_image, trainer_cpu=p.trainer_cpu,
-                      trainer_memory=p.trainer_memory, trainer_gpu=p.trainer_gpu,
-                      priority_class=p.priority_class or None, s3_secret=p.s3_secret,
-                      sidecar_policy=p.sidecar_policy, sidecar_period_s=p.sidecar_period_s,
-                      sidecar_jitter_s=p.sidecar_jitter_s)
-    spec = _job_spec(p, p.checkpoint_uri)
-    code = launch(spec, opts, summary_out=summary_path)
+    code = launch(p.job_spec(p.checkpoint_uri), p.pod_options(namespace), summary_out=summary_path,
+                  naming=PARAMETER_NAMES)
     if code != 0:
         raise UserError(f"the job was cancelled (exit {code})")
     _s3_env_from_secret(namespace, p.s3_secret)  # this step copies the model out of MinIO itself

@@ -38,7 +38,7 @@ def evaluate_model(model_dir: str, data_uri: str, model_def: str) -> dict[str, f
     """Accuracy and loss of a model directory (params.npz) on the held-out split of ``data_uri``."""
     import paddle
 
-    from edl.data.dataset import Dataset, resolve_split
+    from edl.data.dataset import Dataset, resolve_splits
     from edl.modeldef import load_model_def
     from edl.storage.checkpoint import WARM_START_FILE, decode_arrays
     from edl.trainer import state as mstate
@@ -53,8 +53,8 @@ def evaluate_model(model_dir: str, data_uri: str, model_def: str) -> dict[str, f
         mstate.restore(model, opt, decode_arrays(path.read_bytes()), {}, {})
     except ValueError as e:
         raise UserError(f"model {model_dir} does not match model_def {model_def}: {e}") from None
-    test = resolve_split(data_uri, "test")
-    if test == data_uri:
+    _, test = resolve_splits(data_uri)
+    if test is None:
         raise UserError(f"data {data_uri}: no held-out split (test/) to evaluate on")
     x, y = md.collate(Dataset(test, "held-out data").read_all())
     model.eval()

@@ -17,7 +17,7 @@ from typing import Callable
 import pytest
 
 from edl.api.cluster import Cluster, PodPhase
-from edl.api.spec import JobSpec
+from edl.api.spec import JobSpec, K8sOptions
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -87,14 +87,13 @@ def _local(request) -> Backend:
 
 
 def _kube(request) -> Backend:
-    from edl.cluster import manifests as m
     from edl.cluster.kube_cluster import KubeCluster
     from edl.cluster.kube_api import KubeApi
 
     kube, ns = request.getfixturevalue("kube"), request.getfixturevalue("namespace")
     spec = JobSpec(job="contract", model_def="edl.zoo.digits", data="s3://data/digits", epochs=200, batch_size=16,
                    min_trainers=1, max_trainers=4, trainers=1, checkpoint_uri=f"s3://ckpt/{ns}/contract")
-    opts = m.K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="1", trainer_memory="1Gi")
+    opts = K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="1", trainer_memory="1Gi")
     api = KubeApi(kube, ns)
     cluster = KubeCluster(api, spec, opts, owner=None, master_via="pod-ip")
     request.addfinalizer(cluster.delete_job)

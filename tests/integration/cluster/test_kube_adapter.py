@@ -12,7 +12,7 @@ from edl.cluster import manifests as m
 from edl.cluster.informer import Informer
 from edl.cluster.kube_api import KubeApi, decode_node, decode_pod
 from edl.errors import PermanentError, TemporaryError
-from edl.api.spec import JobSpec
+from edl.api.spec import JobSpec, K8sOptions
 from tests.integration.plane.test_plane import restricted_pod
 from tests.waits import wait_for
 
@@ -22,8 +22,8 @@ SPEC = JobSpec(job="mnist", model_def="edl.zoo.digits", data="s3://d/digits", ep
                min_trainers=1, max_trainers=3, trainers=1, checkpoint_uri="s3://c/mnist")
 
 
-def opts(ns: str) -> m.K8sOptions:
-    return m.K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="2", trainer_memory="1Gi")
+def opts(ns: str) -> K8sOptions:
+    return K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="2", trainer_memory="1Gi")
 
 
 def token_client(plane, token: str, host: str | None = None) -> client.ApiClient:

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from edl.api.spec import JobSpec, job_problems
 from edl.errors import UserError
-from edl.api.spec import JobSpec
+from edl.jobargs import FLAG_NAMES
 from edl.storage.store import open_store
 
 
@@ -23,7 +24,7 @@ def spec(**kw) -> JobSpec:
 ])
 def test_bad_spec_names_the_flag(kw, match):
     with pytest.raises(UserError, match=match):
-        spec(**kw).validate()
+        FLAG_NAMES.check(job_problems(spec(**kw)))
 
 
 def test_unknown_uri_scheme_is_named():

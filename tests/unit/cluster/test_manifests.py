@@ -8,20 +8,22 @@ import json
 import kubernetes_validate
 import pytest
 
+from edl.api.spec import JobSpec, K8sOptions, kubernetes_problems
+from edl.autoscale.policy import POLICY_NAMES
 from edl.cluster import manifests as m
 from edl.errors import UserError
-from edl.api.spec import JobSpec
+from edl.jobargs import FLAG_NAMES
 
 K8S_VERSION = "1.30.0"  # the oldest Kubernetes we support; the schemas ship with kubernetes-validate
 
 SPEC = JobSpec(job="mnist", model_def="edl.zoo.digits", data="s3://data/digits", epochs=3, batch_size=64,
                min_trainers=1, max_trainers=4, trainers=2, checkpoint_uri="s3://ckpt/mnist")
-OPTS = m.K8sOptions(namespace="ml", s3_secret="minio-creds", priority_class="batch-low")
+OPTS = K8sOptions(namespace="ml", s3_secret="minio-creds", priority_class="batch-low")
 GPU = dataclasses.replace(OPTS, trainer_gpu=1, trainer_image="edl-trainer-gpu:0.1.0")
 OWNER = {"name": "launcher-abc", "uid": "6a1f7c3e-0000-4000-8000-000000000001"}
 
 
-def all_objects(opts: m.K8sOptions = OPTS) -> list[dict]:
+def all_objects(opts: K8sOptions = OPTS) -> list[dict]:
     objs = [o for group in m.render(SPEC, opts).values() for o in group]
     objs.append(m.trainer_pod(SPEC, opts, "edl-mnist-trainer-0", OWNER))
     return objs
@@ -32,7 +34,7 @@ def containers(obj: dict) -> list[dict]:
     return spec.get("containers", [])
 
 
-@pytest.mark.parametrize("opts", [OPTS, GPU, m.K8sOptions(namespace="default", s3_secret="s")], ids=["cpu", "gpu", "min"])
+@pytest.mark.parametrize("opts", [OPTS, GPU, K8sOptions(namespace="default", s3_secret="s")], ids=["cpu", "gpu", "min"])
 def test_every_object_is_valid_against_the_kubernetes_schemas(opts):
     for obj in all_objects(opts):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)  # raises on any unknown or mistyped field
@@ -118,5 +120,7 @@ def test_names_are_deterministic_and_objects_owned_by_the_launcher():
     ({}, {"sidecar_jitter_s": 20.0}, "--sidecar-jitter"),
 ])
 def test_bad_options_name_the_culprit(spec_over, opts_over, culprit):
+    """What ``edl launch`` and ``edl k8s render`` check before building any object."""
     with pytest.raises(UserError, match=culprit):
-        m.render(dataclasses.replace(SPEC, **spec_over), dataclasses.replace(OPTS, **opts_over))
+        FLAG_NAMES.check(kubernetes_problems(dataclasses.replace(SPEC, **spec_over),
+                                             dataclasses.replace(OPTS, **opts_over), POLICY_NAMES))
