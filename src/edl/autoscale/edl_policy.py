@@ -167,10 +167,11 @@ class EdlPolicy:
                     break
                 placed.append(node)
                 have += 1
-            if j.current < have < want[j.name] and not self._pays_to_grow(j, have):
-                for node in placed[j.current - have:]:  # a partial growth that does not pay: keep the size
+            keep = max(j.current, j.min)  # a job below its minimum (it was shrunk by force) keeps the minimum
+            if keep < have < want[j.name] and not self._pays_to_grow(j, have):
+                for node in placed[len(placed) - (have - keep):]:  # a partial growth that does not pay
                     cap.release(node, j.trainer)
-                have = j.current
+                have = keep
             target[j.name] = have
         return target
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
@@ -188,6 +188,9 @@ def test_unknown_policy_is_a_user_error():
     st.integers(1, 4), st.integers(0, 12), st.sampled_from(["edl", "edl2017"]),
     st.sampled_from([0.0, 2.0, 50.0]), st.sampled_from([None, 10.0, 1e6]),
 )
+# Found by hypothesis: a job below its minimum (current 3, min 4) whose partial growth did not pay
+# was held at its current size, under the minimum.
+@example([(0, 3, 0, 0, 1), (0, 2, 0, 0, 2), (2, 1, 1, 0, 0.5), (3, 4, 1, 0, 0.5)], 2, 10, "edl", 2.0, 10.0)
 def test_plans_respect_bounds_and_capacity(specs, n_nodes, n_web, policy, cost, remaining):
     # Rescale costs and remaining work exercise the rescale gates (held sizes, partial growth).
     js = []
