@@ -260,7 +260,7 @@ class Trainer:
             elif source is not Source.PEER:
                 self.step = a.base_step
             t1 = time.monotonic()
-            self.step, _ = mstate.broadcast_state(group, self.model, self.opt, self.step if rank == 0 else a.base_step)
+            self.step = mstate.broadcast_state(group, self.model, self.opt, self.step if rank == 0 else a.base_step)
             t2 = time.monotonic()
         except CollectiveError as e:
             log.warning("trainer %s: generation %d did not form: %s", self.id, gen, e)
