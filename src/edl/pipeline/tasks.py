@@ -95,11 +95,12 @@ def warm_start_uri(registry_uri: str) -> str:
     return open_store(registry_uri, "registry_uri").child(CURRENT)
 
 
-def _download(uri: str, into: Path) -> Path:
-    store = open_store(uri, "model")
+def download_model(uri: str, into: Path, what: str = "model") -> Path:
+    """Copy the model directory at ``uri`` (an exported model, a registry's ``current/``) into ``into``."""
+    store = open_store(uri, what)
     names = store.list("")
     if not names:
-        raise UserError(f"model {uri}: no files there")
+        raise UserError(f"{what} {uri}: no files there")
     for name in names:
         (into / name).parent.mkdir(parents=True, exist_ok=True)
         (into / name).write_bytes(store.get(name))
@@ -111,7 +112,7 @@ def evaluate_remote(model_uri: str, data_uri: str, model_def: str) -> float:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        return evaluate_model(str(_download(model_uri, Path(tmp))), data_uri, model_def)["accuracy"]
+        return evaluate_model(str(download_model(model_uri, Path(tmp))), data_uri, model_def)["accuracy"]
 
 
 def publish_if_better(model_uri: str, accuracy: float, registry_uri: str) -> str | None:
@@ -121,4 +122,4 @@ def publish_if_better(model_uri: str, accuracy: float, registry_uri: str) -> str
     if not beats_published(accuracy, registry_uri):
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        return publish_model(str(_download(model_uri, Path(tmp))), accuracy, registry_uri, model_uri)
+        return publish_model(str(download_model(model_uri, Path(tmp))), accuracy, registry_uri, model_uri)
