@@ -118,7 +118,7 @@ class CheckpointStore:
     def committed(self) -> list[str]:
         return [n for n in self._names() if self.store.exists(f"{n}/{MANIFEST}")]
 
-    def read(self, name: str, only: list[str] | None = None) -> tuple[Checkpoint, dict[str, bytes]]:
+    def read(self, name: str) -> tuple[Checkpoint, dict[str, bytes]]:
         """Read and verify a checkpoint; ``CorruptCheckpoint`` if anything does not match."""
         try:
             manifest = json.loads(self.store.get(f"{name}/{MANIFEST}"))
@@ -128,8 +128,6 @@ class CheckpointStore:
             raise CorruptCheckpoint(f"{self.store.child(name)}: unknown format {manifest.get('format')!r}")
         files: dict[str, bytes] = {}
         for fname, info in manifest["files"].items():
-            if only is not None and fname not in only:
-                continue
             try:
                 data = self.store.get(f"{name}/{fname}")
             except StorageError as e:
@@ -139,11 +137,11 @@ class CheckpointStore:
             files[fname] = data
         return Checkpoint(name, int(manifest["step"]), self.store.child(name), manifest), files
 
-    def latest(self, only: list[str] | None = None, warn: Callable[[str], None] | None = None) -> tuple[Checkpoint, dict[str, bytes]] | None:
+    def latest(self, warn: Callable[[str], None] | None = None) -> tuple[Checkpoint, dict[str, bytes]] | None:
         """The newest checkpoint that verifies; corrupt ones are skipped with a warning."""
         for name in reversed(self.committed()):
             try:
-                return self.read(name, only)
+                return self.read(name)
             except CorruptCheckpoint as e:
                 (warn or log.warning)(f"skipping corrupt checkpoint {e}")
         return None
@@ -164,7 +162,7 @@ class AsyncCheckpointWriter:
     def __init__(self, ckpts: CheckpointStore, on_error: Callable[[str], None] | None = None) -> None:
         self.ckpts = ckpts
         self.on_error = on_error or log.warning
-        self._q: queue.Queue[WriteJob | None] = queue.Queue(maxsize=1)
+        self._q: queue.Queue[WriteJob] = queue.Queue(maxsize=1)
         self._busy = threading.Event()
         self._thread = threading.Thread(target=self._run, name="edl-checkpoint", daemon=True)
         self._thread.start()
@@ -189,8 +187,6 @@ class AsyncCheckpointWriter:
     def _run(self) -> None:
         while True:
             job = self._q.get()
-            if job is None:
-                return
             self._busy.set()
             try:
                 while True:
@@ -218,6 +214,3 @@ class AsyncCheckpointWriter:
         while self.busy and time.monotonic() < deadline:
             time.sleep(0.02)
         return not self.busy
-
-    def close(self) -> None:
-        self._q.put(None)
