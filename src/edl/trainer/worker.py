@@ -38,11 +38,11 @@ from edl.trainer.audit import AuditLog
 from edl.trainer.checkpoints import Checkpointer
 from edl.trainer.collective import Group
 from edl.trainer.data import Slice, TaskBuffer, read_slices, record_ids
-from edl.trainer.decide import CheckpointWhy, StepContext, Then, decide_step, plan_start
+from edl.trainer.decide import CheckpointWhy, StepContext, StepDecision, Then, decide_step, plan_start
 from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, Control, Heartbeat, Progress
 from edl.trainer.prefetch import Prefetcher
 from edl.trainer.replica import Replica
-from edl.trainer.slots import decode_sums, own_slots
+from edl.trainer.slots import StepSums, decode_sums, own_slots
 
 log = logging.getLogger("edl.trainer")
 
@@ -165,7 +165,7 @@ class Trainer:
 
     def _train(self, a: Assignment, group: Group) -> bool:
         """Step until the generation ends; ``True`` when training is done."""
-        gen, p, buffer = a.generation, self.progress, self.prefetch.buffer
+        gen, p = a.generation, self.progress
         key = (int(a.master_uid), gen)
         if self.audit:
             self.audit.generation(key, p.step)
@@ -173,33 +173,15 @@ class Trainer:
         if a.cursor is not None:
             cursors[self.id] = a.cursor
         first_step_pending = True
-        prev_own = buffer.cursor
+        prev_own = self.prefetch.buffer.cursor
         while True:
-            slices = buffer.take(self.spec.batch_size)
-            out_of_data = not slices and self.prefetch.out_of_data()
-            count, loss_sum = self._backward(slices, key) if slices else (0, 0.0)
-            # Read the stop request as late as possible: it rides in this step's all-reduce.
-            slots = own_slots(a.world_size, a.rank, buffer.cursor, count, loss_sum, self.control.stops(gen),
-                              out_of_data)
-            p.in_collective_since = self.clock()
-            try:
-                sums = decode_sums(self.replica.all_reduce(group, slots), a.members)
-            except CollectiveError as e:
-                log.warning("trainer %s: step %d failed: %s", self.id, p.step + 1, e)
+            sums = self._step(a, group, key)
+            if sums is None:
                 self._report(gen, p.step, cursors, failed=True)
                 return False
-            p.in_collective_since = None
             d = decide_step(sums, StepContext(a.rank, p.step, first_step_pending, self.checkpoints.since_last_s(),
                                               self.spec.checkpoint_interval_s, self.control.checkpoint_requested))
-            if d.then is Then.ABORT:
-                if d.lead:
-                    self.client.fail_job(d.error)
-                raise SystemExit(EXIT_FAILED)
-            if d.update:
-                p.loss = d.mean_loss
-            self.replica.end_step(sums.samples)
-            if d.update:
-                p.step += 1  # a round in which nobody had data leaves the model as it was
+            self._apply(d, sums.samples)
             # Cursors of every rank at this step; our own at the previous step is now safe
             # to commit (any rank finishing step s implies every rank finished s-1).
             p.safe_cursor = prev_own
@@ -207,16 +189,9 @@ class Trainer:
             prev_own = cursors[self.id]
             if d.report_first_step:
                 first_step_pending = False  # the generation's first completed training step ends its pause
-                try:
-                    self.client_once.first_step(self.id, gen)
-                except TemporaryError:
-                    pass  # the master is away: this generation's pause goes unmeasured
+            self._rank0_duties(d, gen, cursors)
             if d.idle:
                 self.sleep(0.02)  # nobody had data this step: don't spin
-            if d.checkpoint is not None:
-                if d.checkpoint is CheckpointWhy.REQUESTED:
-                    self.control.take_checkpoint_request()
-                self._checkpoint(gen, cursors)
             if d.then is Then.FINISH:
                 p.safe_cursor = prev_own
                 if d.lead:
@@ -225,6 +200,47 @@ class Trainer:
             if d.then is Then.STOP:
                 self._report(gen, p.step, cursors, failed=False)
                 return False
+
+    def _step(self, a: Assignment, group: Group, key: tuple[int, int]) -> StepSums | None:
+        """Our next batch's gradients, summed with everyone's; ``None`` when the collective failed."""
+        buffer = self.prefetch.buffer
+        slices = buffer.take(self.spec.batch_size)
+        out_of_data = not slices and self.prefetch.out_of_data()
+        count, loss_sum = self._backward(slices, key) if slices else (0, 0.0)
+        # Read the stop request as late as possible: it rides in this step's all-reduce.
+        slots = own_slots(a.world_size, a.rank, buffer.cursor, count, loss_sum, self.control.stops(a.generation),
+                          out_of_data)
+        self.progress.in_collective_since = self.clock()
+        try:
+            sums = decode_sums(self.replica.all_reduce(group, slots), a.members)
+        except CollectiveError as e:
+            log.warning("trainer %s: step %d failed: %s", self.id, self.progress.step + 1, e)
+            return None
+        self.progress.in_collective_since = None
+        return sums
+
+    def _apply(self, d: StepDecision, samples: int) -> None:
+        """The step's update (none when nobody had data); a loss that is not finite ends the job."""
+        if d.then is Then.ABORT:
+            if d.lead:
+                self.client.fail_job(d.error)
+            raise SystemExit(EXIT_FAILED)
+        if d.update:
+            self.progress.loss = d.mean_loss
+        self.replica.end_step(samples)
+        if d.update:
+            self.progress.step += 1  # a round in which nobody had data leaves the model as it was
+
+    def _rank0_duties(self, d: StepDecision, gen: int, cursors: dict[str, Cursor | None]) -> None:
+        if d.report_first_step:
+            try:
+                self.client_once.first_step(self.id, gen)
+            except TemporaryError:
+                pass  # the master is away: this generation's pause goes unmeasured
+        if d.checkpoint is not None:
+            if d.checkpoint is CheckpointWhy.REQUESTED:
+                self.control.take_checkpoint_request()
+            self._checkpoint(gen, cursors)
 
     def _backward(self, slices: list[Slice], key: tuple[int, int]) -> tuple[int, float]:
         """Gradients of the rows in ``slices``; answers (rows, loss sum)."""
