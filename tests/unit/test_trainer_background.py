@@ -8,8 +8,9 @@ from edl.api.data import Cursor, Task
 from edl.api.master import HeartbeatAnswer, JobStatus, Next, TrainerState
 from edl.errors import TemporaryError
 from edl.trainer.data import TaskBuffer
-from edl.trainer.heartbeat import Control, Heartbeat, Progress, stuck_in_collective
+from edl.trainer.heartbeat import Control, Heartbeat, stuck_in_collective
 from edl.trainer.prefetch import Prefetcher
+from edl.trainer.progress import Progress
 
 
 def answer(uid="1", generation=2, stop=False, status=JobStatus.RUNNING, checkpoint=False, known=True):

@@ -11,28 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
-from edl.api.data import Cursor
 from edl.api.master import HeartbeatAnswer, JobStatus, TrainerLink
 from edl.errors import EdlError
+from edl.trainer.progress import Progress
 
 log = logging.getLogger("edl.trainer")
 
 COLLECTIVE_HANG_S = 15.0  # stuck this long while the master has moved on: give up
 COLLECTIVE_DEADLINE_S = 300.0  # stuck this long: give up (``EDL_COLLECTIVE_DEADLINE_S``)
-
-
-@dataclass
-class Progress:
-    """Where the training loop is: written by the loop, read by the heartbeat and the prefetch."""
-
-    generation: int = 0  # 0: in none yet
-    step: int = 0
-    safe_cursor: Cursor | None = None  # our data position at a step every rank has completed
-    loss: float | None = None  # the last step's mean training loss
-    in_collective_since: float | None = None  # when the loop entered the collective it is in
 
 
 class Control:

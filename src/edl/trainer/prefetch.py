@@ -10,7 +10,7 @@ from edl.api.data import Task
 from edl.api.master import Next, TrainerLink
 from edl.errors import EdlError
 from edl.trainer.data import TaskBuffer
-from edl.trainer.heartbeat import Progress
+from edl.trainer.progress import Progress
 
 
 class Prefetcher:

@@ -39,8 +39,9 @@ from edl.trainer.checkpoints import Checkpointer
 from edl.trainer.collective import Group
 from edl.trainer.data import Slice, TaskBuffer, read_slices, record_ids
 from edl.trainer.decide import CheckpointWhy, StepContext, StepDecision, Then, decide_step, plan_start
-from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, Control, Heartbeat, Progress
+from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, Control, Heartbeat
 from edl.trainer.prefetch import Prefetcher
+from edl.trainer.progress import Progress
 from edl.trainer.replica import Replica
 from edl.trainer.slots import StepSums, decode_sums, own_slots
 
