@@ -279,8 +279,9 @@ class Trainer:
         self._checkpoint(gen, cursors, wait=True)
         store = self.checkpoints.ckpts.store
         final_uri = self.replica.export(store)
-        metrics = self.replica.evaluate(Dataset(self.spec.eval_data, "--eval-data").read_all()) \
-            if self.spec.eval_data else {}
+        metrics: dict[str, float] = {}
+        if self.spec.eval_data:
+            metrics = self.replica.evaluate(Dataset(self.spec.eval_data, "--eval-data").read_all())
         store.put(FINAL, json.dumps({"step": step, "final_model_uri": final_uri, "metrics": metrics}).encode())
         self.client.finish(step, final_uri, metrics)
         log.info("trainer %s: training finished at step %d; metrics %s", self.id, step, metrics)
