@@ -3,7 +3,8 @@
 It creates (or adopts) the job's objects, keeps the trainers at the master's
 desired count by applying ``plan_trainers``, replaces a lost master, reports
 trainer exits to the master, fails the job on OOM, bad input or too many
-crashes, and on cancel asks for a last checkpoint before removing everything.
+crashes, writes the run summary when the job ends (``finish``), and on cancel
+asks for a last checkpoint before removing everything.
 The backend (``Cluster``) is the only thing that differs between Kubernetes,
 local processes and the simulator.
 """
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -21,6 +24,7 @@ from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.spec import JobSpec
 from edl.errors import PermanentError, TemporaryError, UserError
+from edl.files import write_json_atomic
 from edl.launcher.reconcile import plan_trainers
 from edl.master.client import HttpMaster
 
@@ -76,6 +80,41 @@ class ProgressView:
             pct = 100.0 * st.done_rows[e] / max(1, st.rows_per_epoch)
             self.console.print(f"epoch {e + 1}/{st.epochs}: {pct:5.1f} % · {st.world_size} trainers · "
                                f"step {st.step}")
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A job that succeeded, as its run summary tells it (``Launcher.finish``)."""
+
+    summary: dict[str, Any]  # the master's run summary with the launcher's counters, as written
+
+    @property
+    def epochs_completed(self) -> int:
+        return self.summary["epochs_completed"]
+
+    @property
+    def steps(self) -> int:
+        return self.summary["steps"]
+
+    @property
+    def final_model_uri(self) -> str | None:
+        return self.summary["final_model_uri"]
+
+    @property
+    def throughput_samples_per_s(self) -> float:
+        return self.summary["throughput_samples_per_s"]
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self.summary.get("metrics") or {}
+
+    @property
+    def lost_samples(self) -> int | None:
+        return self.summary.get("lost_samples")  # with --audit only
+
+    @property
+    def duplicate_samples(self) -> int | None:
+        return self.summary.get("duplicate_samples")
 
 
 class Cancelled(Exception):
@@ -233,6 +272,24 @@ class Launcher:
             self.sleep(poll_s)
 
     # ----------------------------------------------------------- endings
+    def finish(self, summary_out: Path | None = None,
+               extend: Callable[[dict[str, Any]], None] | None = None) -> JobResult:
+        """After ``run``: wait for the trainers to exit, then the run summary, the master's with what
+        only the launcher counted (and what ``extend`` adds), written to ``summary_out``.
+        Raises ``PermanentError`` with the job's error unless it succeeded."""
+        self.wait_for_trainers()
+        summary = (self.master.summary() if self.master is not None else None) or {
+            "job": self.spec.job, "status": JobStatus.FAILED.value, "error": "master lost"}
+        if extend is not None:
+            extend(summary)
+        summary.update(trainer_failures=self.failures, trainer_relaunches=self.relaunches,
+                       unschedulable_trainers=self.unschedulable, master_restarts=self.master_restarts)
+        if summary_out is not None:
+            write_json_atomic(summary_out, summary)
+        if summary["status"] != JobStatus.SUCCEEDED.value:
+            raise PermanentError(f"job {self.spec.job} failed: {summary.get('error')}")
+        return JobResult(summary)
+
     def wait_for_trainers(self, timeout_s: float = 120.0) -> None:
         """Let trainers exit on their own (rank 0 exports the model), then report them."""
         deadline = self.clock() + timeout_s

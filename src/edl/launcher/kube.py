@@ -19,7 +19,6 @@ from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
 from edl.cluster.kube_api import KubeApi, load_api_client
 from edl.errors import PermanentError, UserError
-from edl.files import write_json_atomic
 from edl.launcher.core import Cancelled, Launcher, ProgressView
 from edl.api.spec import JobSpec, K8sOptions, Naming, Problem
 from edl.jobargs import FLAG_NAMES
@@ -63,17 +62,10 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
         with ProgressView(console) as view:
             final = launcher.run(view, poll_s=0.5)
             view.show(final)
-        launcher.wait_for_trainers()
-        summary = launcher.master.summary() or {"job": spec.job, "status": "failed", "error": "master lost"}
-        summary.update(trainer_failures=launcher.failures, trainer_relaunches=launcher.relaunches,
-                       unschedulable_trainers=launcher.unschedulable, master_restarts=launcher.master_restarts)
-        if summary_out is not None:
-            write_json_atomic(summary_out, summary)
-        if summary["status"] != "succeeded":
-            raise PermanentError(f"job {spec.job} failed: {summary.get('error')}")
-        cluster.record("JobSucceeded", f"{summary['epochs_completed']} epochs; model at {summary['final_model_uri']}")
-        console.print(f"[green]job {spec.job} succeeded[/]: {summary['epochs_completed']} epochs, "
-                      f"{summary['steps']} steps; model at {summary['final_model_uri']}")
+        result = launcher.finish(summary_out)
+        cluster.record("JobSucceeded", f"{result.epochs_completed} epochs; model at {result.final_model_uri}")
+        console.print(f"[green]job {spec.job} succeeded[/]: {result.epochs_completed} epochs, "
+                      f"{result.steps} steps; model at {result.final_model_uri}")
         return 0
     except Cancelled as why:
         console.print(f"cancelled ({why}): asking for a last checkpoint (up to {FINAL_CHECKPOINT_S:.0f} s), "

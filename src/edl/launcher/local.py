@@ -25,11 +25,10 @@ from edl.autoscale.local_view import SLOT, CapacitySchedule, LocalClusterView
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.data.dataset import Dataset
-from edl.errors import EdlError, PermanentError, UserError
-from edl.files import write_json_atomic
+from edl.errors import EdlError, UserError
 from edl.cluster.local import LocalCluster
 from edl.api.spec import JobSpec
-from edl.launcher.core import Launcher, ProgressView
+from edl.launcher.core import JobResult, Launcher, ProgressView
 from edl.master.client import HttpMaster
 from edl.master.main import prepare_job
 from edl.trainer.audit import audit
@@ -144,8 +143,8 @@ class LocalLauncher:
             with view:
                 final = launcher.run(view)
                 view.show(final)
-            launcher.wait_for_trainers()
-            return self._finish(launcher)
+            self._succeeded(launcher.finish(self.summary_out, self._audit if self.spec.audit else None))
+            return 0
         finally:
             stop_sidecar.set()
             launcher.shutdown()
@@ -156,31 +155,20 @@ class LocalLauncher:
                         "desired": st.desired_trainers, "loss": st.loss, "free_slots": free,
                         "status": st.status.value})
 
-    def _finish(self, launcher: Launcher) -> int:
-        summary = (launcher.master.summary() if launcher.master else None) or {
-            "job": self.spec.job, "status": "failed", "error": "master lost"}
-        if self.spec.audit:
-            ids = Dataset(self.spec.data).all_ids()
-            result = audit(self.dir / "audit", ids, self.spec.epochs)
-            summary["lost_samples"] = result.lost
-            summary["duplicate_samples"] = result.duplicates
-            summary["audited_samples_per_epoch"] = result.samples_per_epoch
-        summary["trainer_failures"] = launcher.failures
-        summary["master_restarts"] = launcher.master_restarts
-        if self.summary_out:
-            write_json_atomic(self.summary_out, summary)
-        if summary["status"] == "succeeded":
-            m = summary.get("metrics", {})
-            acc = f", held-out accuracy {m['accuracy']:.3f}" if "accuracy" in m else ""
-            audit_txt = (f", lost {summary['lost_samples']}, duplicated {summary['duplicate_samples']}"
-                         if self.spec.audit else "")
-            self.console.print(
-                f"[green]job {self.spec.job} succeeded[/]: {summary['epochs_completed']} epochs, "
-                f"{summary['steps']} steps, {summary['throughput_samples_per_s']:.0f} samples/s{acc}{audit_txt}; "
-                f"model at {summary['final_model_uri']}"
-            )
-            return 0
-        raise PermanentError(f"job {self.spec.job} failed: {summary.get('error')}")
+    def _succeeded(self, result: JobResult) -> None:
+        acc = f", held-out accuracy {result.metrics['accuracy']:.3f}" if "accuracy" in result.metrics else ""
+        audit_txt = f", lost {result.lost_samples}, duplicated {result.duplicate_samples}" if self.spec.audit else ""
+        self.console.print(
+            f"[green]job {self.spec.job} succeeded[/]: {result.epochs_completed} epochs, {result.steps} steps, "
+            f"{result.throughput_samples_per_s:.0f} samples/s{acc}{audit_txt}; model at {result.final_model_uri}"
+        )
+
+    def _audit(self, summary: dict) -> None:
+        """Count every record id that entered the final model (``--audit``)."""
+        result = audit(self.dir / "audit", Dataset(self.spec.data).all_ids(), self.spec.epochs)
+        summary["lost_samples"] = result.lost
+        summary["duplicate_samples"] = result.duplicates
+        summary["audited_samples_per_epoch"] = result.samples_per_epoch
 
 
 def _interrupt(signum: int, _frame) -> None:

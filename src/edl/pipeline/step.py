@@ -174,17 +174,9 @@ def _copy_model(uri: str | None, model_dir: Path) -> None:
     """Copy the exported inference model into the step's Model artifact (KFP stores and tracks it)."""
     if not uri:
         raise UserError("the job finished without an exported model (no training data reached the trainers?)")
-    from edl.storage.store import open_store
+    from edl.pipeline.tasks import download_model
 
-    store = open_store(uri, "final model")
-    model_dir.mkdir(parents=True, exist_ok=True)
-    names = store.list("")
-    if not names:
-        raise UserError(f"no model files at {uri}")
-    for name in names:
-        target = model_dir / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(store.get(name))
+    download_model(uri, model_dir, "final model")
 
 
 def step_metrics(summary: dict) -> dict[str, float]:

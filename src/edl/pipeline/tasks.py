@@ -11,8 +11,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-
 from edl.errors import UserError
 from edl.storage.store import open_store
 
@@ -36,38 +34,30 @@ def prepare_dataset(kind: str, out: str, rows: int, seed: int, metadata: dict | 
 
 def evaluate_model(model_dir: str, data_uri: str, model_def: str) -> dict[str, float]:
     """Accuracy and loss of a model directory (params.npz) on the held-out split of ``data_uri``."""
-    import paddle
-
     from edl.data.dataset import Dataset, resolve_splits
     from edl.modeldef import load_model_def
     from edl.storage.checkpoint import WARM_START_FILE, decode_arrays
-    from edl.trainer import state as mstate
+    from edl.trainer.export import evaluate
+    from edl.trainer.state import set_parameters
 
     md = load_model_def(model_def)
     path = Path(model_dir) / WARM_START_FILE
     if not path.exists():
         raise UserError(f"model {model_dir}: no {WARM_START_FILE} (not a model written by edl)")
     model = md.model()
-    opt = md.optimizer(model.parameters(), 0.01)
     try:
-        mstate.restore(model, opt, decode_arrays(path.read_bytes()), {}, {})
+        set_parameters(model, decode_arrays(path.read_bytes()))
     except ValueError as e:
         raise UserError(f"model {model_dir} does not match model_def {model_def}: {e}") from None
     _, test = resolve_splits(data_uri)
     if test is None:
         raise UserError(f"data {data_uri}: no held-out split (test/) to evaluate on")
-    x, y = md.collate(Dataset(test, "held-out data").read_all())
-    model.eval()
-    with paddle.no_grad():
-        out = paddle.concat([model(paddle.to_tensor(x[i:i + 1024])) for i in range(0, len(x), 1024)])
-        loss = float(md.loss(out, paddle.to_tensor(y)))
-    if md.metrics is not None:
-        result = {k: float(v) for k, v in md.metrics(out.numpy(), y).items()}
-    else:
-        result = {"accuracy": float((out.numpy().argmax(axis=1) == np.asarray(y)).mean())}
-    result.setdefault("loss", loss)
+    ev = evaluate(md, model, Dataset(test, "held-out data").read_all())
+    result = dict(ev.metrics)
+    result.setdefault("loss", ev.loss)
     if "accuracy" not in result:
-        raise UserError(f"model_def {model_def}: its metrics() returned no 'accuracy'")
+        why = "its metrics() returned no 'accuracy'" if md.metrics is not None else "its outputs are not class scores"
+        raise UserError(f"model_def {model_def}: {why}")
     return result
 
 
@@ -105,11 +95,12 @@ def warm_start_uri(registry_uri: str) -> str:
     return open_store(registry_uri, "registry_uri").child(CURRENT)
 
 
-def _download(uri: str, into: Path) -> Path:
-    store = open_store(uri, "model")
+def download_model(uri: str, into: Path, what: str = "model") -> Path:
+    """Copy the model directory at ``uri`` (an exported model, a registry's ``current/``) into ``into``."""
+    store = open_store(uri, what)
     names = store.list("")
     if not names:
-        raise UserError(f"model {uri}: no files there")
+        raise UserError(f"{what} {uri}: no files there")
     for name in names:
         (into / name).parent.mkdir(parents=True, exist_ok=True)
         (into / name).write_bytes(store.get(name))
@@ -121,7 +112,7 @@ def evaluate_remote(model_uri: str, data_uri: str, model_def: str) -> float:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        return evaluate_model(str(_download(model_uri, Path(tmp))), data_uri, model_def)["accuracy"]
+        return evaluate_model(str(download_model(model_uri, Path(tmp))), data_uri, model_def)["accuracy"]
 
 
 def publish_if_better(model_uri: str, accuracy: float, registry_uri: str) -> str | None:
@@ -131,4 +122,4 @@ def publish_if_better(model_uri: str, accuracy: float, registry_uri: str) -> str
     if not beats_published(accuracy, registry_uri):
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        return publish_model(str(_download(model_uri, Path(tmp))), accuracy, registry_uri, model_uri)
+        return publish_model(str(download_model(model_uri, Path(tmp))), accuracy, registry_uri, model_uri)

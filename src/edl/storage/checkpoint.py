@@ -162,7 +162,7 @@ class AsyncCheckpointWriter:
     def __init__(self, ckpts: CheckpointStore, on_error: Callable[[str], None] | None = None) -> None:
         self.ckpts = ckpts
         self.on_error = on_error or log.warning
-        self._q: queue.Queue[WriteJob | None] = queue.Queue(maxsize=1)
+        self._q: queue.Queue[WriteJob] = queue.Queue(maxsize=1)
         self._busy = threading.Event()
         self._thread = threading.Thread(target=self._run, name="edl-checkpoint", daemon=True)
         self._thread.start()
@@ -187,8 +187,6 @@ class AsyncCheckpointWriter:
     def _run(self) -> None:
         while True:
             job = self._q.get()
-            if job is None:
-                return
             self._busy.set()
             try:
                 while True:
@@ -216,6 +214,3 @@ class AsyncCheckpointWriter:
         while self.busy and time.monotonic() < deadline:
             time.sleep(0.02)
         return not self.busy
-
-    def close(self) -> None:
-        self._q.put(None)

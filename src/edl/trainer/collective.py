@@ -37,7 +37,7 @@ class Group:
 
     def __init__(self, host: str, port: int, rank: int, world: int, group_id: int, backend: str = "gloo",
                  timeout_s: int = 10) -> None:
-        self.rank, self.world, self.backend = rank, world, backend
+        self.rank, self.world = rank, world
         self._pg = None
         self._store = None
         if world == 1:

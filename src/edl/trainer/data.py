@@ -65,8 +65,15 @@ class TaskBuffer:
             self.tasks, self.offset, self.cursor = [], 0, None
 
 
-def read_slices(dataset: Dataset, slices: list[Slice]) -> pa.Table | None:
-    if not slices:
-        return None
+def read_slices(dataset: Dataset, slices: list[Slice]) -> pa.Table:
+    """The rows of (at least one) ``slices``, in order."""
     parts = [dataset.rows(s.task.shard, s.start, s.end) for s in slices]
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+
+def record_ids(dataset: Dataset, slices: list[Slice]) -> dict[int, list[int]]:
+    """The record ids in ``slices``, by epoch (what the exactly-once audit logs)."""
+    ids: dict[int, list[int]] = {}
+    for s in slices:
+        ids.setdefault(s.task.epoch, []).extend(dataset.rows(s.task.shard, s.start, s.end).column("id").to_pylist())
+    return ids

@@ -7,6 +7,8 @@ Integers are split in two float32 halves (20 bits low) so they stay exact.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from edl.api.data import Cursor
@@ -31,3 +33,34 @@ def decode_cursor(slot: np.ndarray) -> Cursor | None:
     if tid == 0:
         return None
     return Cursor(tid - 1, int(round(float(slot[2]) * _LOW + float(slot[3]))))
+
+
+def own_slots(world: int, rank: int, cursor: Cursor | None, count: int, loss_sum: float, stop: bool,
+              finished: bool) -> np.ndarray:
+    """This rank's contribution to the slots' all-reduce: its slot filled, everyone else's zero."""
+    slots = np.zeros(world * SLOT, dtype=np.float32)
+    slots[rank * SLOT : (rank + 1) * SLOT] = encode_slot(cursor, count, loss_sum, stop, finished)
+    return slots
+
+
+@dataclass(frozen=True)
+class StepSums:
+    """What the summed slots of one step say, the same on every rank."""
+
+    cursors: dict[str, Cursor | None]  # every member's data position after the step
+    samples: int  # rows trained on, all ranks together (0: nobody had data)
+    loss_sum: float  # the loss summed over those rows
+    stop: bool  # some rank asked to end the generation at this step
+    finished: bool  # every rank is out of data: the job's training is done
+
+
+def decode_sums(summed: np.ndarray, members: tuple[str, ...]) -> StepSums:
+    """Read the all-reduced slots of ``members`` (in rank order)."""
+    rows = summed.reshape(len(members), SLOT)
+    return StepSums(
+        cursors={m: decode_cursor(rows[i]) for i, m in enumerate(members)},
+        samples=int(round(float(rows[:, COUNT].sum()))),
+        loss_sum=float(rows[:, LOSS].sum()),
+        stop=bool(rows[:, STOP].sum() > 0),
+        finished=bool(rows[:, FINISHED].sum() >= len(members)),
+    )

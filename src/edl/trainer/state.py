@@ -23,8 +23,13 @@ def _name_maps(model: paddle.nn.Layer) -> list[tuple[str, str]]:
     return sorted(pairs, key=lambda x: -len(x[0]))
 
 
+def parameters(model: paddle.nn.Layer) -> dict[str, np.ndarray]:
+    """A copy of the model's parameters by structured name."""
+    return {s: p.numpy().copy() for s, p in model.named_parameters()}
+
+
 def snapshot(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict]:
-    params = {s: p.numpy().copy() for s, p in model.named_parameters()}
+    params = parameters(model)
     opt_arrays: dict[str, np.ndarray] = {}
     extra: dict[str, Any] = {}
     maps = _name_maps(model)
@@ -39,8 +44,8 @@ def snapshot(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer) -> tuple[d
     return params, opt_arrays, extra
 
 
-def restore(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, params: dict[str, np.ndarray],
-            opt_arrays: dict[str, np.ndarray], extra: dict) -> None:
+def set_parameters(model: paddle.nn.Layer, params: dict[str, np.ndarray]) -> None:
+    """Set every parameter from ``params`` (by structured name); ``ValueError`` when they do not fit."""
     own = dict(model.named_parameters())
     missing = set(own) - set(params)
     if missing:
@@ -50,7 +55,12 @@ def restore(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, params: dic
             raise ValueError(f"state does not match the model: {s} has shape {tuple(params[s].shape)}, "
                              f"the model expects {tuple(p.shape)}")
         p.set_value(params[s])
-    internal = {s: p.name for s, p in own.items()}
+
+
+def restore(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, params: dict[str, np.ndarray],
+            opt_arrays: dict[str, np.ndarray], extra: dict) -> None:
+    set_parameters(model, params)
+    internal = {s: p.name for s, p in model.named_parameters()}
     state: dict[str, Any] = dict(extra)
     for key, arr in opt_arrays.items():
         structured, _, suffix = key.partition("::")
@@ -70,15 +80,14 @@ def _broadcast_json(group: Group, obj: dict | None) -> dict:
     return obj if group.rank == 0 else json.loads(buf.numpy().tobytes())
 
 
-def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, step: int,
-                    extra_meta: dict | None = None) -> tuple[int, dict]:
+def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, step: int) -> int:
     """Rank 0 sends its model, optimizer state and step; every rank ends up identical.
 
     Layout and scalars travel as JSON, tensors as one flat buffer per dtype, all
-    through the collective. Returns (step, extra_meta).
+    through the collective. Returns rank 0's step.
     """
     if group.world == 1:
-        return step, extra_meta or {}
+        return step
     if group.rank == 0:
         params, opt_arrays, extra = snapshot(model, opt)
         arrays = {"p:" + k: v for k, v in params.items()} | {"o:" + k: v for k, v in opt_arrays.items()}
@@ -86,7 +95,6 @@ def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.
             "step": step,
             "layout": [[k, list(v.shape), str(v.dtype)] for k, v in arrays.items()],
             "opt_extra": extra,
-            "extra": extra_meta or {},
         }
         _broadcast_json(group, meta)
     else:
@@ -110,5 +118,5 @@ def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.
         params = {k[2:]: v for k, v in arrays.items() if k.startswith("p:")}
         opt_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("o:")}
         restore(model, opt, params, opt_arrays, meta["opt_extra"])
-    return int(meta["step"]), meta["extra"]
+    return int(meta["step"])
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edl.api.data import Cursor
-from edl.trainer.slots import SLOT, decode_cursor, encode_slot
+from edl.trainer.slots import SLOT, StepSums, decode_cursor, decode_sums, encode_slot, own_slots
 
 
 @given(st.integers(0, 2**40), st.integers(0, 2**30))
@@ -25,3 +25,16 @@ def test_cursor_survives_a_float32_sum(task_id, offset):
 
 def test_no_cursor_is_none():
     assert decode_cursor(np.array(encode_slot(None, 0, 0.0, False, False), dtype=np.float32)) is None
+
+
+def test_the_summed_slots_decode_to_what_every_rank_contributed():
+    members = ("a", "b", "c")
+    parts = [own_slots(3, 0, Cursor(4, 16), 16, 8.0, False, True),
+             own_slots(3, 1, None, 0, 0.0, True, True),
+             own_slots(3, 2, Cursor(9, 3), 3, 1.5, False, True)]
+    assert parts[1][:SLOT].sum() == 0 and parts[1][2 * SLOT:].sum() == 0  # only its own slot
+    s = decode_sums(np.sum(parts, axis=0, dtype=np.float32), members)
+    assert s == StepSums({"a": Cursor(4, 16), "b": None, "c": Cursor(9, 3)}, 19, 9.5, True, True)
+    one_left = [own_slots(2, 0, None, 0, 0.0, False, True), own_slots(2, 1, Cursor(1, 2), 2, 1.0, False, False)]
+    s = decode_sums(np.sum(one_left, axis=0, dtype=np.float32), ("a", "b"))
+    assert not s.finished and not s.stop and s.samples == 2

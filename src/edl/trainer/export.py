@@ -1,0 +1,75 @@
+"""A trained model out of the trainer: its exported directory and its held-out evaluation.
+
+The exported model directory (``CHECKPOINT_URI/model``, the pipeline's Model artifact,
+a registry's ``current/``) holds the inference model written by ``paddle.jit.save`` and
+``params.npz``, the parameters by structured name that a later run warm-starts from
+(``--init-model``) and the pipeline evaluates. The trainer writes it at the end of a job;
+the pipeline's steps read it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pyarrow as pa
+
+from edl.errors import EdlError, UserError
+from edl.modeldef import ModelDef
+from edl.storage.checkpoint import WARM_START_FILE, decode_arrays, encode_arrays
+from edl.storage.store import ObjectStore, open_store
+from edl.trainer.state import parameters
+
+MODEL_DIR = "model"  # under the checkpoint URI
+EVAL_BATCH = 1024  # rows per forward pass when evaluating
+
+
+def export_model(model: paddle.nn.Layer, sample_input: np.ndarray, store: ObjectStore) -> str:
+    """Write ``model`` into ``store``'s model directory; answers its URI. ``sample_input``: a batch
+    of one, for the inference model's input spec (any batch size)."""
+    from paddle.static import InputSpec
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = Path(tmp) / "inference"
+        model.eval()
+        spec = [InputSpec([None, *sample_input.shape[1:]], str(sample_input.dtype), "x")]
+        paddle.jit.save(model, str(prefix), input_spec=spec)
+        model.train()
+        for f in sorted(Path(tmp).iterdir()):
+            store.put(f"{MODEL_DIR}/{f.name}", f.read_bytes())
+    store.put(f"{MODEL_DIR}/{WARM_START_FILE}", encode_arrays(parameters(model)))
+    return store.child(MODEL_DIR)
+
+
+def read_warm_start(uri: str) -> dict[str, np.ndarray]:
+    """The parameters of the model exported at ``uri`` (``--init-model``)."""
+    try:
+        return decode_arrays(open_store(uri, "--init-model").get(WARM_START_FILE))
+    except (OSError, ValueError, EdlError) as e:
+        raise UserError(f"--init-model {uri!r}: cannot read {WARM_START_FILE}: {e}") from None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    loss: float  # the model definition's loss over every row
+    metrics: dict[str, float]  # its metrics(); by default the loss and, for class scores, the accuracy
+
+
+def evaluate(md: ModelDef, model: paddle.nn.Layer, table: pa.Table) -> Evaluation:
+    """``model`` on every row of ``table`` (in eval mode, no gradients)."""
+    x, y = md.collate(table)
+    model.eval()
+    with paddle.no_grad():
+        out = paddle.concat([model(paddle.to_tensor(x[i : i + EVAL_BATCH])) for i in range(0, len(x), EVAL_BATCH)])
+        loss = float(md.loss(out, paddle.to_tensor(y)))
+    model.train()
+    scores = out.numpy()
+    if md.metrics is not None:
+        return Evaluation(loss, {k: float(v) for k, v in md.metrics(scores, y).items()})
+    metrics = {"loss": loss}
+    if scores.ndim == 2 and y.ndim == 1 and np.issubdtype(y.dtype, np.integer):
+        metrics["accuracy"] = float((scores.argmax(axis=1) == y).mean())
+    return Evaluation(loss, metrics)

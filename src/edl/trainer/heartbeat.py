@@ -1,0 +1,113 @@
+"""The trainer's heartbeat: renews its lease, commits its safe cursor, learns what the master wants.
+
+It runs on its own thread. What it learns (``Control``) is read by the training loop at
+step boundaries; where the loop is (``Progress``) is written by the loop and read here.
+It is also the loop's watchdog: a trainer stuck in a collective that can no longer
+complete (a peer vanished mid-rendezvous) exits, and the launcher replaces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from edl.api.master import HeartbeatAnswer, JobStatus, TrainerLink
+from edl.errors import EdlError
+from edl.trainer.progress import Progress
+
+log = logging.getLogger("edl.trainer")
+
+COLLECTIVE_HANG_S = 15.0  # stuck this long while the master has moved on: give up
+COLLECTIVE_DEADLINE_S = 300.0  # stuck this long: give up (``EDL_COLLECTIVE_DEADLINE_S``)
+
+
+class Control:
+    """What the heartbeat learned from the master, read by the loop at step boundaries. Thread-safe."""
+
+    def __init__(self, master_uid: str | None = None) -> None:
+        self._lock = threading.Lock()
+        self._reset(master_uid)
+
+    def _reset(self, master_uid: str | None) -> None:
+        self._master_uid = master_uid
+        self._stop_generation = -1  # stop at the next boundary if in this generation
+        self._master_changed = False
+        self._job_done = False
+        self._checkpoint_now = False  # rank 0 takes a checkpoint at the next step
+
+    def reset(self, master_uid: str) -> None:
+        """Forget everything: we registered with ``master_uid`` (afresh, after it restarted)."""
+        with self._lock:
+            self._reset(master_uid)
+
+    def learn(self, answer: HeartbeatAnswer) -> None:
+        with self._lock:
+            if self._master_uid is not None and answer.master_uid != self._master_uid:
+                self._master_changed = True
+            if answer.stop:
+                self._stop_generation = answer.generation
+            if answer.job_status is not JobStatus.RUNNING:
+                self._job_done = True
+            self._checkpoint_now = answer.checkpoint
+
+    def stops(self, generation: int) -> bool:
+        """End ``generation`` at this step: the master asked, it restarted, or the job is over."""
+        with self._lock:
+            return self._stop_generation == generation or self._master_changed or self._job_done
+
+    @property
+    def checkpoint_requested(self) -> bool:
+        with self._lock:
+            return self._checkpoint_now
+
+    def take_checkpoint_request(self) -> None:
+        with self._lock:
+            self._checkpoint_now = False
+
+
+def stuck_in_collective(stuck_s: float, generation: int, masters_generation: int, hang_s: float,
+                        deadline_s: float) -> bool:
+    """Give up on a collective: stuck past the deadline, or past ``hang_s`` while the master moved on."""
+    return stuck_s > deadline_s or (stuck_s > hang_s and masters_generation != generation)
+
+
+class Heartbeat:
+    """One heartbeat after another (each waits up to 1 s on the master for a reason to stop)."""
+
+    def __init__(self, link: TrainerLink, trainer_id: str, progress: Progress, control: Control, *,
+                 on_stuck: Callable[[], None], deadline_s: float = COLLECTIVE_DEADLINE_S,
+                 hang_s: float = COLLECTIVE_HANG_S, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.link = link
+        self.id = trainer_id
+        self.progress = progress
+        self.control = control
+        self.on_stuck = on_stuck  # exits the process: the launcher replaces it
+        self.deadline_s = deadline_s
+        self.hang_s = hang_s
+        self.clock = clock
+        self.sleep = sleep
+
+    def run(self, alive: Callable[[], bool]) -> None:
+        while alive():
+            self.beat()
+
+    def beat(self) -> None:
+        p = self.progress
+        try:
+            r = self.link.heartbeat(self.id, generation=p.generation, step=p.step, safe_cursor=p.safe_cursor,
+                                    loss=p.loss, wait_s=1.0)
+        except EdlError:
+            self.sleep(0.2)  # the master is away: try again shortly
+            return
+        since = p.in_collective_since
+        stuck = self.clock() - since if since is not None else 0.0
+        if stuck_in_collective(stuck, p.generation, r.generation, self.hang_s, self.deadline_s):
+            log.error("trainer %s stuck in generation %d for %.0f s; exiting", self.id, p.generation, stuck)
+            self.on_stuck()
+            return
+        self.control.learn(r)
+        if not r.known:
+            self.sleep(0.1)

@@ -1,0 +1,60 @@
+"""The trainer's prefetch: keeps two batches of tasks ahead of the loop, on its own thread."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable
+
+from edl.api.data import Task
+from edl.api.master import Next, TrainerLink
+from edl.errors import EdlError
+from edl.trainer.data import TaskBuffer
+from edl.trainer.progress import Progress
+
+
+class Prefetcher:
+    """Asks the master for tasks into ``buffer`` while it holds under two batches."""
+
+    def __init__(self, link: TrainerLink, trainer_id: str, buffer: TaskBuffer, batch_size: int, progress: Progress,
+                 sleep: Callable[[float], None] = time.sleep, new_id: Callable[[], str] = lambda: uuid.uuid4().hex
+                 ) -> None:
+        self.link = link
+        self.id = trainer_id
+        self.buffer = buffer
+        self.batch_size = batch_size
+        self.progress = progress
+        self.sleep = sleep
+        self.new_id = new_id
+        self.finished = False  # the master has handed out every task of every epoch
+        self._request_id = new_id()
+
+    def restart(self) -> None:
+        """Drop the tasks held: the generation starts from the master's queue (checkpoint or fresh)."""
+        self.buffer.clear()
+        self.finished = False
+
+    def out_of_data(self) -> bool:
+        return self.finished and self.buffer.remaining() == 0
+
+    def run(self, alive: Callable[[], bool]) -> None:
+        while alive():
+            self.fetch()
+
+    def fetch(self) -> None:
+        """One round: ask for a task if one is wanted now, else pause a little."""
+        if self.finished or self.buffer.remaining() >= 2 * self.batch_size or self.progress.generation == 0:
+            self.sleep(0.01)
+            return
+        try:
+            r = self.link.next_task(self.id, self._request_id, self.progress.safe_cursor)
+        except EdlError:
+            self.sleep(0.2)  # same request id next time: a lost answer is handed out again, not twice
+            return
+        self._request_id = self.new_id()
+        if isinstance(r, Task):
+            self.buffer.add(r)
+        elif r is Next.FINISHED:
+            self.finished = True
+        else:
+            self.sleep(0.05)

@@ -1,0 +1,92 @@
+"""``Launcher.finish``: the one ending of the local and the Kubernetes launchers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rich.console import Console
+
+from edl.api.cluster import PodPhase, TrainerPod
+from edl.api.spec import JobSpec
+from edl.errors import PermanentError
+from edl.launcher.core import Launcher
+
+SPEC = JobSpec(job="j", model_def="m", data="d", epochs=1, batch_size=1, min_trainers=1, max_trainers=4,
+               trainers=1, checkpoint_uri="c")
+SUCCEEDED = {"job": "j", "status": "succeeded", "error": None, "epochs_completed": 1, "steps": 12,
+             "throughput_samples_per_s": 50.0, "final_model_uri": "file:///c/model", "metrics": {"accuracy": 0.9},
+             "lost_samples": None, "duplicate_samples": None}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+class Cluster:
+    def __init__(self, clock: Clock, exits_at: float) -> None:
+        self.clock, self.exits_at = clock, exits_at
+
+    def trainers(self) -> list[TrainerPod]:
+        phase = PodPhase.SUCCEEDED if self.clock.t >= self.exits_at else PodPhase.RUNNING
+        return [TrainerPod("j-t1", phase, 0.0)]
+
+
+class Master:
+    def __init__(self, summary: dict | None) -> None:
+        self._summary = summary
+
+    def summary(self) -> dict | None:
+        return None if self._summary is None else dict(self._summary)
+
+
+def launcher(summary: dict | None, exits_at: float = 0.0) -> tuple[Launcher, Clock]:
+    clock = Clock()
+    la = Launcher(SPEC, Cluster(clock, exits_at), console=Console(quiet=True), clock=clock, sleep=clock.sleep)
+    la.master = Master(summary)
+    la.failures, la.relaunches, la.unschedulable, la.master_restarts = 1, 2, 3, 4
+    return la, clock
+
+
+def test_a_succeeded_job_s_summary_gets_the_launcher_s_counters_and_is_written(tmp_path):
+    la, clock = launcher(SUCCEEDED, exits_at=5.0)
+    out = tmp_path / "summary.json"
+    result = la.finish(out, extend=lambda s: s.update(lost_samples=0, duplicate_samples=0))
+    assert clock.t >= 5.0  # waited for the trainer to exit first
+    written = json.loads(out.read_text())
+    assert written == result.summary
+    assert written["trainer_failures"] == 1 and written["trainer_relaunches"] == 2
+    assert written["unschedulable_trainers"] == 3 and written["master_restarts"] == 4
+    assert (result.epochs_completed, result.steps, result.final_model_uri) == (1, 12, "file:///c/model")
+    assert result.metrics == {"accuracy": 0.9} and result.throughput_samples_per_s == 50.0
+    assert (result.lost_samples, result.duplicate_samples) == (0, 0)
+
+
+def test_a_failed_job_is_written_then_raised(tmp_path):
+    la, _ = launcher({**SUCCEEDED, "status": "failed", "error": "loss is nan at step 3"})
+    out = tmp_path / "summary.json"
+    with pytest.raises(PermanentError, match="job j failed: loss is nan at step 3"):
+        la.finish(out)
+    assert json.loads(out.read_text())["status"] == "failed"
+
+
+def test_a_lost_master_ends_as_a_failed_job():
+    la, _ = launcher(None)
+    with pytest.raises(PermanentError, match="job j failed: master lost"):
+        la.finish()
+    la.master = None  # never started
+    with pytest.raises(PermanentError, match="master lost"):
+        la.finish()
+
+
+def test_trainers_that_do_not_exit_are_waited_for_a_bounded_time():
+    la, clock = launcher(SUCCEEDED, exits_at=1e9)
+    la.finish()
+    assert 120.0 <= clock.t < 121.0

@@ -1,0 +1,182 @@
+"""The trainer's heartbeat (with its collective watchdog) and prefetch, against a fake master link."""
+
+from __future__ import annotations
+
+import pytest
+
+from edl.api.data import Cursor, Task
+from edl.api.master import HeartbeatAnswer, JobStatus, Next, TrainerState
+from edl.errors import TemporaryError
+from edl.trainer.data import TaskBuffer
+from edl.trainer.heartbeat import Control, Heartbeat, stuck_in_collective
+from edl.trainer.prefetch import Prefetcher
+from edl.trainer.progress import Progress
+
+
+def answer(uid="1", generation=2, stop=False, status=JobStatus.RUNNING, checkpoint=False, known=True):
+    return HeartbeatAnswer(uid, known, TrainerState.ACTIVE, generation, stop, status, checkpoint)
+
+
+class FakeLink:
+    def __init__(self, *answers) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple] = []
+
+    def _next(self):
+        a = self.answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    def heartbeat(self, trainer, *, generation, step, safe_cursor, loss, wait_s):
+        self.calls.append((trainer, generation, step, safe_cursor, loss, wait_s))
+        return self._next()
+
+    def next_task(self, trainer, request_id, safe_cursor):
+        self.calls.append((trainer, request_id, safe_cursor))
+        return self._next()
+
+
+# ------------------------------------------------------------------ what the heartbeat learns
+def test_a_stop_applies_to_its_generation_only():
+    c = Control("1")
+    c.learn(answer(generation=2, stop=True))
+    assert c.stops(2) and not c.stops(3)
+
+
+def test_a_restarted_master_or_an_ended_job_stops_any_generation():
+    c = Control("1")
+    c.learn(answer(uid="2"))
+    assert c.stops(5)
+    c.reset("2")
+    assert not c.stops(5)
+    c.learn(answer(uid="2", status=JobStatus.FAILED))
+    assert c.stops(5)
+    assert not Control(None).stops(1)  # not registered yet: any master is the first
+
+
+def test_a_checkpoint_request_stays_until_taken_or_withdrawn():
+    c = Control("1")
+    c.learn(answer(checkpoint=True))
+    assert c.checkpoint_requested and c.checkpoint_requested
+    c.take_checkpoint_request()
+    assert not c.checkpoint_requested
+    c.learn(answer(checkpoint=True))
+    c.learn(answer(checkpoint=False))
+    assert not c.checkpoint_requested
+
+
+@pytest.mark.parametrize("stuck, moved, gives_up", [
+    (0.0, True, False), (15.0, True, False), (15.1, True, True), (15.1, False, False),
+    (299.0, False, False), (300.1, False, True),
+])
+def test_the_watchdog_gives_up_past_the_deadline_or_once_the_master_moved_on(stuck, moved, gives_up):
+    assert stuck_in_collective(stuck, 4, 5 if moved else 4, hang_s=15.0, deadline_s=300.0) is gives_up
+
+
+# ------------------------------------------------------------------ the heartbeat
+class Clock:
+    def __init__(self, t=100.0) -> None:
+        self.t = t
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+
+
+def heartbeat(link, progress, control, clock, stuck):
+    return Heartbeat(link, "t1", progress, control, on_stuck=lambda: stuck.append(True), clock=clock,
+                     sleep=clock.sleep)
+
+
+def test_a_heartbeat_reports_where_the_loop_is_and_passes_on_what_it_learned():
+    clock, stuck = Clock(), []
+    p = Progress(generation=2, step=7, safe_cursor=Cursor(3, 4), loss=0.25)
+    c = Control("1")
+    link = FakeLink(answer(stop=True))
+    heartbeat(link, p, c, clock, stuck).beat()
+    assert link.calls == [("t1", 2, 7, Cursor(3, 4), 0.25, 1.0)]
+    assert c.stops(2) and not stuck and clock.slept == []
+
+
+def test_an_unreachable_master_is_asked_again_shortly():
+    clock, stuck = Clock(), []
+    c = Control("1")
+    heartbeat(FakeLink(TemporaryError("away")), Progress(generation=2), c, clock, stuck).beat()
+    assert clock.slept == [0.2] and not c.stops(2) and not stuck
+
+
+def test_a_master_that_forgot_us_is_not_asked_again_at_once():
+    clock, stuck = Clock(), []
+    heartbeat(FakeLink(answer(known=False)), Progress(generation=2), Control("1"), clock, stuck).beat()
+    assert clock.slept == [0.1]
+
+
+def test_stuck_in_a_collective_the_master_moved_on_from_exits():
+    clock, stuck = Clock(), []
+    c = Control("1")
+    p = Progress(generation=2, in_collective_since=clock.t - 16)
+    heartbeat(FakeLink(answer(generation=3, stop=True)), p, c, clock, stuck).beat()
+    assert stuck == [True] and not c.stops(3)
+    p.in_collective_since = clock.t - 16  # in the current generation: still waiting on peers
+    heartbeat(FakeLink(answer(generation=2)), p, c, clock, stuck).beat()
+    assert stuck == [True]
+    p.in_collective_since = None  # between steps: never stuck
+    clock.t += 1000
+    heartbeat(FakeLink(answer(generation=9)), p, c, clock, stuck).beat()
+    assert stuck == [True]
+
+
+# ------------------------------------------------------------------ the prefetch
+def task(i: int, rows: int = 16) -> Task:
+    return Task(i, 0, "a.parquet", i * rows, (i + 1) * rows)
+
+
+def prefetcher(link, progress, buffer=None):
+    clock = Clock()
+    ids = iter(f"r{i}" for i in range(100))
+    return Prefetcher(link, "t1", buffer or TaskBuffer(), 16, progress, sleep=clock.sleep,
+                      new_id=lambda: next(ids)), clock
+
+
+def test_nothing_is_fetched_before_the_first_generation():
+    link = FakeLink()
+    pf, clock = prefetcher(link, Progress(generation=0))
+    pf.fetch()
+    assert link.calls == [] and clock.slept == [0.01]
+
+
+def test_tasks_are_fetched_until_two_batches_are_held():
+    link = FakeLink(task(0), task(1), task(2))
+    p = Progress(generation=1, safe_cursor=Cursor(0, 3))
+    pf, clock = prefetcher(link, p)
+    pf.fetch()
+    pf.fetch()
+    pf.fetch()  # 32 rows held: enough
+    assert [c[1] for c in link.calls] == ["r0", "r1"] and link.calls[0][2] == Cursor(0, 3)
+    assert pf.buffer.remaining() == 32 and clock.slept == [0.01]
+
+
+def test_a_lost_answer_is_asked_for_again_with_the_same_request_id():
+    link = FakeLink(TemporaryError("away"), task(0))
+    pf, clock = prefetcher(link, Progress(generation=1))
+    pf.fetch()
+    pf.fetch()
+    assert [c[1] for c in link.calls] == ["r0", "r0"] and clock.slept == [0.2]
+    assert pf.buffer.remaining() == 16
+
+
+def test_a_wait_pauses_and_finished_ends_the_fetching():
+    link = FakeLink(Next.WAIT, task(0), Next.FINISHED)
+    pf, clock = prefetcher(link, Progress(generation=1))
+    for _ in range(4):
+        pf.fetch()
+    assert [c[1] for c in link.calls] == ["r0", "r1", "r2"] and clock.slept == [0.05, 0.01]
+    assert pf.finished and not pf.out_of_data()
+    pf.buffer.take(16)
+    assert pf.out_of_data()
+    pf.restart()
+    assert not pf.finished and pf.buffer.remaining() == 0
