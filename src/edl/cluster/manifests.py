@@ -63,11 +63,15 @@ def _token_env(job: str) -> dict:
 _POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 
 
+# The keys of the S3 Secret, each put into the environment variable of its name (edl.storage reads them).
+S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")
+
+
 def _s3_env(opts: K8sOptions) -> list[dict]:
     if opts.s3_secret is None:
         return []
     return [{"name": key, "valueFrom": {"secretKeyRef": {"name": opts.s3_secret, "key": key}}}
-            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")]
+            for key in S3_SECRET_KEYS]
 
 
 def _tmp_volume() -> tuple[dict, dict]:

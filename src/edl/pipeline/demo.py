@@ -51,8 +51,8 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
     started = time.monotonic()
     try:
-        retrain(registry_uri=str(registry), data_kind="digits", epochs=epochs, batch_size=16, learning_rate=0.003,
-                min_trainers=1, max_trainers=DEMO_SLOTS, capacity_slots=DEMO_SLOTS, capacity_schedule=DEMO_SCHEDULE,
+        retrain(registry_uri=str(registry), checkpoint_uri=str(out / "checkpoints"), data_kind="digits",
+                epochs=epochs, batch_size=16, learning_rate=0.003, min_trainers=1, max_trainers=DEMO_SLOTS, capacity_slots=DEMO_SLOTS, capacity_schedule=DEMO_SCHEDULE,
                 sidecar_period_s=2.0, sidecar_jitter_s=0.5, audit=True)
     except RuntimeError as e:  # kfp.local: a task failed; its log above says why
         raise PermanentError(str(e).splitlines()[0] + " (the task's error is in the log above)") from None

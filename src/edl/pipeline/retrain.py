@@ -11,12 +11,14 @@ Three forms of the same workflow:
 
 
 import inspect
+import json
 import re
 from pathlib import Path
 from typing import Any, Callable
 
-from kfp import dsl
+from kfp import dsl, kubernetes
 
+from edl.cluster.manifests import S3_SECRET_KEYS
 from edl.errors import UserError
 from edl.pipeline.components import (
     RUNTIME_IMAGE,
@@ -40,15 +42,22 @@ def warm_start_from(registry_uri: str, enabled: bool = True) -> str:
 
 
 # The pipeline's parameters: its own, and elastic_train's under the same names, types and defaults,
-# except those the pipeline sets from its steps (data_uri, warm_start_uri) or leaves at their defaults.
-_NOT_EXPOSED = ("data_uri", "warm_start_uri", "initial_trainers", "sidecar_policy", "job_name")
+# except those the pipeline sets from its steps and its run (data_uri, warm_start_uri, job_name) or
+# leaves at their defaults, and checkpoint_uri: here the root under which each run has its own prefix.
+_NOT_EXPOSED = ("data_uri", "warm_start_uri", "initial_trainers", "sidecar_policy", "job_name", "checkpoint_uri")
 _PASSED_TO_TRAIN = tuple(p for p in TRAIN_PARAMETERS if p.name not in _NOT_EXPOSED)
 _RETRAIN_SIGNATURE = inspect.Signature([
     inspect.Parameter("registry_uri", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+    inspect.Parameter("checkpoint_uri", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
     inspect.Parameter("data_kind", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str, default="digits"),
     *_PASSED_TO_TRAIN,
     inspect.Parameter("warm_start", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=bool, default=True),
 ])
+
+# One run = one job = one checkpoint prefix: named after the pipeline job's id (a UUID on the KFP
+# backend, which resolves the placeholder from 2.5; a number in kfp.local), the same for every retry
+# of the run and new for every run. "run-" + 36 characters fits edl's 40 for Kubernetes job names.
+RUN_JOB_NAME = f"run-{dsl.PIPELINE_JOB_ID_PLACEHOLDER}"
 
 
 def _with_retrain_signature(body: Callable[..., None]) -> Callable[..., None]:
@@ -64,26 +73,38 @@ def _with_retrain_signature(body: Callable[..., None]) -> Callable[..., None]:
     return pipeline
 
 
+def _with_s3_secret(task: dsl.PipelineTask, s3_secret: Any) -> dsl.PipelineTask:
+    """The step reads or writes S3: the Secret ``s3_secret`` (a pipeline parameter) as its AWS_* env."""
+    kubernetes.use_secret_as_env(task, secret_name=s3_secret, secret_key_to_env={k: k for k in S3_SECRET_KEYS})
+    return task
+
+
 @dsl.pipeline(name="edl-retrain",
               description="Prepare data, train elastically, evaluate on held-out data, publish only a better model.")
 @_with_retrain_signature
-def retrain(registry_uri: str, data_kind: str, warm_start: bool, **train_parameters: Any):
-    data = prepare_data(kind=data_kind)
-    start = warm_start_from(registry_uri=registry_uri, enabled=warm_start)
+def retrain(registry_uri: str, checkpoint_uri: str, data_kind: str, warm_start: bool, **train_parameters: Any):
+    s3_secret = train_parameters["s3_secret"]
+    data = _with_s3_secret(prepare_data(kind=data_kind), s3_secret)
+    start = _with_s3_secret(warm_start_from(registry_uri=registry_uri, enabled=warm_start), s3_secret)
     start.set_caching_options(False)  # the registry changes between runs
-    train = elastic_train(data=data.outputs["dataset"], warm_start_uri=start.output, **train_parameters)
+    train = elastic_train(data=data.outputs["dataset"], warm_start_uri=start.output, job_name=RUN_JOB_NAME,
+                          checkpoint_uri=f"{checkpoint_uri}/{RUN_JOB_NAME}", **train_parameters)
+    _with_s3_secret(train, s3_secret)
+    for env, field in (("POD_NAME", "metadata.name"), ("POD_UID", "metadata.uid")):  # the owner of the job's pods
+        kubernetes.use_field_path_as_env(train, env_name=env, field_path=field)
     # Side effects (pods, checkpoints): never served from cache. Retrying is safe: the
     # launcher adopts the job its previous attempt created and resumes from its checkpoint.
     train.set_caching_options(False)
     train.set_retry(num_retries=2, backoff_duration="30s", backoff_factor=2.0)
-    score = evaluate(model=train.outputs["model"], data=data.outputs["dataset"],
-                     model_def=train_parameters["model_def"])
+    score = _with_s3_secret(evaluate(model=train.outputs["model"], data=data.outputs["dataset"],
+                                     model_def=train_parameters["model_def"]), s3_secret)
     score.set_caching_options(False)
     accuracy = score.outputs["Output"]
-    better = beats_published(accuracy=accuracy, registry_uri=registry_uri)
+    better = _with_s3_secret(beats_published(accuracy=accuracy, registry_uri=registry_uri), s3_secret)
     better.set_caching_options(False)
     with dsl.If(better.output == True, name="better-than-published"):  # noqa: E712 - a KFP condition
-        done = publish(model=train.outputs["model"], accuracy=accuracy, registry_uri=registry_uri)
+        done = _with_s3_secret(publish(model=train.outputs["model"], accuracy=accuracy, registry_uri=registry_uri),
+                               s3_secret)
         done.set_caching_options(False)
 
 
@@ -119,6 +140,7 @@ def schedule_retraining(client: Any, *, experiment: str, cron: str, registry_uri
 
 # ------------------------------------------------------------------- Argo
 ARGO_CRON = re.compile(r"^\S+( \S+){4}$")
+TRAIN_STEP_GRACE_S = 60
 
 
 def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default", registry_uri: str = "s3://models/digits",
@@ -126,15 +148,21 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
                        data_uri: str = "s3://data/digits", epochs: int = TRAIN_DEFAULTS["epochs"],
                        max_trainers: int = TRAIN_DEFAULTS["max_trainers"], runtime_image: str = RUNTIME_IMAGE,
                        trainer_image: str = TRAINER_IMAGE):
-    """The same retraining as an Argo ``CronWorkflow`` (Argo v4: ``schedules``, five-field cron)."""
+    """The same retraining as an Argo ``CronWorkflow`` (Argo 3.6+ and v4: ``schedules``, five-field cron, UTC).
+
+    Each workflow is one job: named after the workflow's uid (the same for the retries of its training
+    step, new for every scheduled run), with its checkpoints under ``checkpoint_uri``/that name; the
+    warm start comes from the model published at ``registry_uri``.
+    """
     from hera.workflows import Container, CronWorkflow, FieldEnv, Parameter, SecretEnv, Steps
     from hera.workflows.models import ResourceRequirements, SecurityContext
 
     if not ARGO_CRON.match(schedule.strip()):
         raise UserError(f"schedule {schedule!r}: Argo cron takes five fields, e.g. '0 3 * * *'")
     model_def = TRAIN_DEFAULTS["model_def"]
-    s3_env = [SecretEnv(name=k, secret_name=s3_secret, secret_key=k)
-              for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")]
+    job_name = "run-{{workflow.uid}}"  # "run-" + a 36-character uid: edl's 40 for Kubernetes job names
+    job_checkpoints = f"{checkpoint_uri}/{job_name}"
+    s3_env = [SecretEnv(name=k, secret_name=s3_secret, secret_key=k) for k in S3_SECRET_KEYS]
     pod_env = [FieldEnv(name="POD_NAME", field_path="metadata.name"),
                FieldEnv(name="POD_UID", field_path="metadata.uid")]
     secure = SecurityContext(run_as_non_root=True, run_as_user=10001, allow_privilege_escalation=False,
@@ -144,7 +172,7 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
         return ResourceRequirements(requests={"cpu": cpu, "memory": memory}, limits={"cpu": cpu, "memory": memory})
 
     with CronWorkflow(name="edl-retrain", namespace=namespace, schedules=[schedule.strip()],
-                      concurrency_policy="Forbid", starting_deadline_seconds=600, entrypoint="retrain",
+                      timezone="UTC", concurrency_policy="Forbid", starting_deadline_seconds=600, entrypoint="retrain",
                       service_account_name="edl-launcher",
                       arguments=[Parameter(name="registry_uri", value=registry_uri),
                                  Parameter(name="epochs", value=str(epochs))]) as cw:
@@ -159,28 +187,33 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
             outputs=[Parameter(name="uri", value_from={"path": "/tmp/warm"})])
         train = Container(
             name="elastic-train", image=runtime_image, command=["edl", "launch"],
-            args=["--job-name", "retrain-{{workflow.creationTimestamp.Y}}{{workflow.creationTimestamp.m}}"
-                                "{{workflow.creationTimestamp.d}}",
+            args=["--job-name", job_name,
                   "--model-def", model_def, "--data", data_uri, "--epochs", "{{workflow.parameters.epochs}}",
                   "--batch-size", str(TRAIN_DEFAULTS["batch_size"]),
                   "--min-trainers", str(TRAIN_DEFAULTS["min_trainers"]), "--max-trainers", str(max_trainers),
-                  "--checkpoint-uri", checkpoint_uri, "--s3-secret", s3_secret, "--namespace", namespace,
+                  "--checkpoint-uri", job_checkpoints, "--s3-secret", s3_secret, "--namespace", namespace,
                   "--image", runtime_image, "--trainer-image", trainer_image,
                   "--init-model", "{{inputs.parameters.warm}}", "--summary-out", "/tmp/summary.json"],
-            inputs=[Parameter(name="warm")], env=pod_env, security_context=secure,
-            resources=resources("500m", "512Mi"), retry_strategy={"limit": "2", "retryPolicy": "OnError"})
+            inputs=[Parameter(name="warm")], env=[*pod_env, *s3_env], security_context=secure,
+            resources=resources("500m", "512Mi"),
+            # Retry a failed step (OnFailure: OnError would not retry the main container's own failure),
+            # but not a user error (exit 2: the same spec fails the same way); the retry adopts the job.
+            retry_strategy={"limit": "2", "retryPolicy": "OnFailure", "expression": "asInt(lastRetry.exitCode) != 2",
+                            "backoff": {"duration": "30s", "factor": "2"}},
+            # On termination: the job's last checkpoint (20 s) and the deletes of its pods.
+            pod_spec_patch=json.dumps({"terminationGracePeriodSeconds": TRAIN_STEP_GRACE_S}))
         score = Container(
             name="evaluate", image=trainer_image, command=["python", "-c"],
             args=["import json, sys; from edl.pipeline.tasks import evaluate_remote; "
                   f"open('/tmp/accuracy', 'w').write(str(evaluate_remote(sys.argv[1], sys.argv[2], {model_def!r})))",
-                  f"{checkpoint_uri}/model", data_uri],
+                  f"{job_checkpoints}/model", data_uri],
             env=s3_env, security_context=secure, resources=resources("1", "2Gi"),
             outputs=[Parameter(name="accuracy", value_from={"path": "/tmp/accuracy"})])
         publish_step = Container(
             name="publish-if-better", image=runtime_image, command=["python", "-c"],
             args=["import sys; from edl.pipeline.tasks import publish_if_better; "
                   "publish_if_better(sys.argv[1], float(sys.argv[2]), sys.argv[3])",
-                  f"{checkpoint_uri}/model", "{{inputs.parameters.accuracy}}", "{{workflow.parameters.registry_uri}}"],
+                  f"{job_checkpoints}/model", "{{inputs.parameters.accuracy}}", "{{workflow.parameters.registry_uri}}"],
             inputs=[Parameter(name="accuracy")], env=s3_env, security_context=secure,
             resources=resources("250m", "256Mi"))
         with Steps(name="retrain"):

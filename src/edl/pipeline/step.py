@@ -24,6 +24,7 @@ from edl.api.spec import (
     JobSpec,
     K8sOptions,
     Naming,
+    Problem,
     job_problems,
     kubernetes_problems,
     local_autoscale_problems,
@@ -44,7 +45,14 @@ class _TrainParamsMethods:
     """What the step does with its parameters: the fields are the component's (``TrainParams``)."""
 
     def job(self) -> str:
-        return self.job_name or f"train-{os.getpid()}"
+        """``job_name``; else, locally, one per process. A cluster needs a name: the step's process id is
+        the same in every container, so two runs would adopt (and delete) each other's job."""
+        if self.job_name:
+            return self.job_name
+        if in_cluster():
+            raise PARAMETER_NAMES.error(Problem("job", "empty: on a cluster name the job after the run (the same "
+                                                "for its retries), e.g. f'run-{dsl.PIPELINE_JOB_ID_PLACEHOLDER}'"))
+        return f"train-{os.getpid()}"
 
     def job_spec(self, checkpoint_uri: str) -> JobSpec:
         return JobSpec(job=self.job(), model_def=self.model_def, data=self.data_uri, epochs=self.epochs,

@@ -36,8 +36,8 @@ def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_b
     root, registry = tmp_path / "kfp", tmp_path / "registry"
     root.mkdir()
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
-    args = dict(registry_uri=str(registry), epochs=3, batch_size=32, learning_rate=0.003, min_trainers=1,
-                max_trainers=1, sidecar_period_s=2.0, sidecar_jitter_s=0.0)
+    args = dict(registry_uri=str(registry), checkpoint_uri=str(tmp_path / "checkpoints"), epochs=3, batch_size=32,
+                learning_rate=0.003, min_trainers=1, max_trainers=1, sidecar_period_s=2.0, sidecar_jitter_s=0.0)
     retrain(**args)
     first = published(str(registry))
     assert first is not None

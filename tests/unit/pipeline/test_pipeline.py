@@ -88,7 +88,8 @@ def test_the_pipeline_round_trips_through_its_yaml(tmp_path):
     path = REPO / "pipelines" / "retrain.pipeline.yaml"
     loaded = components.load_component_from_file(str(path))
     compiler.Compiler().compile(loaded, str(tmp_path / "again.yaml"))
-    first, again = yaml.safe_load(path.read_text()), yaml.safe_load((tmp_path / "again.yaml").read_text())
+    first = next(yaml.safe_load_all(path.read_text()))  # the pipeline spec; then its platform spec
+    again = next(yaml.safe_load_all((tmp_path / "again.yaml").read_text()))
     assert first["root"] == again["root"] and first["deploymentSpec"] == again["deploymentSpec"]
     tasks = first["root"]["dag"]["tasks"]
     assert {"prepare-data", "warm-start-from", "elastic-train", "evaluate", "beats-published",
@@ -195,3 +196,81 @@ def test_on_a_cluster_the_step_launches_with_the_parameters_mapped(monkeypatch, 
         step.run_elastic_train(dataclasses.replace(p, checkpoint_uri="/local"), tmp_path / "m", tmp_path / "s.json")
     with pytest.raises(UserError, match="pipeline parameter s3_secret"):
         step.run_elastic_train(dataclasses.replace(p, s3_secret=""), tmp_path / "m", tmp_path / "s.json")
+
+
+S3_STEPS = ("prepare-data", "warm-start-from", "elastic-train", "evaluate", "beats-published", "publish")
+
+
+def _valid_on_kubernetes(job: str) -> bool:
+    from edl.api.spec import JobSpec, K8sOptions, job_problems, kubernetes_problems
+    from edl.autoscale.policy import POLICY_NAMES
+
+    spec = JobSpec(job=job, model_def="m", data="s3://d/x", epochs=1, batch_size=1, min_trainers=1, max_trainers=1,
+                   trainers=1, checkpoint_uri="s3://c/x")
+    return not [*job_problems(spec), *kubernetes_problems(spec, K8sOptions(s3_secret="s"), POLICY_NAMES)]
+
+
+def _compiled_pipeline() -> tuple[dict, dict]:
+    """The pipeline spec and its platform spec (the two documents of the compiled pipeline)."""
+    spec, platform = yaml.safe_load_all((REPO / "pipelines" / "retrain.pipeline.yaml").read_text())
+    return spec, platform
+
+
+def test_the_pipelines_training_job_and_its_checkpoints_are_named_after_the_run():
+    """Review #1, #7: the same for the retries of one run (the pipeline job's id), new for every run."""
+    doc, _ = _compiled_pipeline()
+    inputs = doc["root"]["dag"]["tasks"]["elastic-train"]["inputs"]["parameters"]
+    job = inputs["job_name"]["runtimeValue"]["constant"]
+    assert job == "run-{{$.pipeline_job_uuid}}"
+    assert inputs["checkpoint_uri"]["runtimeValue"]["constant"] == \
+        "{{$.inputs.parameters['pipelinechannel--checkpoint_uri']}}/" + job
+    assert "checkpoint_uri" in doc["root"]["inputDefinitions"]["parameters"]  # the root of every run's prefix
+    assert "job_name" not in doc["root"]["inputDefinitions"]["parameters"]
+    uuid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"  # what the KFP backend puts in (a number in kfp.local)
+    assert _valid_on_kubernetes(job.replace("{{$.pipeline_job_uuid}}", uuid))
+    assert _valid_on_kubernetes(job.replace("{{$.pipeline_job_uuid}}", "12345678"))
+
+
+def test_every_s3_step_of_the_pipeline_gets_the_s3_secret_as_env_in_the_platform_spec():
+    """Review #5: through kfp-kubernetes, from the s3_secret parameter; the training step's pod name
+    and uid (the owner of the job's pods) as field-path env."""
+    doc, platform = _compiled_pipeline()
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    tasks = {**doc["root"]["dag"]["tasks"], **doc["components"]["comp-condition-1"]["dag"]["tasks"]}
+    for step in S3_STEPS:
+        executor = doc["components"][tasks[step]["componentRef"]["name"]]["executorLabel"]
+        (secret,) = executors[executor]["secretAsEnv"]
+        assert {(k["secretKey"], k["envVar"]) for k in secret["keyToEnv"]} == \
+            {(k, k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")}, step
+        parameter = secret["secretNameParameter"]["componentInputParameter"]
+        assert parameter in ("s3_secret", "pipelinechannel--s3_secret") and not secret["optional"], step
+    assert {(f["name"], f["fieldPath"]) for f in executors["exec-elastic-train"]["fieldPathAsEnv"]} == \
+        {("POD_NAME", "metadata.name"), ("POD_UID", "metadata.uid")}
+
+
+def test_the_cron_workflows_job_is_its_workflow_and_its_retries_skip_user_errors():
+    """Review #1, #7, #17, #18."""
+    doc = yaml.safe_load((REPO / "pipelines" / "retrain.cronworkflow.yaml").read_text())
+    assert doc["spec"]["timezone"] == "UTC"
+    templates = {t["name"]: t for t in doc["spec"]["workflowSpec"]["templates"]}
+    train = templates["elastic-train"]
+    args = train["container"]["args"]
+    job, prefix = args[args.index("--job-name") + 1], args[args.index("--checkpoint-uri") + 1]
+    assert job == "run-{{workflow.uid}}" and prefix == "s3://checkpoints/digits-retrain/" + job
+    assert _valid_on_kubernetes(job.replace("{{workflow.uid}}", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"))
+    assert f"{prefix}/model" in templates["evaluate"]["container"]["args"]
+    assert f"{prefix}/model" in templates["publish-if-better"]["container"]["args"]
+    retry = train["retryStrategy"]
+    assert retry["retryPolicy"] == "OnFailure" and retry["expression"] == "asInt(lastRetry.exitCode) != 2"
+    assert yaml.safe_load(train["podSpecPatch"])["terminationGracePeriodSeconds"] >= 20 + 30  # checkpoint + deletes
+    for name in ("prepare-data", "warm-start-from", "elastic-train", "evaluate", "publish-if-better"):
+        env = {e["name"]: e["valueFrom"] for e in templates[name]["container"]["env"]}
+        assert all(env[k]["secretKeyRef"]["name"] == "minio-creds"
+                   for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")), name
+
+
+def test_on_a_cluster_the_step_needs_a_job_name(monkeypatch):
+    """Review #7: the process id is the same in every container, so it names no job there."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    with pytest.raises(UserError, match="pipeline parameter job_name: empty"):
+        TrainParams(data_uri="s3://d/x", checkpoint_uri="s3://c/x", s3_secret="s").validate()
