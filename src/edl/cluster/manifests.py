@@ -37,7 +37,8 @@ TRAINER_SA = "edl-trainer"
 def names(job: str) -> dict[str, str]:
     base = f"edl-{job}"
     return {"master": f"{base}-master", "service": f"{base}-master", "secret": f"{base}-token",
-            "trainer_prefix": f"{base}-trainer-", "template": f"{base}-trainer", "lease": f"{base}-demand"}
+            "trainer_prefix": f"{base}-trainer-", "template": f"{base}-trainer", "lease": f"{base}-demand",
+            "peers_policy": f"{base}-peers", "master_policy": f"{base}-master"}
 
 
 def labels(job: str, role: str) -> dict[str, str]:
@@ -76,6 +77,19 @@ def _s3_env(opts: K8sOptions) -> list[dict]:
 
 def _tmp_volume() -> tuple[dict, dict]:
     return {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}, {"name": "tmp", "mountPath": "/tmp"}
+
+
+# No Istio proxy in the job's pods (Kubeflow profile namespaces inject it): a restartPolicy: Never
+# trainer with a proxy never completes, and the proxy would intercept the trainers' Gloo traffic.
+# The label is what Istio reads first today; older releases read only the annotation.
+_NO_ISTIO = {"sidecar.istio.io/inject": "false"}
+
+
+def _pod_meta(name: str, job: str, role: str, opts: K8sOptions, owner: dict | None) -> dict:
+    meta = _meta(name, job, role, opts, owner)
+    meta["labels"].update(_NO_ISTIO)
+    meta["annotations"] = dict(_NO_ISTIO)
+    return meta
 
 
 def _meta(name: str, job: str, role: str, opts: K8sOptions, owner: dict | None) -> dict:
@@ -157,7 +171,7 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
                                     "seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [master, sidecar], "volumes": [vol]}
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": _meta(names(spec.job)["master"], spec.job, "master", opts, owner), "spec": pod_spec}
+            "metadata": _pod_meta(names(spec.job)["master"], spec.job, "master", opts, owner), "spec": pod_spec}
 
 
 def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:
@@ -191,13 +205,33 @@ def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:
 def trainer_template(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> dict:
     """The trainer pods' template, as a ``PodTemplate`` object (the launcher names each pod)."""
     meta = _meta(names(spec.job)["template"], spec.job, "trainer", opts, owner)
+    pod = _pod_meta(names(spec.job)["template"], spec.job, "trainer", opts, None)
     return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta,
-            "template": {"metadata": {"labels": meta["labels"]}, "spec": trainer_pod_spec(spec, opts)}}
+            "template": {"metadata": {"labels": pod["labels"], "annotations": pod["annotations"]},
+                         "spec": trainer_pod_spec(spec, opts)}}
 
 
 def trainer_pod(spec: JobSpec, opts: K8sOptions, name: str, owner: dict | None = None) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(name, spec.job, "trainer", opts, owner),
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": _pod_meta(name, spec.job, "trainer", opts, owner),
             "spec": trainer_pod_spec(spec, opts)}
+
+
+def network_policies(spec: JobSpec, opts: K8sOptions) -> list[dict]:
+    """Ingress the job needs where a namespace denies the rest: TCP among the job's own pods (trainers'
+    collective, trainers to the master), and the master's port from the namespace's pods (the launcher:
+    the step's pod, labelled by KFP or Argo, not by edl; the master checks its token)."""
+    job_pods = {"matchLabels": {"edl.dev/job": spec.job}}
+    master = {"matchLabels": {"edl.dev/job": spec.job, "edl.dev/role": "master"}}
+
+    def policy(name: str, selector: dict, ingress: dict) -> dict:
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": _meta(name, spec.job, "network", opts, None),
+                "spec": {"podSelector": selector, "policyTypes": ["Ingress"], "ingress": [ingress]}}
+
+    return [policy(names(spec.job)["peers_policy"], job_pods,
+                   {"from": [{"podSelector": job_pods}], "ports": [{"protocol": "TCP"}]}),
+            policy(names(spec.job)["master_policy"], master,
+                   {"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": MASTER_PORT}]})]
 
 
 # -------------------------------------------------------------------- RBAC
@@ -267,4 +301,5 @@ def render(spec: JobSpec, opts: K8sOptions) -> dict[str, list[dict]]:
         "20-master-service.yaml": [master_service(spec, opts)],
         "30-master-pod.yaml": [master_pod(spec, opts)],
         "40-trainer-template.yaml": [trainer_template(spec, opts)],
+        "50-network-policies.yaml": network_policies(spec, opts),
     }

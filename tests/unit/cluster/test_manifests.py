@@ -124,3 +124,28 @@ def test_bad_options_name_the_culprit(spec_over, opts_over, culprit):
     with pytest.raises(UserError, match=culprit):
         FLAG_NAMES.check(kubernetes_problems(dataclasses.replace(SPEC, **spec_over),
                                              dataclasses.replace(OPTS, **opts_over), POLICY_NAMES))
+
+
+def test_no_istio_proxy_in_the_jobs_pods():
+    """Review #19: a restartPolicy: Never trainer with an istio-proxy never completes."""
+    template = m.trainer_template(SPEC, OPTS)["template"]
+    for meta in (m.master_pod(SPEC, OPTS)["metadata"], m.trainer_pod(SPEC, OPTS, "t", OWNER)["metadata"],
+                 template["metadata"]):
+        assert meta["annotations"]["sidecar.istio.io/inject"] == "false"
+        assert meta["labels"]["sidecar.istio.io/inject"] == "false"
+        assert meta["labels"]["edl.dev/job"] == "mnist"
+
+
+def test_the_network_policies_admit_the_jobs_own_traffic_and_the_launcher_to_the_master():
+    """Review #19: TCP among one job's pods, and the master's port from the namespace (the launcher)."""
+    policies = m.render(SPEC, OPTS)["50-network-policies.yaml"]
+    by_name = {p["metadata"]["name"]: p["spec"] for p in policies}
+    peers, master = by_name["edl-mnist-peers"], by_name["edl-mnist-master"]
+    job = {"matchLabels": {"edl.dev/job": "mnist"}}
+    assert peers["podSelector"] == job and peers["policyTypes"] == ["Ingress"]
+    assert peers["ingress"] == [{"from": [{"podSelector": job}], "ports": [{"protocol": "TCP"}]}]
+    assert master["podSelector"] == {"matchLabels": {"edl.dev/job": "mnist", "edl.dev/role": "master"}}
+    assert master["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": m.MASTER_PORT}]}]
+    pods = [m.master_pod(SPEC, OPTS), m.trainer_pod(SPEC, OPTS, "t")]
+    assert all(p["metadata"]["labels"].items() >= job["matchLabels"].items() for p in pods)  # selected
+    assert all(p["metadata"]["namespace"] == "ml" for p in policies)
