@@ -49,6 +49,9 @@ def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_b
     assert warm["parameterValues"]["Output"].endswith("registry/current")  # started from the published model
     assert published(str(registry))["accuracy"] == 1.01  # not beaten: not published
     assert not (runs[-1] / "publish").exists()
+    # Each run its own job and checkpoint prefix, named after the pipeline job's id (review #1, #7).
+    prefixes = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert len(prefixes) == 2 and all(name.startswith("run-") for name in prefixes), prefixes
 
 
 def test_a_warm_start_model_that_does_not_match_fails_with_a_message(tmp_path, digits):
