@@ -118,7 +118,7 @@ class TrainerExit(str, Enum):
 class TrainerPod:
     name: str
     phase: PodPhase
-    created_at: float  # seconds, on the launcher's clock
+    created_at: float  # seconds; the launcher counts pending time from when it first saw the pod, on its clock
     node: str | None = None
     exit: TrainerExit | None = None  # set once terminated
     message: str = ""  # for a terminated pod: what happened, one line

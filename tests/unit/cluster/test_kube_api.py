@@ -88,8 +88,9 @@ class _FakeLeases:
         return self._next("delete")
 
 
-def kube_with(answers: list) -> tuple[KubeApi, _FakeLeases]:
-    kube = KubeApi(client.ApiClient(client.Configuration()), "ml")  # no request leaves the process
+def kube_with(answers: list, give_up_s: float = 0.0) -> tuple[KubeApi, _FakeLeases]:
+    # No request leaves the process; give_up_s 0: one attempt, unless a test is about the retries.
+    kube = KubeApi(client.ApiClient(client.Configuration()), "ml", give_up_s=give_up_s)
     fake = _FakeLeases(answers)
     kube._apis["coordination"] = fake
     return kube, fake
@@ -122,6 +123,51 @@ def test_replace_raises_the_typed_error_and_transport_failures_are_temporary():
         kube.replace(LEASE)
     with pytest.raises(KubeUnavailableError, match="unreachable"):
         kube.get("leases", "l")
+
+
+def test_an_unavailable_api_is_retried_with_backoff_until_it_answers():
+    kube, fake = kube_with([ApiException(status=503), ApiException(status=429),
+                            urllib3.exceptions.ProtocolError("connection reset"), b'{"metadata": {"name": "l"}}'],
+                           give_up_s=10.0)
+    assert kube.get("leases", "l") == {"metadata": {"name": "l"}}
+    assert fake.calls == ["read"] * 4
+
+
+def test_retries_are_bounded_and_refusals_are_not_retried():
+    kube, fake = kube_with([ApiException(status=503)] * 100, give_up_s=0.5)
+    with pytest.raises(KubeUnavailableError, match="HTTP 503"):
+        kube.get("leases", "l")
+    assert 1 < len(fake.calls) < 10
+    kube, fake = kube_with([ApiException(status=403), b"{}"], give_up_s=10.0)
+    with pytest.raises(KubeRefusedError, match="403"):
+        kube.get("leases", "l")
+    assert fake.calls == ["read"]
+
+
+def test_every_request_and_watch_has_a_client_side_timeout():
+    seen: list[dict] = []
+
+    def list_fn(**kw):
+        seen.append(kw)
+        return _Resp(b'{"items": [], "metadata": {"resourceVersion": "1"}}')
+
+    lw = ListWatch("pods", list_fn)
+    lw.page(None, 10, None)
+    assert seen[0]["_request_timeout"]
+    stream = lw.watch(None, "1", timeout_s=30)
+    connect, read = stream._kw["_request_timeout"]
+    assert connect > 0 and read > 30  # longer than the server's own end of the stream, not forever
+    kube, _ = kube_with([])
+    calls: list[dict] = []
+
+    class Leases:
+        def read_namespaced_lease(self, name, ns, **kw):
+            calls.append(kw)
+            return _Resp(b"{}")
+
+    kube._apis["coordination"] = Leases()
+    kube.get("leases", "l")
+    assert calls[0]["_request_timeout"]
 
 
 def test_an_informer_list_page_maps_its_errors_too():
