@@ -298,6 +298,48 @@ def trainer_exit(pod: dict) -> tuple[TrainerExit, str]:
     return TrainerExit.FAILED, f"exit code {code}{' (' + reason + ')' if reason else ''}: {last[:200]}"
 
 
+# Waiting reasons that do not cure themselves: the image is not there, the container cannot be configured.
+_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+_CONFIG_FAILURES = ("CreateContainerConfigError",)
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+def cannot_start(pod: dict) -> str | None:
+    """Why one of a pod's containers can never start, one line naming the image or the missing
+    Secret or key (the kubelet's message says which); ``None`` while it may still start."""
+    status, name = pod.get("status") or {}, pod["metadata"]["name"]
+    spec = pod.get("spec") or {}
+    images = {c.get("name"): c.get("image") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])}
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason, detail = waiting.get("reason"), _first_line(waiting.get("message"))
+        if reason in _PULL_FAILURES:
+            image = images.get(cs.get("name")) or cs.get("image")
+            return f"pod {name}: image {image!r} cannot be pulled ({reason}{': ' + detail if detail else ''})"
+        if reason in _CONFIG_FAILURES:
+            return f"pod {name}: container {cs.get('name')} cannot be configured: {detail or reason}"
+    return None
+
+
+def last_exit(pod: dict, container: str) -> tuple[int, str, int] | None:
+    """A container's latest exit: (exit code, last line of its message, restartCount). From
+    ``state`` while it is terminated, else ``lastState``: a container that restarts (the master's
+    ``restartPolicy: Always``) keeps its previous exit there. ``None`` if it never exited."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != container:
+            continue
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if not term:
+            return None
+        lines = (term.get("message") or "").strip().splitlines()
+        return int(term.get("exitCode", 1)), (lines[-1] if lines else "")[:300], int(cs.get("restartCount") or 0)
+    return None
+
+
 def decode_pod(obj: dict) -> Pod:
     meta, spec = obj["metadata"], obj.get("spec") or {}
     labels = meta.get("labels") or {}

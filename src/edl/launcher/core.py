@@ -246,7 +246,8 @@ class Launcher:
             why, message = plan.fatal
             self.cluster.record("TrainerFatal", message, warning=True)
             self._tell(lambda: self.master.fail_job(message))
-            raise UserError(message) if why is TrainerExit.USER_ERROR else PermanentError(message)
+            user = why in (TrainerExit.USER_ERROR, TrainerExit.CANNOT_START)  # a bad image, a missing key
+            raise UserError(message) if user else PermanentError(message)
         if plan.unschedulable:
             self.unschedulable += len(plan.unschedulable)
             msg = (f"{len(plan.unschedulable)} trainer pod(s) Pending for over {self.pending_timeout_s:.0f} s: "

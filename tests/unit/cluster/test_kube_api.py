@@ -11,7 +11,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from edl.api.cluster import JobDemand, PodPhase, Resources, TrainerExit
-from edl.cluster.kube_api import KubeApi, ListWatch, api_error, decode_pod, pod_phase, trainer_exit
+from edl.cluster.kube_api import (KubeApi, ListWatch, api_error, cannot_start, decode_pod, last_exit, pod_phase,
+                                  trainer_exit)
 from edl.cluster.kube_view import KubeClusterView
 from edl.errors import (KubeConflictError, KubeExpiredError, KubeNotFoundError, KubeRefusedError,
                         KubeUnavailableError, PermanentError, TemporaryError)
@@ -303,3 +304,42 @@ def test_trainer_exit_from_the_pod_status():
     assert trainer_exit(pod("Succeeded")) == (TrainerExit.SUCCEEDED, "")
     assert trainer_exit(pod("Failed")) == (TrainerExit.FAILED, "failed without a container exit")
     assert trainer_exit(pod("Failed", message="DeadlineExceeded")) == (TrainerExit.FAILED, "DeadlineExceeded")
+
+
+# ------------------------------------------------- containers that cannot start, restarted masters
+def waiting(reason: str, message: str = "", name: str = "trainer", image: str = "registry.example/edl:9") -> dict:
+    p = pod("Pending", containerStatuses=[{"name": name, "image": image, "restartCount": 0,
+                                           "state": {"waiting": {"reason": reason, "message": message}}}])
+    p["spec"]["containers"] = [{"name": name, "image": image}]
+    return p
+
+
+@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName"])
+def test_an_image_that_cannot_be_pulled_is_named(reason):
+    why = cannot_start(waiting(reason, 'Back-off pulling image "registry.example/edl:9"\nmore'))
+    assert why == (f"pod edl-mnist-trainer-0: image 'registry.example/edl:9' cannot be pulled ({reason}: "
+                   'Back-off pulling image "registry.example/edl:9")')
+
+
+def test_a_missing_secret_key_is_named():
+    why = cannot_start(waiting("CreateContainerConfigError", 'couldn\'t find key secret_key in Secret ml/minio'))
+    assert why == "pod edl-mnist-trainer-0: container trainer cannot be configured: " \
+                  "couldn't find key secret_key in Secret ml/minio"
+
+
+@pytest.mark.parametrize("reason", ["ContainerCreating", "PodInitializing", "CrashLoopBackOff"])
+def test_a_container_on_its_way_can_still_start(reason):
+    assert cannot_start(waiting(reason)) is None
+    assert cannot_start(pod("Running")) is None and cannot_start(pod()) is None
+
+
+def test_last_exit_reads_the_state_or_the_exit_before_the_last_restart():
+    crashing = pod("Running", containerStatuses=[
+        {"name": "sidecar", "restartCount": 0, "state": {"running": {}}},
+        {"name": "master", "restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": {"exitCode": 2, "message": "loading\nedl: error: --data s3://d/x: no Parquet files"}}}])
+    assert last_exit(crashing, "master") == (2, "edl: error: --data s3://d/x: no Parquet files", 2)
+    assert last_exit(crashing, "sidecar") is None
+    ended = pod("Failed", containerStatuses=[{"name": "master", "restartCount": 0,
+                                              "state": {"terminated": {"exitCode": 1, "message": "boom"}}}])
+    assert last_exit(ended, "master") == (1, "boom", 0)
