@@ -81,6 +81,27 @@ def test_the_apiserver_away_for_20_s_mid_run_holds_the_plan_and_the_job_finishes
     steps.wait_gone("apiaway", 60, "cleanup")
 
 
+def test_a_master_that_rejects_its_data_fails_the_step_fast_with_its_own_reason(steps):
+    started = time.monotonic()
+    step = steps.launch("nodata", "--data", "s3://data/no-such-set", epochs=3)
+    code = steps.wait_done(step, 90)
+    took = time.monotonic() - started
+    log = steps.log(step)
+    assert code == 2 and took < 75, (code, took, log)
+    assert "s3://data/no-such-set" in log and "did not answer" not in log, log  # its reason, not a timeout
+    steps.wait_gone("nodata", 60, "cleanup")
+
+
+def test_an_unknown_trainer_image_fails_the_step_fast_naming_the_image(steps):
+    started = time.monotonic()
+    step = steps.launch("noimage", "--trainer-image", "registry.example/no-such-trainer:9", epochs=3)
+    code = steps.wait_done(step, 120)
+    log = steps.log(step)
+    assert code == 2 and time.monotonic() - started < 90, (code, log)
+    assert "image 'registry.example/no-such-trainer:9' cannot be pulled" in log, log
+    steps.wait_gone("noimage", 60, "cleanup")
+
+
 def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps):
     first = steps.launch("adopt", epochs=60)
     steps.wait(lambda: steps.trainers("adopt"), what="a running trainer")
