@@ -33,8 +33,8 @@ from kubernetes.utils.quantity import parse_quantity
 from tenacity import before_sleep_log, retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from edl.api.cluster import Node, Pod, PodPhase, Resources, TrainerExit
-from edl.errors import (EdlError, KubeConflictError, KubeExpiredError, KubeNotFoundError, KubeRefusedError,
-                        KubeUnavailableError, PermanentError)
+from edl.errors import (EdlError, KubeConflictError, KubeExpiredError, KubeForbiddenError, KubeNotFoundError,
+                        KubeRefusedError, KubeUnavailableError, PermanentError)
 
 log = logging.getLogger("edl.kubernetes")
 GIB = float(2 ** 30)
@@ -88,7 +88,7 @@ def api_error(e: Exception, verb: str, resource: str, name: str) -> EdlError:
     if e.status in (0, 429) or (e.status or 0) >= 500:
         return KubeUnavailableError(f"Kubernetes API: {what}")
     if e.status in (401, 403):
-        return KubeRefusedError(f"Kubernetes API refused to {what} (check the ServiceAccount's RBAC)")
+        return KubeForbiddenError(f"Kubernetes API refused to {what} (check the ServiceAccount's RBAC)")
     return KubeRefusedError(f"Kubernetes API: {what}")
 
 

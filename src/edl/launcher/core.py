@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit, TrainerPod
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.spec import JobSpec
-from edl.errors import PermanentError, TemporaryError, UserError
+from edl.errors import KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.reconcile import plan_trainers
 from edl.master.client import HttpMaster
@@ -292,6 +292,14 @@ class Launcher:
                 self._api_away(e)
                 self.sleep(poll_s)
                 continue
+            except KubeForbiddenError as e:
+                if self.api_away_since is None:
+                    raise
+                # Just back from a restart, an apiserver refuses until its RBAC caches are filled:
+                # still away (bounded by api_away_limit_s), not a revoked permission.
+                self._api_away(e)
+                self.sleep(poll_s)
+                continue
             self._api_back()
             if st is not None:
                 return st
@@ -299,7 +307,7 @@ class Launcher:
                 view.show(self.last_status)  # what this round's tick read: no second request
             self.sleep(poll_s)
 
-    def _api_away(self, e: TemporaryError) -> None:
+    def _api_away(self, e: Exception) -> None:
         now = self.clock()
         if self.api_away_since is None:
             self.api_away_since = now

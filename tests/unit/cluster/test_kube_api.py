@@ -14,7 +14,7 @@ from edl.api.cluster import JobDemand, PodPhase, Resources, TrainerExit
 from edl.cluster.kube_api import (KubeApi, ListWatch, api_error, cannot_start, decode_pod, last_exit, pod_phase,
                                   trainer_exit)
 from edl.cluster.kube_view import KubeClusterView
-from edl.errors import (KubeConflictError, KubeExpiredError, KubeNotFoundError, KubeRefusedError,
+from edl.errors import (KubeConflictError, KubeExpiredError, KubeForbiddenError, KubeNotFoundError, KubeRefusedError,
                         KubeUnavailableError, PermanentError, TemporaryError)
 
 
@@ -23,7 +23,7 @@ from edl.errors import (KubeConflictError, KubeExpiredError, KubeNotFoundError, 
     (409, KubeConflictError), (404, KubeNotFoundError), (410, KubeExpiredError),
     (429, KubeUnavailableError), (500, KubeUnavailableError), (503, KubeUnavailableError),
     (504, KubeUnavailableError), (0, KubeUnavailableError),
-    (400, KubeRefusedError), (401, KubeRefusedError), (403, KubeRefusedError), (422, KubeRefusedError),
+    (400, KubeRefusedError), (401, KubeForbiddenError), (403, KubeForbiddenError), (422, KubeRefusedError),
 ])
 def test_each_status_maps_to_one_error_type(status, kind):
     e = api_error(ApiException(status=status, reason="Why"), "replace", "leases", "edl-mnist-demand")

@@ -12,7 +12,7 @@ from rich.console import Console
 from edl.api.cluster import MasterEndpoint, PodPhase, TrainerPod
 from edl.api.master import JobStatus, JobView, Phase, TrainerState, TrainerView
 from edl.api.spec import JobSpec
-from edl.errors import KubeUnavailableError, PermanentError
+from edl.errors import KubeForbiddenError, KubeUnavailableError, PermanentError
 from edl.launcher.core import Launcher
 
 SPEC = JobSpec(job="j", model_def="m", data="d", epochs=1, batch_size=1, min_trainers=1, max_trainers=4,
@@ -31,10 +31,11 @@ class Clock:
 
 
 class FlakyCluster:
-    """Trainer pods in memory; every call raises ``KubeUnavailableError`` while ``away(t)``."""
+    """Trainer pods in memory; every call raises ``KubeUnavailableError`` while ``away(t)``, then
+    ``KubeForbiddenError`` while ``forbidden(t)``."""
 
-    def __init__(self, clock: Clock, away=lambda t: False, created_at: float = 0.0) -> None:
-        self.clock, self.away, self.created_at = clock, away, created_at
+    def __init__(self, clock: Clock, away=lambda t: False, created_at: float = 0.0, forbidden=lambda t: False) -> None:
+        self.clock, self.away, self.created_at, self.forbidden = clock, away, created_at, forbidden
         self.pods: dict[str, PodPhase] = {}
         self.created: list[str] = []
         self.deleted: list[str] = []
@@ -42,6 +43,8 @@ class FlakyCluster:
     def _check(self) -> None:
         if self.away(self.clock.t):
             raise KubeUnavailableError("Kubernetes API unreachable: list pods 'edl.dev/job=j': connection refused")
+        if self.forbidden(self.clock.t):
+            raise KubeForbiddenError("Kubernetes API refused to list pods 'edl.dev/job=j': HTTP 403 Forbidden")
 
     def ensure_job(self) -> MasterEndpoint:
         self._check()
@@ -134,6 +137,21 @@ def test_the_plan_is_held_while_the_api_is_away_and_the_job_carries_on_when_it_i
     back = [ln for ln in lines if "API back" in ln]
     assert len(away) == 1 and "connection refused" in away[0] and "holding the plan" in away[0]
     assert len(back) == 1 and "after 20 s" in back[0]
+
+
+def test_an_apiserver_just_back_that_refuses_until_its_rbac_caches_fill_is_still_away():
+    clock = Clock()
+    cluster = FlakyCluster(clock, away=lambda t: 1010 <= t < 1030, forbidden=lambda t: 1030 <= t < 1034)
+    la, out = launcher(cluster, Master(clock, ends_at=1060), clock)
+    clock.t = 1009.0
+    assert la.run(poll_s=2.0).status is JobStatus.SUCCEEDED
+    assert out.getvalue().count("API away") == 1 and "after 2" in out.getvalue()
+    # Refused without an outage before it: a real RBAC problem, the job fails at once.
+    clock = Clock()
+    la, _ = launcher(FlakyCluster(clock, forbidden=lambda t: t >= 1010), Master(clock), clock)
+    clock.t = 1010.0
+    with pytest.raises(KubeForbiddenError, match="403"):
+        la.run(poll_s=2.0)
 
 
 def test_an_api_away_past_its_limit_fails_the_job():
