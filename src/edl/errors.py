@@ -54,6 +54,11 @@ class KubeRefusedError(PermanentError):
     """The Kubernetes API answered no (a bad object, RBAC, ...); one line naming verb, resource and object."""
 
 
+class KubeForbiddenError(KubeRefusedError):
+    """401/403: the account may not; also what an apiserver answers for a moment after a restart,
+    before its RBAC caches are filled."""
+
+
 class KubeConflictError(KubeRefusedError):
     """409: the object exists already, or a write carried a stale ``resourceVersion``: re-read, then retry."""
 

@@ -111,6 +111,7 @@ class TrainerExit(str, Enum):
     NODE_LOST = "node_lost"  # its node went away
     OOM_KILLED = "oom_killed"  # the memory limit is too small: retrying cannot help
     USER_ERROR = "user_error"  # exit 2: bad input, named in the message
+    CANNOT_START = "cannot_start"  # its image cannot be pulled or its Secret key is missing: waiting cannot help
     FAILED = "failed"  # anything else: counts towards --max-trainer-failures
 
 
@@ -118,10 +119,10 @@ class TrainerExit(str, Enum):
 class TrainerPod:
     name: str
     phase: PodPhase
-    created_at: float  # seconds, on the launcher's clock
+    created_at: float  # seconds; the launcher counts pending time from when it first saw the pod, on its clock
     node: str | None = None
-    exit: TrainerExit | None = None  # set once terminated
-    message: str = ""  # for a terminated pod: what happened, one line
+    exit: TrainerExit | None = None  # set once terminated, or CANNOT_START while it can never start
+    message: str = ""  # for a terminated pod or one that cannot start: what happened, one line
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,9 @@ class Cluster(Protocol):
         ...
 
     def master_alive(self) -> bool:
-        """The master exists and has not terminated (it may still be starting)."""
+        """The master exists and has not terminated (it may still be starting). Raises
+        ``UserError`` when it refused the job (exit 2) and ``PermanentError`` when it cannot start
+        or keeps crashing, with its own reason: waiting for it cannot help."""
         ...
 
     def recreate_master(self) -> None:

@@ -13,23 +13,34 @@ Failures are typed (``edl.errors``), so callers catch what they handle instead o
 messages: 409 ``KubeConflictError``, 404 ``KubeNotFoundError``, 410 ``KubeExpiredError``;
 429, 5xx, connection errors and timeouts ``KubeUnavailableError`` (temporary); anything else
 ``KubeRefusedError`` (permanent).
+
+Every request has a client-side timeout (a half-open connection must not block a caller
+forever) and is retried with backoff while the API is unavailable, for up to ``give_up_s``
+(apiservers answer 429/5xx routinely: upgrades, etcd leader changes, priority-and-fairness);
+what is still unavailable after that reaches the caller as ``KubeUnavailableError``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Callable, Iterator
 
 import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.utils.quantity import parse_quantity
+from tenacity import before_sleep_log, retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from edl.api.cluster import Node, Pod, PodPhase, Resources, TrainerExit
-from edl.errors import (EdlError, KubeConflictError, KubeExpiredError, KubeNotFoundError, KubeRefusedError,
-                        KubeUnavailableError, PermanentError)
+from edl.errors import (EdlError, KubeConflictError, KubeExpiredError, KubeForbiddenError, KubeNotFoundError,
+                        KubeRefusedError, KubeUnavailableError, PermanentError)
 
+log = logging.getLogger("edl.kubernetes")
 GIB = float(2 ** 30)
+# (connect, read) seconds for one request; a watch reads for up to its own timeout plus this.
+REQUEST_TIMEOUT_S = (5.0, 20.0)
+GIVE_UP_S = 10.0  # how long one call retries an unavailable API before the caller hears of it
 GPU_KEY = "nvidia.com/gpu"
 # What a request fails with when it gets no answer: refused or reset connections, timeouts.
 _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
@@ -77,16 +88,17 @@ def api_error(e: Exception, verb: str, resource: str, name: str) -> EdlError:
     if e.status in (0, 429) or (e.status or 0) >= 500:
         return KubeUnavailableError(f"Kubernetes API: {what}")
     if e.status in (401, 403):
-        return KubeRefusedError(f"Kubernetes API refused to {what} (check the ServiceAccount's RBAC)")
+        return KubeForbiddenError(f"Kubernetes API refused to {what} (check the ServiceAccount's RBAC)")
     return KubeRefusedError(f"Kubernetes API: {what}")
 
 
 class KubeApi:
     """Create, get, list, replace and delete plain-dict objects in one namespace (nodes: cluster-wide)."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+    def __init__(self, api_client: client.ApiClient, namespace: str, give_up_s: float = GIVE_UP_S) -> None:
         self.api_client = api_client
         self.namespace = namespace
+        self.give_up_s = give_up_s
         self._apis = {"core": client.CoreV1Api(api_client), "coordination": client.CoordinationV1Api(api_client),
                       "scheduling": client.SchedulingV1Api(api_client)}
 
@@ -105,11 +117,16 @@ class KubeApi:
                 args = (args[0], self.namespace, *args[1:])
         else:
             fn = getattr(api, f"{verb}_{suffix}")
-        try:
-            resp = fn(*args, _preload_content=False, **kw)
-            data = resp.data
-        except (ApiException, *_TRANSPORT_ERRORS) as e:
-            raise api_error(e, verb, resource, name) from e
+
+        def once() -> Any:
+            try:
+                return fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **kw).data
+            except (ApiException, *_TRANSPORT_ERRORS) as e:
+                raise api_error(e, verb, resource, name) from e
+
+        data = retry(retry=retry_if_exception_type(KubeUnavailableError),
+                     wait=wait_exponential(multiplier=0.2, max=2.0), stop=stop_after_delay(self.give_up_s),
+                     before_sleep=before_sleep_log(log, logging.DEBUG), reraise=True)(once)()
         return json.loads(data) if data else None
 
     def list_watch(self, resource: str, all_namespaces: bool = False) -> "ListWatch":
@@ -171,7 +188,7 @@ class ListWatch:
 
     def page(self, selector: str | None, limit: int, continue_token: str | None) -> dict:
         """One page of a list, the raw body: ``items`` and ``metadata`` (``continue``, ``resourceVersion``)."""
-        kw: dict[str, Any] = {"limit": limit, "_preload_content": False}
+        kw: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": REQUEST_TIMEOUT_S}
         if selector:
             kw["label_selector"] = selector
         if continue_token:
@@ -183,8 +200,10 @@ class ListWatch:
         return json.loads(data)
 
     def watch(self, selector: str | None, resource_version: str | None, timeout_s: int) -> "WatchStream":
+        # The server ends the stream after timeout_s; a half-open one is ended by the read timeout.
         kw: dict[str, Any] = {"resource_version": resource_version, "timeout_seconds": timeout_s,
-                              "allow_watch_bookmarks": True}
+                              "allow_watch_bookmarks": True,
+                              "_request_timeout": (REQUEST_TIMEOUT_S[0], timeout_s + REQUEST_TIMEOUT_S[1])}
         if selector:
             kw["label_selector"] = selector
         return WatchStream(self.resource, selector, self._list_fn, kw)
@@ -277,6 +296,48 @@ def trainer_exit(pod: dict) -> tuple[TrainerExit, str]:
     if code in (137, 143):  # killed from outside without OOM: the node or the scheduler took it back
         return TrainerExit.PREEMPTED, f"killed by the system (exit {code})"
     return TrainerExit.FAILED, f"exit code {code}{' (' + reason + ')' if reason else ''}: {last[:200]}"
+
+
+# Waiting reasons that do not cure themselves: the image is not there, the container cannot be configured.
+_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+_CONFIG_FAILURES = ("CreateContainerConfigError",)
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+def cannot_start(pod: dict) -> str | None:
+    """Why one of a pod's containers can never start, one line naming the image or the missing
+    Secret or key (the kubelet's message says which); ``None`` while it may still start."""
+    status, name = pod.get("status") or {}, pod["metadata"]["name"]
+    spec = pod.get("spec") or {}
+    images = {c.get("name"): c.get("image") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])}
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason, detail = waiting.get("reason"), _first_line(waiting.get("message"))
+        if reason in _PULL_FAILURES:
+            image = images.get(cs.get("name")) or cs.get("image")
+            return f"pod {name}: image {image!r} cannot be pulled ({reason}{': ' + detail if detail else ''})"
+        if reason in _CONFIG_FAILURES:
+            return f"pod {name}: container {cs.get('name')} cannot be configured: {detail or reason}"
+    return None
+
+
+def last_exit(pod: dict, container: str) -> tuple[int, str, int] | None:
+    """A container's latest exit: (exit code, last line of its message, restartCount). From
+    ``state`` while it is terminated, else ``lastState``: a container that restarts (the master's
+    ``restartPolicy: Always``) keeps its previous exit there. ``None`` if it never exited."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != container:
+            continue
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if not term:
+            return None
+        lines = (term.get("message") or "").strip().splitlines()
+        return int(term.get("exitCode", 1)), (lines[-1] if lines else "")[:300], int(cs.get("restartCount") or 0)
+    return None
 
 
 def decode_pod(obj: dict) -> Pod:

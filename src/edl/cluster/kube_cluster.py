@@ -16,12 +16,14 @@ import uuid
 from datetime import datetime, timezone
 
 from edl.cluster import manifests as m
-from edl.api.cluster import MasterEndpoint, TrainerPod
-from edl.cluster.kube_api import KubeApi, pod_phase, trainer_exit
-from edl.errors import UserError
+from edl.api.cluster import MasterEndpoint, TrainerExit, TrainerPod
+from edl.cluster.kube_api import KubeApi, cannot_start, last_exit, pod_phase, trainer_exit
+from edl.errors import PermanentError, UserError
 from edl.api.spec import JobSpec, K8sOptions
 
 log = logging.getLogger("edl.launcher")
+# In-place restarts of the master container (CrashLoopBackOff: 10, 20, 40 s apart) before the job fails.
+MASTER_CRASH_LIMIT = 3
 
 
 def _timestamp(s: str | None) -> float:
@@ -97,16 +99,29 @@ class KubeCluster:
         pod = self.kube.get("pods", self.names["master"])
         if pod is None:
             return False
+        self._master_can_run(pod)
         return not pod_phase(pod).terminated
+
+    def _master_can_run(self, pod: dict) -> None:
+        """Raise with the master's own reason when waiting for it cannot help: it refused the job
+        (exit 2, now or before its last restart), it cannot start, or it keeps crashing."""
+        why = cannot_start(pod)
+        if why is not None:
+            raise PermanentError(f"master of job {self.spec.job} cannot start: {why}")
+        exited = last_exit(pod, "master")
+        if exited is None:
+            return
+        code, line, restarts = exited
+        if code == 2:
+            raise UserError(line.removeprefix("edl: error: ") or "the master refused the job")
+        if code != 0 and restarts >= MASTER_CRASH_LIMIT:
+            raise PermanentError(f"master of job {self.spec.job} keeps crashing ({restarts} restarts); "
+                                 f"last exit {code}: {line}")
 
     def recreate_master(self) -> None:
         pod = self.kube.get("pods", self.names["master"])
         if pod is not None:
-            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-                term = (cs.get("state") or {}).get("terminated") or {}
-                if cs.get("name") == "master" and term.get("exitCode") == 2:
-                    lines = (term.get("message") or "").strip().splitlines()
-                    raise UserError(lines[-1].removeprefix("edl: error: ") if lines else "the master refused the job")
+            self._master_can_run(pod)
             self.kube.delete("pods", self.names["master"], grace_s=0)
         self.kube.create(m.master_pod(self.spec, self.opts, self.owner))
 
@@ -115,6 +130,8 @@ class KubeCluster:
         for pod in self.kube.list("pods", f"{self.selector},edl.dev/role=trainer"):
             meta, phase = pod["metadata"], pod_phase(pod)
             exit_, message = trainer_exit(pod) if phase.terminated else (None, "")
+            if exit_ is None and (why := cannot_start(pod)) is not None:
+                exit_, message = TrainerExit.CANNOT_START, f"trainer {why}"
             out.append(TrainerPod(meta["name"], phase, _timestamp(meta.get("creationTimestamp")),
                                   (pod.get("spec") or {}).get("nodeName"), exit_, message))
         return out

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit
+from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit, TrainerPod
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.spec import JobSpec
-from edl.errors import PermanentError, TemporaryError, UserError
+from edl.errors import KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.reconcile import plan_trainers
 from edl.master.client import HttpMaster
@@ -126,7 +126,7 @@ class Launcher:
                  pending_timeout_s: float = 120.0, drain_timeout_s: float = 60.0, trainer_prefix: str = "",
                  console: Console | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, max_master_restarts: int = 10,
-                 master_start_timeout_s: float = 300.0,
+                 master_start_timeout_s: float = 300.0, api_away_limit_s: float = 600.0,
                  master_factory: Callable[[MasterEndpoint], ControlLink] = http_master) -> None:
         self.spec = spec
         self.cluster = cluster
@@ -139,6 +139,8 @@ class Launcher:
         self.sleep = sleep
         self.max_master_restarts = max_master_restarts
         self.master_start_timeout_s = master_start_timeout_s
+        self.api_away_limit_s = api_away_limit_s
+        self.api_away_since: float | None = None  # the cluster's API stopped answering then
         # How to talk to the master: HTTP with the job token, or the simulator's job model.
         self.master_factory = master_factory
         self.draining: dict[str, float] = {}
@@ -146,7 +148,8 @@ class Launcher:
         self.relaunches = 0
         self.unschedulable = 0
         self.master_restarts = 0
-        self.counter = 0
+        self.counter = 0  # the highest trainer index used or seen: names are never reused
+        self.first_seen: dict[str, float] = {}  # trainer -> when this launcher first saw it (its clock)
         self.endpoint: MasterEndpoint | None = None
         self.last_status: JobView | None = None  # the master's status as the last tick read it
         self.master: ControlLink | None = None
@@ -156,12 +159,24 @@ class Launcher:
     def start(self) -> MasterEndpoint:
         self.endpoint = self.cluster.ensure_job()
         self.master = self.master_factory(self.endpoint)
-        for t in self.cluster.trainers():  # adopted trainers: continue numbering after theirs
-            suffix = t.name.removeprefix(self.prefix)
-            if suffix.isdigit():
-                self.counter = max(self.counter, int(suffix))
+        self._seen_names(t.name for t in self.cluster.trainers())  # adopted: continue after theirs
         self.wait_for_master()
         return self.endpoint
+
+    def _seen_names(self, names: Iterable[str]) -> None:
+        """Number new trainers after every name seen: a pod of the job, or one the master knows
+        (a trainer drained and gone may still be in the master's books, which refuse a name back)."""
+        for name in names:
+            suffix = name.removeprefix(self.prefix)
+            if name.startswith(self.prefix) and suffix.isdigit():
+                self.counter = max(self.counter, int(suffix))
+
+    def _observed_trainers(self, now: float) -> list[TrainerPod]:
+        """The job's trainers, pending time counted from first sight on this launcher's clock (the
+        apiserver's creationTimestamp is on another clock: skew would mark new pods unschedulable)."""
+        trainers = self.cluster.trainers()
+        self.first_seen = {t.name: self.first_seen.get(t.name, now) for t in trainers}
+        return [replace(t, created_at=self.first_seen[t.name]) for t in trainers]
 
     def wait_for_master(self) -> None:
         deadline = self.clock() + self.master_start_timeout_s
@@ -208,7 +223,8 @@ class Launcher:
 
     def _apply(self, st: JobView) -> None:
         now = self.clock()
-        trainers = self.cluster.trainers()
+        trainers = self._observed_trainers(now)
+        self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers])
         plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
                              self.drain_timeout_s)
         by_name = {t.name: t for t in trainers}
@@ -230,7 +246,8 @@ class Launcher:
             why, message = plan.fatal
             self.cluster.record("TrainerFatal", message, warning=True)
             self._tell(lambda: self.master.fail_job(message))
-            raise UserError(message) if why is TrainerExit.USER_ERROR else PermanentError(message)
+            user = why in (TrainerExit.USER_ERROR, TrainerExit.CANNOT_START)  # a bad image, a missing key
+            raise UserError(message) if user else PermanentError(message)
         if plan.unschedulable:
             self.unschedulable += len(plan.unschedulable)
             msg = (f"{len(plan.unschedulable)} trainer pod(s) Pending for over {self.pending_timeout_s:.0f} s: "
@@ -262,14 +279,47 @@ class Launcher:
             self.cluster.record("ScaleUp", f"started {', '.join(names)} (desired {st.desired_trainers})")
 
     def run(self, view: ProgressView | None = None, poll_s: float = 0.1) -> JobView:
-        """Until the job ends; returns the master's final status. ``Cancelled`` propagates."""
+        """Until the job ends; returns the master's final status. ``Cancelled`` propagates.
+
+        While the cluster's API is away (``TemporaryError`` after the edge's own retries) the
+        plan is held: nothing is created or deleted, the job's pods go on as they are; the
+        next round carries on from what the cluster then shows. Away longer than
+        ``api_away_limit_s``: the job fails."""
         while True:
-            st = self.tick()
+            try:
+                st = self.tick()
+            except TemporaryError as e:
+                self._api_away(e)
+                self.sleep(poll_s)
+                continue
+            except KubeForbiddenError as e:
+                if self.api_away_since is None:
+                    raise
+                # Just back from a restart, an apiserver refuses until its RBAC caches are filled:
+                # still away (bounded by api_away_limit_s), not a revoked permission.
+                self._api_away(e)
+                self.sleep(poll_s)
+                continue
+            self._api_back()
             if st is not None:
                 return st
             if view is not None and self.last_status is not None:
                 view.show(self.last_status)  # what this round's tick read: no second request
             self.sleep(poll_s)
+
+    def _api_away(self, e: Exception) -> None:
+        now = self.clock()
+        if self.api_away_since is None:
+            self.api_away_since = now
+            self.console.print(f"cluster API away ({str(e).splitlines()[0][:200]}); holding the plan")
+        elif now - self.api_away_since > self.api_away_limit_s:
+            raise PermanentError(f"cluster API away for over {self.api_away_limit_s:.0f} s: {e}") from e
+
+    def _api_back(self) -> None:
+        if self.api_away_since is not None:
+            away = self.clock() - self.api_away_since
+            self.api_away_since = None
+            self.console.print(f"cluster API back after {away:.0f} s; carrying on")
 
     # ----------------------------------------------------------- endings
     def finish(self, summary_out: Path | None = None,
@@ -294,8 +344,11 @@ class Launcher:
         """Let trainers exit on their own (rank 0 exports the model), then report them."""
         deadline = self.clock() + timeout_s
         while self.clock() < deadline:
-            live = [t for t in self.cluster.trainers() if not t.phase.terminated]
-            if not live:
+            try:
+                live = [t for t in self.cluster.trainers() if not t.phase.terminated]
+            except TemporaryError:
+                live = None  # the API is away: not known yet
+            if live == []:
                 break
             self.sleep(0.1)
 

@@ -10,7 +10,6 @@ Exit code: 0 when the job succeeded, non-zero with the reason otherwise.
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -24,6 +23,7 @@ from edl.api.spec import JobSpec, K8sOptions, Naming, Problem
 from edl.jobargs import FLAG_NAMES
 
 EXIT_CANCELLED = 143
+POLL_S = 2.0  # one round of API calls every 2 s: light on the apiserver, quick enough for rescales
 FINAL_CHECKPOINT_S = 20.0
 
 
@@ -52,7 +52,7 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
     cluster = KubeCluster(kube, spec, opts, owner, master_via)
     launcher = Launcher(spec, cluster, max_trainer_failures=max_trainer_failures,
                         pending_timeout_s=opts.pending_timeout_s, trainer_prefix=cluster.trainer_prefix,
-                        console=console, clock=time.time)
+                        console=console)
     previous = {sig: signal.signal(sig, _cancel) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         endpoint = launcher.start()
@@ -60,7 +60,7 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
                       f"trainers {spec.min_trainers}..{spec.max_trainers}"
                       + (" (adopted the existing job)" if endpoint.adopted else ""))
         with ProgressView(console) as view:
-            final = launcher.run(view, poll_s=0.5)
+            final = launcher.run(view, poll_s=POLL_S)
             view.show(final)
         result = launcher.finish(summary_out)
         cluster.record("JobSucceeded", f"{result.epochs_completed} epochs; model at {result.final_model_uri}")

@@ -54,6 +54,8 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
                 fatal = fatal or (t.exit, t.message or f"trainer {t.name} ended: {t.exit.value}")
             else:
                 failures.append((t.name, t.message or f"trainer {t.name} failed"))
+        elif t.exit is TrainerExit.CANNOT_START:
+            fatal = fatal or (t.exit, t.message or f"trainer {t.name} cannot start")
         elif t.name in draining:
             if now - draining[t.name] > drain_timeout_s:
                 delete.append(t.name)  # it did not leave on its own: remove it

@@ -63,6 +63,45 @@ def test_an_argo_step_killed_without_cleanup_is_garbage_collected(steps):
     steps.wait_gone("argokill", 30, "the garbage collector to remove the job")
 
 
+def test_the_apiserver_away_for_20_s_mid_run_holds_the_plan_and_the_job_finishes(steps):
+    step = steps.launch("apiaway", epochs=40)
+    steps.wait(lambda: steps.trainers("apiaway"), what="a running trainer")
+    steps.wait(lambda: "generation 1" in steps.log(step), what="training")
+    steps.plane.stop_apiserver()  # an upgrade, an etcd leader change: the API is away, the pods run on
+    try:
+        time.sleep(20)
+    finally:
+        steps.plane.start_apiserver()
+    assert steps.wait_done(step, 300) == 0, steps.log_tail()
+    s = steps.summary(step)
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 40 and s["master_restarts"] == 0
+    log = steps.log(step)
+    assert log.count("cluster API away") == 1 and "holding the plan" in log, log
+    assert log.count("cluster API back") == 1, log
+    steps.wait_gone("apiaway", 60, "cleanup")
+
+
+def test_a_master_that_rejects_its_data_fails_the_step_fast_with_its_own_reason(steps):
+    started = time.monotonic()
+    step = steps.launch("nodata", "--data", "s3://data/no-such-set", epochs=3)
+    code = steps.wait_done(step, 90)
+    took = time.monotonic() - started
+    log = steps.log(step)
+    assert code == 2 and took < 75, (code, took, log)
+    assert "s3://data/no-such-set" in log and "did not answer" not in log, log  # its reason, not a timeout
+    steps.wait_gone("nodata", 60, "cleanup")
+
+
+def test_an_unknown_trainer_image_fails_the_step_fast_naming_the_image(steps):
+    started = time.monotonic()
+    step = steps.launch("noimage", "--trainer-image", "registry.example/no-such-trainer:9", epochs=3)
+    code = steps.wait_done(step, 120)
+    log = steps.log(step)
+    assert code == 2 and time.monotonic() - started < 90, (code, log)
+    assert "image 'registry.example/no-such-trainer:9' cannot be pulled" in log, log
+    steps.wait_gone("noimage", 60, "cleanup")
+
+
 def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps):
     first = steps.launch("adopt", epochs=60)
     steps.wait(lambda: steps.trainers("adopt"), what="a running trainer")

@@ -11,9 +11,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from edl.api.cluster import JobDemand, PodPhase, Resources, TrainerExit
-from edl.cluster.kube_api import KubeApi, ListWatch, api_error, decode_pod, pod_phase, trainer_exit
+from edl.cluster.kube_api import (KubeApi, ListWatch, api_error, cannot_start, decode_pod, last_exit, pod_phase,
+                                  trainer_exit)
 from edl.cluster.kube_view import KubeClusterView
-from edl.errors import (KubeConflictError, KubeExpiredError, KubeNotFoundError, KubeRefusedError,
+from edl.errors import (KubeConflictError, KubeExpiredError, KubeForbiddenError, KubeNotFoundError, KubeRefusedError,
                         KubeUnavailableError, PermanentError, TemporaryError)
 
 
@@ -22,7 +23,7 @@ from edl.errors import (KubeConflictError, KubeExpiredError, KubeNotFoundError, 
     (409, KubeConflictError), (404, KubeNotFoundError), (410, KubeExpiredError),
     (429, KubeUnavailableError), (500, KubeUnavailableError), (503, KubeUnavailableError),
     (504, KubeUnavailableError), (0, KubeUnavailableError),
-    (400, KubeRefusedError), (401, KubeRefusedError), (403, KubeRefusedError), (422, KubeRefusedError),
+    (400, KubeRefusedError), (401, KubeForbiddenError), (403, KubeForbiddenError), (422, KubeRefusedError),
 ])
 def test_each_status_maps_to_one_error_type(status, kind):
     e = api_error(ApiException(status=status, reason="Why"), "replace", "leases", "edl-mnist-demand")
@@ -88,8 +89,9 @@ class _FakeLeases:
         return self._next("delete")
 
 
-def kube_with(answers: list) -> tuple[KubeApi, _FakeLeases]:
-    kube = KubeApi(client.ApiClient(client.Configuration()), "ml")  # no request leaves the process
+def kube_with(answers: list, give_up_s: float = 0.0) -> tuple[KubeApi, _FakeLeases]:
+    # No request leaves the process; give_up_s 0: one attempt, unless a test is about the retries.
+    kube = KubeApi(client.ApiClient(client.Configuration()), "ml", give_up_s=give_up_s)
     fake = _FakeLeases(answers)
     kube._apis["coordination"] = fake
     return kube, fake
@@ -122,6 +124,51 @@ def test_replace_raises_the_typed_error_and_transport_failures_are_temporary():
         kube.replace(LEASE)
     with pytest.raises(KubeUnavailableError, match="unreachable"):
         kube.get("leases", "l")
+
+
+def test_an_unavailable_api_is_retried_with_backoff_until_it_answers():
+    kube, fake = kube_with([ApiException(status=503), ApiException(status=429),
+                            urllib3.exceptions.ProtocolError("connection reset"), b'{"metadata": {"name": "l"}}'],
+                           give_up_s=10.0)
+    assert kube.get("leases", "l") == {"metadata": {"name": "l"}}
+    assert fake.calls == ["read"] * 4
+
+
+def test_retries_are_bounded_and_refusals_are_not_retried():
+    kube, fake = kube_with([ApiException(status=503)] * 100, give_up_s=0.5)
+    with pytest.raises(KubeUnavailableError, match="HTTP 503"):
+        kube.get("leases", "l")
+    assert 1 < len(fake.calls) < 10
+    kube, fake = kube_with([ApiException(status=403), b"{}"], give_up_s=10.0)
+    with pytest.raises(KubeRefusedError, match="403"):
+        kube.get("leases", "l")
+    assert fake.calls == ["read"]
+
+
+def test_every_request_and_watch_has_a_client_side_timeout():
+    seen: list[dict] = []
+
+    def list_fn(**kw):
+        seen.append(kw)
+        return _Resp(b'{"items": [], "metadata": {"resourceVersion": "1"}}')
+
+    lw = ListWatch("pods", list_fn)
+    lw.page(None, 10, None)
+    assert seen[0]["_request_timeout"]
+    stream = lw.watch(None, "1", timeout_s=30)
+    connect, read = stream._kw["_request_timeout"]
+    assert connect > 0 and read > 30  # longer than the server's own end of the stream, not forever
+    kube, _ = kube_with([])
+    calls: list[dict] = []
+
+    class Leases:
+        def read_namespaced_lease(self, name, ns, **kw):
+            calls.append(kw)
+            return _Resp(b"{}")
+
+    kube._apis["coordination"] = Leases()
+    kube.get("leases", "l")
+    assert calls[0]["_request_timeout"]
 
 
 def test_an_informer_list_page_maps_its_errors_too():
@@ -257,3 +304,42 @@ def test_trainer_exit_from_the_pod_status():
     assert trainer_exit(pod("Succeeded")) == (TrainerExit.SUCCEEDED, "")
     assert trainer_exit(pod("Failed")) == (TrainerExit.FAILED, "failed without a container exit")
     assert trainer_exit(pod("Failed", message="DeadlineExceeded")) == (TrainerExit.FAILED, "DeadlineExceeded")
+
+
+# ------------------------------------------------- containers that cannot start, restarted masters
+def waiting(reason: str, message: str = "", name: str = "trainer", image: str = "registry.example/edl:9") -> dict:
+    p = pod("Pending", containerStatuses=[{"name": name, "image": image, "restartCount": 0,
+                                           "state": {"waiting": {"reason": reason, "message": message}}}])
+    p["spec"]["containers"] = [{"name": name, "image": image}]
+    return p
+
+
+@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName"])
+def test_an_image_that_cannot_be_pulled_is_named(reason):
+    why = cannot_start(waiting(reason, 'Back-off pulling image "registry.example/edl:9"\nmore'))
+    assert why == (f"pod edl-mnist-trainer-0: image 'registry.example/edl:9' cannot be pulled ({reason}: "
+                   'Back-off pulling image "registry.example/edl:9")')
+
+
+def test_a_missing_secret_key_is_named():
+    why = cannot_start(waiting("CreateContainerConfigError", 'couldn\'t find key secret_key in Secret ml/minio'))
+    assert why == "pod edl-mnist-trainer-0: container trainer cannot be configured: " \
+                  "couldn't find key secret_key in Secret ml/minio"
+
+
+@pytest.mark.parametrize("reason", ["ContainerCreating", "PodInitializing", "CrashLoopBackOff"])
+def test_a_container_on_its_way_can_still_start(reason):
+    assert cannot_start(waiting(reason)) is None
+    assert cannot_start(pod("Running")) is None and cannot_start(pod()) is None
+
+
+def test_last_exit_reads_the_state_or_the_exit_before_the_last_restart():
+    crashing = pod("Running", containerStatuses=[
+        {"name": "sidecar", "restartCount": 0, "state": {"running": {}}},
+        {"name": "master", "restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": {"exitCode": 2, "message": "loading\nedl: error: --data s3://d/x: no Parquet files"}}}])
+    assert last_exit(crashing, "master") == (2, "edl: error: --data s3://d/x: no Parquet files", 2)
+    assert last_exit(crashing, "sidecar") is None
+    ended = pod("Failed", containerStatuses=[{"name": "master", "restartCount": 0,
+                                              "state": {"terminated": {"exitCode": 1, "message": "boom"}}}])
+    assert last_exit(ended, "master") == (1, "boom", 0)

@@ -77,3 +77,9 @@ def test_after_the_plan_the_live_count_meets_the_desired_count(desired, specs):
             assert p.phase is R and p.name not in draining
     assert not set(plan.drain) & set(plan.delete)
     assert len(plan.delete) == len(set(plan.delete))
+
+
+def test_a_trainer_that_can_never_start_fails_the_job_with_its_reason():
+    stuck = pod("a", P, exit=TrainerExit.CANNOT_START, message="trainer pod a: image 'nope:1' cannot be pulled")
+    plan = plan_trainers(2, [stuck, pod("b")], {}, 10, 60)
+    assert plan.fatal == (TrainerExit.CANNOT_START, "trainer pod a: image 'nope:1' cannot be pulled")

@@ -1,0 +1,78 @@
+"""``KubeCluster`` over a Kubernetes API in memory: what it makes of a master that restarts in
+place (``restartPolicy: Always``) and of trainers that can never start."""
+
+from __future__ import annotations
+
+import pytest
+
+from edl.api.cluster import PodPhase, TrainerExit
+from edl.api.spec import JobSpec, K8sOptions
+from edl.cluster.kube_cluster import KubeCluster
+from edl.errors import PermanentError, UserError
+
+SPEC = JobSpec(job="mnist", model_def="m", data="s3://d/x", epochs=1, batch_size=1, min_trainers=1,
+               max_trainers=2, trainers=1, checkpoint_uri="s3://c/mnist")
+
+
+class MemoryKube:
+    """``get`` and ``list`` of pods, from a dict."""
+
+    namespace = "ml"
+
+    def __init__(self, pods: dict[str, dict]) -> None:
+        self.pods = pods
+
+    def get(self, resource: str, name: str) -> dict | None:
+        return self.pods.get(name)
+
+    def list(self, resource: str, selector: str | None = None) -> list[dict]:
+        return [p for p in self.pods.values() if "trainer" in p["metadata"]["name"]]
+
+
+def master(*statuses: dict, phase: str = "Running") -> dict:
+    return {"metadata": {"name": "edl-mnist-master"}, "spec": {"containers": [{"name": "master", "image": "edl:1"}]},
+            "status": {"phase": phase, "containerStatuses": list(statuses)}}
+
+
+def restarted(code: int, message: str, restarts: int) -> dict:
+    return {"name": "master", "restartCount": restarts, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": code, "message": message}}}
+
+
+def cluster(pods: list[dict]) -> KubeCluster:
+    return KubeCluster(MemoryKube({p["metadata"]["name"]: p for p in pods}), SPEC, K8sOptions(namespace="ml"))
+
+
+def test_a_master_that_refused_its_data_fails_the_job_with_its_own_reason_after_one_restart():
+    c = cluster([master(restarted(2, "reading\nedl: error: --data s3://d/x: no Parquet files under it", 1))])
+    with pytest.raises(UserError) as e:
+        c.master_alive()
+    assert str(e.value) == "--data s3://d/x: no Parquet files under it"
+
+
+def test_a_master_that_keeps_crashing_fails_the_job_with_its_last_exit():
+    c = cluster([master(restarted(1, "Traceback\nRuntimeError: boom", 3))])
+    with pytest.raises(PermanentError, match=r"master of job mnist keeps crashing \(3 restarts\); last exit 1: "
+                                             "RuntimeError: boom"):
+        c.master_alive()
+    assert cluster([master(restarted(1, "RuntimeError: boom", 1))]).master_alive()  # one crash: it may recover
+
+
+def test_a_master_whose_image_cannot_be_pulled_fails_the_job_naming_it():
+    c = cluster([master({"name": "master", "restartCount": 0,
+                         "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}},
+                        phase="Pending")])
+    with pytest.raises(PermanentError, match="master of job mnist cannot start: .*image 'edl:1' cannot be pulled"):
+        c.master_alive()
+
+
+def test_trainers_that_cannot_start_are_reported_so_with_the_reason():
+    stuck = {"metadata": {"name": "edl-mnist-trainer-1", "creationTimestamp": "2026-01-01T00:00:00Z"},
+             "spec": {"containers": [{"name": "trainer", "image": "nope:1"}]},
+             "status": {"phase": "Pending", "containerStatuses": [
+                 {"name": "trainer", "state": {"waiting": {"reason": "CreateContainerConfigError",
+                                                           "message": "couldn't find key key in Secret ml/minio"}}}]}}
+    [t] = cluster([stuck]).trainers()
+    assert t.phase is PodPhase.PENDING and t.exit is TrainerExit.CANNOT_START
+    assert t.message == ("trainer pod edl-mnist-trainer-1: container trainer cannot be configured: "
+                         "couldn't find key key in Secret ml/minio")

@@ -1,0 +1,199 @@
+"""The launcher over a cluster whose API goes away for a while: the plan is held, nothing is
+created or deleted, and it carries on when the API is back; trainer names are never reused and
+pending time is counted from first sight on the launcher's own clock."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from edl.api.cluster import MasterEndpoint, PodPhase, TrainerPod
+from edl.api.master import JobStatus, JobView, Phase, TrainerState, TrainerView
+from edl.api.spec import JobSpec
+from edl.errors import KubeForbiddenError, KubeUnavailableError, PermanentError
+from edl.launcher.core import Launcher
+
+SPEC = JobSpec(job="j", model_def="m", data="d", epochs=1, batch_size=1, min_trainers=1, max_trainers=4,
+               trainers=2, checkpoint_uri="c")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+class FlakyCluster:
+    """Trainer pods in memory; every call raises ``KubeUnavailableError`` while ``away(t)``, then
+    ``KubeForbiddenError`` while ``forbidden(t)``."""
+
+    def __init__(self, clock: Clock, away=lambda t: False, created_at: float = 0.0, forbidden=lambda t: False) -> None:
+        self.clock, self.away, self.created_at, self.forbidden = clock, away, created_at, forbidden
+        self.pods: dict[str, PodPhase] = {}
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+
+    def _check(self) -> None:
+        if self.away(self.clock.t):
+            raise KubeUnavailableError("Kubernetes API unreachable: list pods 'edl.dev/job=j': connection refused")
+        if self.forbidden(self.clock.t):
+            raise KubeForbiddenError("Kubernetes API refused to list pods 'edl.dev/job=j': HTTP 403 Forbidden")
+
+    def ensure_job(self) -> MasterEndpoint:
+        self._check()
+        return MasterEndpoint("m:1", "tok", False)
+
+    def master_alive(self) -> bool:
+        self._check()
+        return True
+
+    def recreate_master(self) -> None:
+        raise AssertionError("the master was not lost")
+
+    def trainers(self) -> list[TrainerPod]:
+        self._check()
+        return [TrainerPod(n, p, self.created_at, None if p is PodPhase.PENDING else "node") for n, p in self.pods.items()]
+
+    def create_trainer(self, name: str) -> None:
+        self._check()
+        self.pods[name] = PodPhase.RUNNING
+        self.created.append(name)
+
+    def delete_trainer(self, name: str) -> None:
+        self._check()
+        self.pods.pop(name, None)
+        self.deleted.append(name)
+
+    def delete_job(self) -> None:
+        self.pods.clear()
+
+    def record(self, reason: str, message: str, warning: bool = False) -> None:
+        pass
+
+
+def view(desired: int, status: JobStatus = JobStatus.RUNNING, trainers: tuple[str, ...] = ()) -> JobView:
+    return JobView(job="j", status=status, error=None, master_uid="1", phase=Phase.RUNNING, generation=1,
+                   world_size=desired, desired_trainers=desired, unschedulable_at=None, min_trainers=1,
+                   max_trainers=4, epoch=0, epochs=1, epochs_completed=0, rows_per_epoch=0, done_rows=(0,), step=0,
+                   loss=None, generations=(), checkpoints=(), elapsed_s=0.0,
+                   trainers=tuple(TrainerView(t, 0, 1, TrainerState.ACTIVE, 0) for t in trainers))
+
+
+class Master:
+    """Wants ``desired`` trainers; the job ends at ``ends_at``."""
+
+    def __init__(self, clock: Clock, desired: int = 2, ends_at: float = float("inf")) -> None:
+        self.clock, self.desired, self.ends_at = clock, desired, ends_at
+        self.known: tuple[str, ...] = ()
+
+    def healthy(self) -> bool:
+        return True
+
+    def status(self) -> JobView:
+        done = self.clock.t >= self.ends_at
+        return view(self.desired, JobStatus.SUCCEEDED if done else JobStatus.RUNNING, self.known)
+
+    def drain(self, name: str) -> bool:
+        return False
+
+    def report_exit(self, name: str, code: int) -> None:
+        pass
+
+    def report_unschedulable(self, n: int) -> None:
+        pass
+
+
+def launcher(cluster: FlakyCluster, master: Master, clock: Clock, **kw) -> tuple[Launcher, io.StringIO]:
+    out = io.StringIO()
+    la = Launcher(SPEC, cluster, console=Console(file=out, width=200), clock=clock, sleep=clock.sleep,
+                  master_factory=lambda endpoint: master, trainer_prefix="j-t", **kw)
+    la.start()
+    return la, out
+
+
+def test_the_plan_is_held_while_the_api_is_away_and_the_job_carries_on_when_it_is_back():
+    clock = Clock()
+    cluster = FlakyCluster(clock, away=lambda t: 1010 <= t < 1030)
+    master = Master(clock, desired=2, ends_at=1060)
+    la, out = launcher(cluster, master, clock)
+    for _ in range(4):
+        la.tick()
+    assert cluster.created == ["j-t1", "j-t2"]
+    clock.t = 1009.0
+    # While away the master wants 4, then 1: nothing may be created or deleted until the API is back.
+    master.desired = 4
+    final = la.run(poll_s=2.0)
+    assert final.status is JobStatus.SUCCEEDED
+    assert cluster.created == ["j-t1", "j-t2", "j-t3", "j-t4"] and not cluster.deleted
+    lines = out.getvalue().splitlines()
+    away = [ln for ln in lines if "API away" in ln]
+    back = [ln for ln in lines if "API back" in ln]
+    assert len(away) == 1 and "connection refused" in away[0] and "holding the plan" in away[0]
+    assert len(back) == 1 and "after 20 s" in back[0]
+
+
+def test_an_apiserver_just_back_that_refuses_until_its_rbac_caches_fill_is_still_away():
+    clock = Clock()
+    cluster = FlakyCluster(clock, away=lambda t: 1010 <= t < 1030, forbidden=lambda t: 1030 <= t < 1034)
+    la, out = launcher(cluster, Master(clock, ends_at=1060), clock)
+    clock.t = 1009.0
+    assert la.run(poll_s=2.0).status is JobStatus.SUCCEEDED
+    assert out.getvalue().count("API away") == 1 and "after 2" in out.getvalue()
+    # Refused without an outage before it: a real RBAC problem, the job fails at once.
+    clock = Clock()
+    la, _ = launcher(FlakyCluster(clock, forbidden=lambda t: t >= 1010), Master(clock), clock)
+    clock.t = 1010.0
+    with pytest.raises(KubeForbiddenError, match="403"):
+        la.run(poll_s=2.0)
+
+
+def test_an_api_away_past_its_limit_fails_the_job():
+    clock = Clock()
+    cluster = FlakyCluster(clock, away=lambda t: t >= 1010)
+    la, _ = launcher(cluster, Master(clock), clock, api_away_limit_s=60)
+    clock.t = 1010.0
+    with pytest.raises(PermanentError, match="cluster API away for over 60 s"):
+        la.run(poll_s=2.0)
+    assert clock.t < 1010 + 70
+
+
+def test_trainer_names_are_never_reused_after_a_scale_down_and_a_new_launcher():
+    clock = Clock()
+    cluster = FlakyCluster(clock)
+    master = Master(clock, desired=3)
+    la, _ = launcher(cluster, master, clock)
+    la.tick()
+    assert cluster.created == ["j-t1", "j-t2", "j-t3"]
+    # Scaled down: j-t3 left and its pod is gone, but the master still has it in its books.
+    del cluster.pods["j-t3"]
+    master.known, master.desired = ("j-t1", "j-t2", "j-t3"), 2
+    la.tick()
+    # A new launcher (a retried step) adopts the job, then the master wants 3 again.
+    la2, _ = launcher(cluster, master, clock)
+    master.desired = 3
+    la2.tick()
+    assert cluster.created[3:] == ["j-t4"]
+
+
+def test_pending_time_counts_from_first_sight_on_the_launcher_s_clock():
+    clock = Clock()
+    # The apiserver's clock is an hour ahead... or behind: its creationTimestamp is not used.
+    for skewed in (clock.t - 3600, clock.t + 3600):
+        cluster = FlakyCluster(clock, created_at=skewed)
+        cluster.pods["j-t1"] = PodPhase.PENDING
+        la, _ = launcher(cluster, Master(clock, desired=1), clock, pending_timeout_s=120)
+        la.tick()
+        assert not cluster.deleted and la.unschedulable == 0  # an hour "old" by the apiserver: not stuck
+        clock.t += 119
+        la.tick()
+        assert la.unschedulable == 0
+        clock.t += 2
+        la.tick()
+        assert cluster.deleted == ["j-t1"] and la.unschedulable == 1
