@@ -299,7 +299,9 @@ def trainer_exit(pod: dict) -> tuple[TrainerExit, str]:
 
 
 # Waiting reasons that do not cure themselves: the image is not there, the container cannot be configured.
-_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+# ErrImagePull is the first failed pull, which the kubelet retries (a registry hiccup); the back-off
+# after it means the retry failed too.
+_PULL_FAILURES = ("ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 _CONFIG_FAILURES = ("CreateContainerConfigError",)
 
 

@@ -314,7 +314,7 @@ def waiting(reason: str, message: str = "", name: str = "trainer", image: str = 
     return p
 
 
-@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName"])
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"])
 def test_an_image_that_cannot_be_pulled_is_named(reason):
     why = cannot_start(waiting(reason, 'Back-off pulling image "registry.example/edl:9"\nmore'))
     assert why == (f"pod edl-mnist-trainer-0: image 'registry.example/edl:9' cannot be pulled ({reason}: "
@@ -327,7 +327,7 @@ def test_a_missing_secret_key_is_named():
                   "couldn't find key secret_key in Secret ml/minio"
 
 
-@pytest.mark.parametrize("reason", ["ContainerCreating", "PodInitializing", "CrashLoopBackOff"])
+@pytest.mark.parametrize("reason", ["ContainerCreating", "PodInitializing", "CrashLoopBackOff", "ErrImagePull"])
 def test_a_container_on_its_way_can_still_start(reason):
     assert cannot_start(waiting(reason)) is None
     assert cannot_start(pod("Running")) is None and cannot_start(pod()) is None
