@@ -134,12 +134,13 @@ def holder_dead(holder: Holder) -> bool:
     if not holder.pidns or holder.pidns != pid_namespace():
         return False
     try:
-        os.kill(holder.pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{holder.pid}/stat").read_text()
+    except FileNotFoundError:
         return True
-    except PermissionError:
+    except OSError:
         return False
-    return False
+    # A killed process whose parent has not reaped it yet is a zombie: dead all the same.
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 # ------------------------------------------------------------- the store I/O

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from edl.api.spec import JobSpec
 from edl.errors import UserError
 from edl.storage.claim import (LOCK_KEY, OWNER_KEY, Holder, LockRecord, PrefixClaim, Verdict, fingerprint,
-                               lock_verdict, owner_problem, owner_record, pid_namespace, resume_fields)
+                               holder_dead, lock_verdict, owner_problem, owner_record, pid_namespace,
+                               resume_fields)
 from edl.storage.store import open_store
 
 
@@ -112,3 +115,18 @@ def test_file_conditional_writes(tmp_path):
     v2 = store.put_if("k", b"3", v1)
     assert v2 and store.put_if("k", b"4", v1) is None
     assert store.get_versioned("k") == (b"3", v2) and store.get_versioned("none") is None
+
+
+def test_a_killed_but_unreaped_holder_counts_as_dead():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = Holder("x", child.pid, pid_namespace(), "h")
+        assert not holder_dead(holder)
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while not holder_dead(holder) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert holder_dead(holder)  # a zombie until waited for
+    finally:
+        child.kill()
+        child.wait()
