@@ -113,7 +113,8 @@ class LocalLauncher:
         return thread
 
     def run(self) -> int:
-        self.spec, _, ckpts = prepare_job(self.spec)  # fail fast on bad data or storage
+        self.spec, _, ckpts, claim = prepare_job(self.spec)  # fail fast on bad data, storage or a foreign prefix
+        claim.check_not_running()  # before this job's directory is touched: it may be the running one's
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         resuming = bool(ckpts.committed())

@@ -19,6 +19,7 @@ from edl.errors import UserError
 from edl.master.job import Job, Timeouts
 from edl.master.server import Master, build_app
 from edl.storage.checkpoint import FINAL, WARM_START_FILE, CheckpointStore
+from edl.storage.claim import Holder, PrefixClaim
 from edl.storage.store import open_store
 
 log = logging.getLogger("edl.master")
@@ -30,6 +31,7 @@ class PreparedJob(NamedTuple):
     spec: JobSpec  # data and eval_data resolved to the files read (passed on as they are: to the master's argv)
     shards: list[Shard]
     checkpoints: CheckpointStore
+    claim: PrefixClaim  # the prefix's owner record and run lock
 
 
 def prepare_job(spec: JobSpec) -> PreparedJob:
@@ -46,7 +48,9 @@ def prepare_job(spec: JobSpec) -> PreparedJob:
                             "directory written by edl, e.g. a previous run's CHECKPOINT_URI/model)")
     store = open_store(spec.checkpoint_uri, "--checkpoint-uri")
     store.check()
-    return PreparedJob(spec, shards, CheckpointStore(store, spec.keep_checkpoints))
+    claim = PrefixClaim(store, spec)
+    claim.check_owner()  # before anything is written there
+    return PreparedJob(spec, shards, CheckpointStore(store, spec.keep_checkpoints), claim)
 
 
 def timeouts_from_env() -> Timeouts:
@@ -83,7 +87,23 @@ async def serve(master: Master, host: str, port: int) -> None:
 
 
 def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
-    spec, shards, ckpts = prepare_job(spec)
+    spec, shards, ckpts, claim = prepare_job(spec)
+    claim.acquire(Holder.of_this_process(token))  # one live run per job; the holder id is the same for its restarts
+    try:
+        return _serve_job(spec, shards, ckpts, claim, host, port, token)
+    finally:
+        claim.release()
+
+
+def _lost_lock() -> None:
+    # Another run took the prefix over (this one looked dead to it): stop writing there at once.
+    log.error("the run lock was taken over by another run; stopping this master")
+    os._exit(1)
+
+
+def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim: PrefixClaim, host: str,
+               port: int, token: str) -> int:
+    claim.keep_renewing(_lost_lock)
     state, uri = restore(ckpts)
     job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.time(), restored=state, restored_uri=uri,
               timeouts=timeouts_from_env())

@@ -9,6 +9,8 @@ surfaces as ``StorageError``.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import io
 import os
 import tempfile
@@ -53,6 +55,15 @@ class ObjectStore(ABC):
     @abstractmethod
     def check(self) -> None:
         """Raise ``StorageError`` (or ``UserError``) if the store cannot be used."""
+
+    @abstractmethod
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its version (an ETag), or ``None`` if there is none."""
+
+    @abstractmethod
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        """Write only if the object is absent (``version`` ``None``) or still at ``version``: the new
+        version, or ``None`` when the condition failed (another writer got there first)."""
 
     def get_to_file(self, key: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,6 +131,29 @@ class FileStore(ObjectStore):
             raise UserError(f"cannot create {self.uri}: {e.strerror}") from e
         if not os.access(self.root, os.W_OK):
             raise UserError(f"{self.uri} is not writable")
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        return data, hashlib.sha256(data).hexdigest()
+
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Compare-and-swap under an exclusive flock on the directory: every conditional writer of
+        # this directory takes it, and the write itself is write-then-rename.
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            found = self.get_versioned(key)
+            if (found[1] if found else None) != version:
+                return None
+            self.put(key, data)
+            return hashlib.sha256(data).hexdigest()
+        finally:
+            os.close(fd)  # releases the flock
 
 
 def _transient(fn):
@@ -237,6 +271,40 @@ class S3Store(ObjectStore):
             return True
         except FileNotFoundError:
             return False
+
+    @_transient
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        def fetch() -> tuple[bytes, str]:
+            resp = self.client.get_object(self.bucket, self._key(key))
+            try:
+                return resp.read(), resp.headers.get("etag", "").strip('"')
+            finally:
+                resp.close()
+                resp.release_conn()
+
+        try:
+            return self._call(self.child(key), fetch)
+        except FileNotFoundError:
+            return None
+
+    @_transient
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        from minio.error import S3Error
+
+        # S3 conditional writes (If-None-Match: * to create, If-Match to replace), which S3 and MinIO
+        # honour. minio-py's put_object turns extra headers into x-amz-meta-*, so this goes through
+        # its PutObject call underneath, which sends headers as they are.
+        condition = {"If-None-Match": "*"} if version is None else {"If-Match": f'"{version}"'}
+
+        def write() -> str | None:
+            try:
+                return self.client._put_object(self.bucket, self._key(key), data, headers=condition).etag
+            except S3Error as e:
+                if e.code in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"):
+                    return None  # another writer got there first
+                raise
+
+        return self._call(self.child(key), write)
 
     def check(self) -> None:
         """Reach the endpoint once (a few quick retries), create the bucket if missing."""

@@ -96,3 +96,35 @@ def test_the_first_publish_creates_the_registry_bucket(s3, tmp_path):
     uri = publish_model(str(tmp_path / "model"), 0.9, "s3://fresh-registry/digits")
     assert uri == "s3://fresh-registry/digits/current"
     assert published("s3://fresh-registry/digits")["accuracy"] == 0.9
+
+
+def test_the_run_lock_and_owner_record_on_s3_conditional_writes(s3):
+    """The same claims as on files, through S3 If-None-Match/If-Match (moto honours both, like S3 and MinIO)."""
+    from edl.api.spec import JobSpec
+    from edl.errors import UserError
+    from edl.storage.claim import LOCK_KEY, OWNER_KEY, Holder, LockRecord, PrefixClaim
+
+    def spec(job: str) -> JobSpec:
+        return JobSpec(job=job, model_def="edl.zoo.digits", data="/d", epochs=1, batch_size=16, min_trainers=1,
+                       max_trainers=1, trainers=1, checkpoint_uri="s3://ckpts/claimed")
+
+    store = open_store("s3://ckpts/claimed")
+    store.check()
+    assert store.put_if("k", b"1", None) and store.put_if("k", b"2", None) is None
+    first = PrefixClaim(store, spec("a"))
+    first.acquire(Holder.of_this_process("token-1"))
+    assert store.exists(OWNER_KEY)
+    with pytest.raises(UserError, match="job 'a' is already running"):
+        PrefixClaim(store, spec("a")).acquire(Holder("other-run", 1, "elsewhere", "h"))
+    with pytest.raises(UserError, match="belongs to job 'a'"):
+        PrefixClaim(store, spec("b")).check_owner()
+    assert first.renew()
+    # The run dies without releasing; once its lock has expired, the next run takes it over.
+    stale = LockRecord(Holder("dead-run", 1, "elsewhere", "h"), "a", expires_at=0.0).to_bytes()
+    s3.client().put_object("ckpts", f"claimed/{LOCK_KEY}", io.BytesIO(stale), len(stale))
+    assert not first.renew()  # its version is gone: it lost the lock
+    second = PrefixClaim(store, spec("a"))
+    second.acquire(Holder("next-run", 2, "elsewhere", "h"))
+    assert LockRecord.from_bytes(store.get(LOCK_KEY)).holder.id == "next-run"
+    second.release()
+    assert not store.exists(LOCK_KEY)

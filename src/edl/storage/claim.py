@@ -1,0 +1,237 @@
+"""One job per checkpoint prefix, one live run per job.
+
+Two small objects beside the checkpoints:
+
+    edl-owner.json   the job that owns the prefix: its name and the fingerprint of the spec fields
+                     a resume depends on (written once, by the first run's master)
+    edl-lock.json    the run writing there now: a holder id (a hash of the job token, so a master
+                     restarted within the same run holds it again), its pid and pid namespace, and
+                     an expiry that the master renews while it lives
+
+Both are written with conditional puts (``ObjectStore.put_if``: S3 ``If-None-Match``/``If-Match``,
+an atomic compare-and-swap for files), so two runs racing for one prefix cannot both win. The
+decisions (``owner_problem``, ``lock_verdict``) are pure; ``PrefixClaim`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edl.api.spec import JobSpec
+from edl.errors import StorageError, UserError
+from edl.storage.store import ObjectStore
+
+log = logging.getLogger("edl.storage")
+
+OWNER_KEY = "edl-owner.json"
+LOCK_KEY = "edl-lock.json"
+LOCK_TTL_S = 20.0  # a run whose lock was not renewed for this long is dead
+RENEW_EVERY_S = 5.0
+
+
+# ------------------------------------------------------------------ the owner
+def resume_fields(spec: JobSpec) -> dict[str, object]:
+    """The spec fields that a checkpoint's model and queue depend on: a resume with other values would
+    silently train something else. Trainer counts, intervals, evaluation data and the warm-start model
+    (used only when no checkpoint exists) may change between restarts of one job."""
+    return {"model_def": spec.model_def, "data": spec.data, "epochs": spec.epochs, "batch_size": spec.batch_size,
+            "task_rows": spec.task_rows, "seed": spec.seed, "learning_rate": spec.learning_rate}
+
+
+def fingerprint(fields: dict[str, object]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def owner_record(spec: JobSpec) -> dict:
+    fields = resume_fields(spec)
+    return {"job": spec.job, "fingerprint": fingerprint(fields), "resume": fields}
+
+
+def owner_problem(owner: dict | None, spec: JobSpec, where: str) -> str | None:
+    """Why ``spec`` may not use the prefix ``where`` that ``owner`` (its record, if any) owns; ``None``: it may."""
+    if owner is None:
+        return None
+    if owner.get("job") != spec.job:
+        return (f"--checkpoint-uri {where} belongs to job {owner.get('job')!r}; give job {spec.job!r} "
+                "its own --checkpoint-uri")
+    mine = resume_fields(spec)
+    if owner.get("fingerprint") == fingerprint(mine):
+        return None
+    theirs = owner.get("resume", {})
+    changed = ", ".join(f"{k} {theirs.get(k)!r} -> {v!r}" for k, v in mine.items() if theirs.get(k) != v)
+    return (f"--checkpoint-uri {where} holds job {spec.job!r} started with other settings ({changed}); "
+            "resume it with its own settings or give the new job its own --checkpoint-uri")
+
+
+# ------------------------------------------------------------------- the lock
+@dataclass(frozen=True)
+class Holder:
+    """Who holds the lock: ``id`` is the same for every master of one run; ``pid``/``pidns`` tell a
+    process on this machine whether the holder is still alive without waiting for the expiry."""
+
+    id: str
+    pid: int
+    pidns: str
+    host: str
+
+    @classmethod
+    def of_this_process(cls, token: str) -> Holder:
+        return cls(hashlib.sha256(token.encode()).hexdigest()[:16], os.getpid(), pid_namespace(),
+                   socket.gethostname())
+
+
+@dataclass(frozen=True)
+class LockRecord:
+    holder: Holder
+    job: str
+    expires_at: float  # wall clock of the holder
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LockRecord:
+        raw = json.loads(data)
+        return cls(Holder(**raw["holder"]), raw["job"], float(raw["expires_at"]))
+
+    def describe(self) -> str:
+        return f"run {self.holder.id} (pid {self.holder.pid} on {self.holder.host})"
+
+
+class Verdict(enum.Enum):
+    TAKE = "take"  # free, ours, or left by a dead run
+    REFUSE = "refuse"  # a live run of someone else holds it
+
+
+def lock_verdict(current: LockRecord | None, me: str | None, now: float, holder_dead: bool) -> Verdict:
+    """``me``: our holder id (``None``: a launcher that only asks whether a run is live);
+    ``holder_dead``: the holder's process is known to be gone (same pid namespace, no such pid)."""
+    if current is None or current.holder.id == me or holder_dead or current.expires_at <= now:
+        return Verdict.TAKE
+    return Verdict.REFUSE
+
+
+def pid_namespace() -> str:
+    """This machine's boot and pid namespace: two processes with the same value see the same pids."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""
+
+
+def holder_dead(holder: Holder) -> bool:
+    if not holder.pidns or holder.pidns != pid_namespace():
+        return False
+    try:
+        stat = Path(f"/proc/{holder.pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    # A killed process whose parent has not reaped it yet is a zombie: dead all the same.
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+# ------------------------------------------------------------- the store I/O
+class PrefixClaim:
+    """The owner record and the run lock of one checkpoint prefix."""
+
+    def __init__(self, store: ObjectStore, spec: JobSpec, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.spec = spec
+        self.clock = clock
+        self.version: str | None = None  # of the lock object we hold
+        self.record: LockRecord | None = None
+        self._stop = threading.Event()
+
+    def check_owner(self) -> None:
+        """``UserError`` naming the owner if another job (or this job with other settings) owns the prefix."""
+        found = self.store.get_versioned(OWNER_KEY)
+        problem = owner_problem(json.loads(found[0]) if found else None, self.spec, self.store.uri)
+        if problem:
+            raise UserError(problem)
+
+    def _current(self) -> tuple[LockRecord | None, str | None]:
+        found = self.store.get_versioned(LOCK_KEY)
+        if found is None:
+            return None, None
+        return LockRecord.from_bytes(found[0]), found[1]
+
+    def check_not_running(self) -> None:
+        """``UserError`` naming the run if a live run holds the lock (for a launcher, which never adopts)."""
+        current, _ = self._current()
+        if lock_verdict(current, None, self.clock(), current is not None and holder_dead(current.holder)) \
+                is Verdict.REFUSE:
+            raise UserError(self._running(current))
+
+    def _running(self, current: LockRecord) -> str:
+        return (f"job {current.job!r} is already running on {self.store.uri}: {current.describe()}; "
+                "wait for it to end or stop it")
+
+    def acquire(self, holder: Holder) -> None:
+        """Take the lock (free, ours, or stale) and record the owner if none is; ``UserError`` if a
+        live run holds it, or if a racing run won the conditional write."""
+        current, version = self._current()
+        if lock_verdict(current, holder.id, self.clock(), current is not None and holder_dead(current.holder)) \
+                is Verdict.REFUSE:
+            raise UserError(self._running(current))
+        record = LockRecord(holder, self.spec.job, self.clock() + LOCK_TTL_S)
+        new = self.store.put_if(LOCK_KEY, record.to_bytes(), version)
+        if new is None:
+            raced, _ = self._current()
+            raise UserError(self._running(raced) if raced else f"lost the race for {self.store.child(LOCK_KEY)}")
+        if current is not None and current.holder.id != holder.id:
+            log.warning("took over the lock of %s on %s (it was not renewed)", current.describe(), self.store.uri)
+        self.version, self.record = new, record
+        if self.store.get_versioned(OWNER_KEY) is None:
+            self.store.put_if(OWNER_KEY, json.dumps(owner_record(self.spec)).encode(), None)
+
+    def renew(self) -> bool:
+        """Extend our lock; ``False`` if it is no longer ours (a run took it over)."""
+        assert self.record is not None
+        record = LockRecord(self.record.holder, self.record.job, self.clock() + LOCK_TTL_S)
+        new = self.store.put_if(LOCK_KEY, record.to_bytes(), self.version)
+        if new is None and self._current()[0] is None:
+            # Gone (a store that lost its objects): nobody holds it, so create it again, conditionally.
+            new = self.store.put_if(LOCK_KEY, record.to_bytes(), None)
+        if new is None:
+            return False
+        self.version, self.record = new, record
+        return True
+
+    def keep_renewing(self, on_lost: Callable[[], None]) -> threading.Thread:
+        """Renew every ``RENEW_EVERY_S`` on a thread until ``release``; ``on_lost`` when another run took it."""
+
+        def run() -> None:
+            while not self._stop.wait(RENEW_EVERY_S):
+                try:
+                    if not self.renew():
+                        on_lost()
+                        return
+                except StorageError as e:
+                    log.warning("could not renew the run lock on %s: %s", self.store.uri, e)
+
+        thread = threading.Thread(target=run, name="edl-run-lock", daemon=True)
+        thread.start()
+        return thread
+
+    def release(self) -> None:
+        """Stop renewing and remove the lock if it is still ours (the next run need not wait for it)."""
+        self._stop.set()
+        if self.record is None:
+            return
+        current, version = self._current()
+        if current is not None and version == self.version:
+            self.store.delete([LOCK_KEY])
+        self.record = None

@@ -1,0 +1,132 @@
+"""The owner record and the run lock of a checkpoint prefix: the pure decisions, and both over a file store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from edl.api.spec import JobSpec
+from edl.errors import UserError
+from edl.storage.claim import (LOCK_KEY, OWNER_KEY, Holder, LockRecord, PrefixClaim, Verdict, fingerprint,
+                               holder_dead, lock_verdict, owner_problem, owner_record, pid_namespace,
+                               resume_fields)
+from edl.storage.store import open_store
+
+
+def spec(job: str = "a", **kw) -> JobSpec:
+    base = dict(job=job, model_def="edl.zoo.digits", data="/d", epochs=1, batch_size=16, min_trainers=1,
+                max_trainers=2, trainers=1, checkpoint_uri="/c")
+    return JobSpec(**{**base, **kw})
+
+
+def test_fingerprint_covers_what_a_resume_depends_on_and_nothing_else():
+    same = fingerprint(resume_fields(spec()))
+    assert fingerprint(resume_fields(spec(max_trainers=4, trainers=2, checkpoint_interval_s=5.0,
+                                          init_model="/m", eval_data="/e"))) == same
+    for changed in (dict(epochs=3), dict(batch_size=32), dict(seed=1), dict(model_def="edl.zoo.mlp"),
+                    dict(data="/other"), dict(learning_rate=0.1), dict(rows_per_task=7)):
+        assert fingerprint(resume_fields(spec(**changed))) != same, changed
+
+
+def test_owner_decision():
+    record = owner_record(spec("a"))
+    assert owner_problem(None, spec("b"), "U") is None
+    assert owner_problem(record, spec("a", trainers=2), "U") is None
+    other = owner_problem(record, spec("b"), "U")
+    assert other is not None and "job 'a'" in other and "'b'" in other
+    changed = owner_problem(record, spec("a", epochs=3), "U")
+    assert changed is not None and "epochs 1 -> 3" in changed
+
+
+def lock(holder_id: str, expires_at: float) -> LockRecord:
+    return LockRecord(Holder(holder_id, 1, "ns", "h"), "a", expires_at)
+
+
+def test_lock_decision():
+    assert lock_verdict(None, "me", 100.0, False) is Verdict.TAKE
+    assert lock_verdict(lock("me", 110.0), "me", 100.0, False) is Verdict.TAKE  # a restarted master of this run
+    assert lock_verdict(lock("other", 110.0), "me", 100.0, False) is Verdict.REFUSE
+    assert lock_verdict(lock("other", 110.0), None, 100.0, False) is Verdict.REFUSE  # a launcher asking
+    assert lock_verdict(lock("other", 99.0), "me", 100.0, False) is Verdict.TAKE  # expired
+    assert lock_verdict(lock("other", 110.0), "me", 100.0, True) is Verdict.TAKE  # its process is gone
+
+
+def test_a_second_job_on_a_prefix_is_refused_and_nothing_is_written(tmp_path):
+    store = open_store(str(tmp_path / "ckpt"))
+    first = PrefixClaim(store, spec("a"))
+    first.check_owner()
+    first.acquire(Holder.of_this_process("token-a"))
+    first.release()
+    before = sorted(store.list(""))
+    assert before == [OWNER_KEY]
+    with pytest.raises(UserError, match="belongs to job 'a'"):
+        PrefixClaim(store, spec("b")).check_owner()
+    with pytest.raises(UserError, match="epochs 1 -> 3"):
+        PrefixClaim(store, spec("a", epochs=3)).check_owner()
+    assert sorted(store.list("")) == before
+    PrefixClaim(store, spec("a", trainers=2)).check_owner()  # the same job resumes
+
+
+def test_one_live_run_and_its_restarts(tmp_path):
+    store = open_store(str(tmp_path / "ckpt"))
+    running = PrefixClaim(store, spec())
+    running.acquire(Holder.of_this_process("token-1"))
+    with pytest.raises(UserError, match=r"job 'a' is already running .*run [0-9a-f]{16} \(pid"):
+        PrefixClaim(store, spec()).acquire(Holder.of_this_process("token-2"))
+    with pytest.raises(UserError, match="already running"):
+        PrefixClaim(store, spec()).check_not_running()
+    assert b"token-1" not in store.get(LOCK_KEY)  # a hash of the token, never the token
+    restarted = PrefixClaim(store, spec())
+    restarted.acquire(Holder.of_this_process("token-1"))  # the same run: takes it at once
+    assert not running.renew()  # the old master's version is gone
+    assert restarted.renew()
+    restarted.release()
+    assert not store.exists(LOCK_KEY)
+    PrefixClaim(store, spec()).check_not_running()
+
+
+def test_a_stale_lock_is_taken_over(tmp_path):
+    store = open_store(str(tmp_path / "ckpt"))
+    expired = LockRecord(Holder("deadbeef", 1, "elsewhere", "h"), "a", 0.0)
+    store.put_if(LOCK_KEY, expired.to_bytes(), None)
+    claim = PrefixClaim(store, spec())
+    claim.acquire(Holder.of_this_process("t"))
+    assert LockRecord.from_bytes(store.get(LOCK_KEY)).holder.pid == os.getpid()
+
+
+def test_a_lock_of_a_dead_process_on_this_machine_is_taken_over_before_it_expires(tmp_path):
+    store = open_store(str(tmp_path / "ckpt"))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = LockRecord(Holder("deadbeef", int(gone.stdout), pid_namespace(), "h"), "a", 1e12)
+    store.put_if(LOCK_KEY, dead.to_bytes(), None)
+    PrefixClaim(store, spec()).check_not_running()
+    PrefixClaim(store, spec()).acquire(Holder.of_this_process("t"))
+
+
+def test_file_conditional_writes(tmp_path):
+    store = open_store(str(tmp_path))
+    v1 = store.put_if("k", b"1", None)
+    assert v1 and store.put_if("k", b"2", None) is None
+    v2 = store.put_if("k", b"3", v1)
+    assert v2 and store.put_if("k", b"4", v1) is None
+    assert store.get_versioned("k") == (b"3", v2) and store.get_versioned("none") is None
+
+
+def test_a_killed_but_unreaped_holder_counts_as_dead():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = Holder("x", child.pid, pid_namespace(), "h")
+        assert not holder_dead(holder)
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while not holder_dead(holder) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert holder_dead(holder)  # a zombie until waited for
+    finally:
+        child.kill()
+        child.wait()
