@@ -21,13 +21,13 @@ def test_render_command_writes_valid_files(tmp_path):
     assert r.returncode == 0, r.stderr
     files = sorted(p.name for p in out.iterdir())
     assert files == ["00-rbac.yaml", "10-token-secret.yaml", "20-master-service.yaml", "30-master-pod.yaml",
-                     "40-trainer-template.yaml"]
+                     "40-trainer-template.yaml", "50-network-policies.yaml"]
     kinds = []
     for p in sorted(out.iterdir()):
         for obj in yaml.safe_load_all(p.read_text()):
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
             kinds.append(obj["kind"])
-    assert kinds.count("ServiceAccount") == 3 and "PodTemplate" in kinds
+    assert kinds.count("ServiceAccount") == 3 and "PodTemplate" in kinds and kinds.count("NetworkPolicy") == 2
 
     bad = tmp_path / "bad"
     r = run_edl(*[a if a != "s3://c/mnist" else "file:///tmp/c" for a in args[:-1]], str(bad))
