@@ -5,16 +5,21 @@ Two small objects beside the checkpoints:
     edl-owner.json   the job that owns the prefix: its name and the fingerprint of the spec fields
                      a resume depends on (written once, by the first run's master)
     edl-lock.json    the run writing there now: a holder id (a hash of the job token, so a master
-                     restarted within the same run holds it again), its pid and pid namespace, and
-                     an expiry that the master renews while it lives
+                     restarted within the same run holds it again), its pid and pid namespace; the
+                     master rewrites it every few seconds while it lives
 
 Both are written with conditional puts (``ObjectStore.put_if``: S3 ``If-None-Match``/``If-Match``,
 an atomic compare-and-swap for files), so two runs racing for one prefix cannot both win. The
 decisions (``owner_problem``, ``lock_verdict``) are pure; ``PrefixClaim`` does the I/O.
+
+Staleness is judged on the reader's own monotonic clock, never by comparing clocks of two machines:
+as Kubernetes' leader election does, a lock is stale once its reader has watched it stay unchanged
+(the same version) for its TTL; a lock seen to change meanwhile belongs to a live run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import json
@@ -37,6 +42,10 @@ OWNER_KEY = "edl-owner.json"
 LOCK_KEY = "edl-lock.json"
 LOCK_TTL_S = 20.0  # a run whose lock was not renewed for this long is dead
 RENEW_EVERY_S = 5.0
+WATCH_EVERY_S = 1.0  # how often a contender reads the lock while it decides
+# How long a launcher (which only asks) watches before leaving the decision to the master: long
+# enough to see a live run's renewal.
+ASK_FOR_S = RENEW_EVERY_S * 1.6
 
 
 # ------------------------------------------------------------------ the owner
@@ -94,7 +103,8 @@ class Holder:
 class LockRecord:
     holder: Holder
     job: str
-    expires_at: float  # wall clock of the holder
+    ttl_s: float = LOCK_TTL_S  # stale once seen unchanged for this long
+    renewals: int = 0  # makes every renewal a new object even where versions are content hashes
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -102,7 +112,8 @@ class LockRecord:
     @classmethod
     def from_bytes(cls, data: bytes) -> LockRecord:
         raw = json.loads(data)
-        return cls(Holder(**raw["holder"]), raw["job"], float(raw["expires_at"]))
+        return cls(Holder(**raw["holder"]), raw["job"], float(raw.get("ttl_s", LOCK_TTL_S)),
+                   int(raw.get("renewals", 0)))
 
     def describe(self) -> str:
         return f"run {self.holder.id} (pid {self.holder.pid} on {self.holder.host})"
@@ -110,15 +121,23 @@ class LockRecord:
 
 class Verdict(enum.Enum):
     TAKE = "take"  # free, ours, or left by a dead run
-    REFUSE = "refuse"  # a live run of someone else holds it
+    REFUSE = "refuse"  # a live run of someone else holds it: seen renewing
+    WATCH = "watch"  # someone else's, not yet seen renewed nor stale: read it again
 
 
-def lock_verdict(current: LockRecord | None, me: str | None, now: float, holder_dead: bool) -> Verdict:
+def lock_verdict(current: LockRecord | None, me: str | None, *, holder_dead: bool, changed: bool,
+                 unchanged_s: float) -> Verdict:
     """``me``: our holder id (``None``: a launcher that only asks whether a run is live);
-    ``holder_dead``: the holder's process is known to be gone (same pid namespace, no such pid)."""
-    if current is None or current.holder.id == me or holder_dead or current.expires_at <= now:
+    ``holder_dead``: the holder's process is known to be gone (same pid namespace, no such pid);
+    ``changed``: the lock's version changed since we first read it; ``unchanged_s``: for how long
+    (our monotonic clock) we have seen it without a change."""
+    if current is None or current.holder.id == me or holder_dead:
         return Verdict.TAKE
-    return Verdict.REFUSE
+    if changed:
+        return Verdict.REFUSE
+    if unchanged_s >= current.ttl_s:
+        return Verdict.TAKE
+    return Verdict.WATCH
 
 
 def pid_namespace() -> str:
@@ -147,10 +166,12 @@ def holder_dead(holder: Holder) -> bool:
 class PrefixClaim:
     """The owner record and the run lock of one checkpoint prefix."""
 
-    def __init__(self, store: ObjectStore, spec: JobSpec, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: ObjectStore, spec: JobSpec, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
         self.spec = spec
         self.clock = clock
+        self.sleep = sleep
         self.version: str | None = None  # of the lock object we hold
         self.record: LockRecord | None = None
         self._stop = threading.Event()
@@ -168,11 +189,25 @@ class PrefixClaim:
             return None, None
         return LockRecord.from_bytes(found[0]), found[1]
 
+    def _watch(self, me: str | None, limit_s: float) -> tuple[Verdict, LockRecord | None, str | None]:
+        """Read the lock until the verdict is TAKE or REFUSE, or ``limit_s`` has passed (then WATCH)."""
+        started = self.clock()
+        first: str | None = None
+        while True:
+            current, version = self._current()
+            first = first or version
+            waited = self.clock() - started
+            verdict = lock_verdict(current, me, holder_dead=current is not None and holder_dead(current.holder),
+                                   changed=version != first, unchanged_s=waited)
+            if verdict is not Verdict.WATCH or waited >= limit_s:
+                return verdict, current, version
+            self.sleep(WATCH_EVERY_S)
+
     def check_not_running(self) -> None:
-        """``UserError`` naming the run if a live run holds the lock (for a launcher, which never adopts)."""
-        current, _ = self._current()
-        if lock_verdict(current, None, self.clock(), current is not None and holder_dead(current.holder)) \
-                is Verdict.REFUSE:
+        """``UserError`` naming the run if a live run holds the lock (for a launcher, which never adopts).
+        A lock not seen renewed within ``ASK_FOR_S`` is left to the master to judge."""
+        verdict, current, _ = self._watch(None, ASK_FOR_S)
+        if verdict is Verdict.REFUSE and current is not None:
             raise UserError(self._running(current))
 
     def _running(self, current: LockRecord) -> str:
@@ -182,17 +217,17 @@ class PrefixClaim:
     def acquire(self, holder: Holder) -> None:
         """Take the lock (free, ours, or stale) and record the owner if none is; ``UserError`` if a
         live run holds it, or if a racing run won the conditional write."""
-        current, version = self._current()
-        if lock_verdict(current, holder.id, self.clock(), current is not None and holder_dead(current.holder)) \
-                is Verdict.REFUSE:
+        verdict, current, version = self._watch(holder.id, LOCK_TTL_S * 2)
+        if verdict is not Verdict.TAKE and current is not None:
             raise UserError(self._running(current))
-        record = LockRecord(holder, self.spec.job, self.clock() + LOCK_TTL_S)
+        record = LockRecord(holder, self.spec.job)
         new = self.store.put_if(LOCK_KEY, record.to_bytes(), version)
         if new is None:
             raced, _ = self._current()
             raise UserError(self._running(raced) if raced else f"lost the race for {self.store.child(LOCK_KEY)}")
         if current is not None and current.holder.id != holder.id:
-            log.warning("took over the lock of %s on %s (it was not renewed)", current.describe(), self.store.uri)
+            log.warning("took over the lock of %s on %s (its process is gone, or it was not renewed for %.0f s)",
+                        current.describe(), self.store.uri, current.ttl_s)
         self.version, self.record = new, record
         if self.store.get_versioned(OWNER_KEY) is None:
             self.store.put_if(OWNER_KEY, json.dumps(owner_record(self.spec)).encode(), None)
@@ -200,7 +235,7 @@ class PrefixClaim:
     def renew(self) -> bool:
         """Extend our lock; ``False`` if it is no longer ours (a run took it over)."""
         assert self.record is not None
-        record = LockRecord(self.record.holder, self.record.job, self.clock() + LOCK_TTL_S)
+        record = dataclasses.replace(self.record, renewals=self.record.renewals + 1)
         new = self.store.put_if(LOCK_KEY, record.to_bytes(), self.version)
         if new is None and self._current()[0] is None:
             # Gone (a store that lost its objects): nobody holds it, so create it again, conditionally.

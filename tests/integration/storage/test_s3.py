@@ -114,17 +114,27 @@ def test_the_run_lock_and_owner_record_on_s3_conditional_writes(s3):
     first = PrefixClaim(store, spec("a"))
     first.acquire(Holder.of_this_process("token-1"))
     assert store.exists(OWNER_KEY)
+    renewing: list[float] = []  # the first run renews while the other watches
+
+    def watch(s: float) -> None:
+        renewing.append(s)
+        first.renew()
+
     with pytest.raises(UserError, match="job 'a' is already running"):
-        PrefixClaim(store, spec("a")).acquire(Holder("other-run", 1, "elsewhere", "h"))
+        PrefixClaim(store, spec("a"), clock=lambda: sum(renewing), sleep=watch).acquire(
+            Holder("other-run", 1, "elsewhere", "h"))
+    assert sum(renewing) <= 2.0  # refused once seen renewed
     with pytest.raises(UserError, match="belongs to job 'a'"):
         PrefixClaim(store, spec("b")).check_owner()
     assert first.renew()
-    # The run dies without releasing; once its lock has expired, the next run takes it over.
-    stale = LockRecord(Holder("dead-run", 1, "elsewhere", "h"), "a", expires_at=0.0).to_bytes()
+    # The run dies without releasing; once its lock has gone unrenewed for its TTL, the next run takes it over.
+    stale = LockRecord(Holder("dead-run", 1, "elsewhere", "h"), "a").to_bytes()
     s3.client().put_object("ckpts", f"claimed/{LOCK_KEY}", io.BytesIO(stale), len(stale))
     assert not first.renew()  # its version is gone: it lost the lock
-    second = PrefixClaim(store, spec("a"))
-    second.acquire(Holder("next-run", 2, "elsewhere", "h"))
+    waited: list[float] = []
+    second = PrefixClaim(store, spec("a"), clock=lambda: sum(waited), sleep=waited.append)
+    second.acquire(Holder("next-run", 2, "elsewhere", "h"))  # after watching it unchanged for its TTL
+    assert 20.0 <= sum(waited) <= 22.0
     assert LockRecord.from_bytes(store.get(LOCK_KEY)).holder.id == "next-run"
     second.release()
     assert not store.exists(LOCK_KEY)

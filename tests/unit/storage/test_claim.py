@@ -43,17 +43,51 @@ def test_owner_decision():
     assert changed is not None and "epochs 1 -> 3" in changed
 
 
-def lock(holder_id: str, expires_at: float) -> LockRecord:
-    return LockRecord(Holder(holder_id, 1, "ns", "h"), "a", expires_at)
+def lock(holder_id: str) -> LockRecord:
+    return LockRecord(Holder(holder_id, 1, "ns", "h"), "a", ttl_s=20.0)
+
+
+class Clock:
+    """A monotonic clock that moves only when the code under test sleeps; ``on_sleep`` plays the
+    other run (a live holder renewing its lock)."""
+
+    def __init__(self, on_sleep=lambda: None) -> None:
+        self.now = 1000.0
+        self.slept = 0.0
+        self.on_sleep = on_sleep
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+        self.slept += s
+        self.on_sleep()
 
 
 def test_lock_decision():
-    assert lock_verdict(None, "me", 100.0, False) is Verdict.TAKE
-    assert lock_verdict(lock("me", 110.0), "me", 100.0, False) is Verdict.TAKE  # a restarted master of this run
-    assert lock_verdict(lock("other", 110.0), "me", 100.0, False) is Verdict.REFUSE
-    assert lock_verdict(lock("other", 110.0), None, 100.0, False) is Verdict.REFUSE  # a launcher asking
-    assert lock_verdict(lock("other", 99.0), "me", 100.0, False) is Verdict.TAKE  # expired
-    assert lock_verdict(lock("other", 110.0), "me", 100.0, True) is Verdict.TAKE  # its process is gone
+    def verdict(current, me, dead=False, changed=False, unchanged_s=0.0):
+        return lock_verdict(current, me, holder_dead=dead, changed=changed, unchanged_s=unchanged_s)
+
+    assert verdict(None, "me") is Verdict.TAKE
+    assert verdict(lock("me"), "me") is Verdict.TAKE  # a restarted master of this run
+    assert verdict(lock("other"), "me") is Verdict.WATCH  # not yet known: read again
+    assert verdict(lock("other"), "me", changed=True) is Verdict.REFUSE  # seen renewed: live
+    assert verdict(lock("other"), None, changed=True) is Verdict.REFUSE  # a launcher asking
+    assert verdict(lock("other"), "me", unchanged_s=19.9) is Verdict.WATCH
+    assert verdict(lock("other"), "me", unchanged_s=20.0) is Verdict.TAKE  # seen unchanged for its TTL
+    assert verdict(lock("other"), "me", dead=True) is Verdict.TAKE  # its process is gone
+
+
+def test_staleness_is_judged_on_the_readers_clock_not_the_holders(tmp_path):
+    """An old record format with an expiry in the holder's wall clock far in the future (a skewed
+    clock) is still stale once seen unchanged for the TTL."""
+    store = open_store(str(tmp_path / "ckpt"))
+    skewed = b'{"holder": {"id": "x", "pid": 1, "pidns": "elsewhere", "host": "h"}, "job": "a", "expires_at": 1e12}'
+    store.put_if(LOCK_KEY, skewed, None)
+    clock = Clock()
+    PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).acquire(Holder.of_this_process("t"))
+    assert 20.0 <= clock.slept <= 22.0
 
 
 def test_a_second_job_on_a_prefix_is_refused_and_nothing_is_written(tmp_path):
@@ -76,10 +110,12 @@ def test_one_live_run_and_its_restarts(tmp_path):
     store = open_store(str(tmp_path / "ckpt"))
     running = PrefixClaim(store, spec())
     running.acquire(Holder.of_this_process("token-1"))
+    clock = Clock(on_sleep=lambda: running.renew() if clock.now % 5 < 1 else None)  # renews every 5 s
     with pytest.raises(UserError, match=r"job 'a' is already running .*run [0-9a-f]{16} \(pid"):
-        PrefixClaim(store, spec()).acquire(Holder.of_this_process("token-2"))
+        PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).acquire(Holder.of_this_process("token-2"))
+    assert clock.slept <= 6.0  # refused as soon as it was seen renewed
     with pytest.raises(UserError, match="already running"):
-        PrefixClaim(store, spec()).check_not_running()
+        PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).check_not_running()
     assert b"token-1" not in store.get(LOCK_KEY)  # a hash of the token, never the token
     restarted = PrefixClaim(store, spec())
     restarted.acquire(Holder.of_this_process("token-1"))  # the same run: takes it at once
@@ -92,9 +128,13 @@ def test_one_live_run_and_its_restarts(tmp_path):
 
 def test_a_stale_lock_is_taken_over(tmp_path):
     store = open_store(str(tmp_path / "ckpt"))
-    expired = LockRecord(Holder("deadbeef", 1, "elsewhere", "h"), "a", 0.0)
-    store.put_if(LOCK_KEY, expired.to_bytes(), None)
-    claim = PrefixClaim(store, spec())
+    abandoned = LockRecord(Holder("deadbeef", 1, "elsewhere", "h"), "a")
+    store.put_if(LOCK_KEY, abandoned.to_bytes(), None)
+    clock = Clock()
+    asking = PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep)
+    asking.check_not_running()  # not seen renewed: the launcher leaves it to the master
+    assert clock.slept < 20.0
+    claim = PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep)
     claim.acquire(Holder.of_this_process("t"))
     assert LockRecord.from_bytes(store.get(LOCK_KEY)).holder.pid == os.getpid()
 
@@ -102,10 +142,12 @@ def test_a_stale_lock_is_taken_over(tmp_path):
 def test_a_lock_of_a_dead_process_on_this_machine_is_taken_over_before_it_expires(tmp_path):
     store = open_store(str(tmp_path / "ckpt"))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead = LockRecord(Holder("deadbeef", int(gone.stdout), pid_namespace(), "h"), "a", 1e12)
+    dead = LockRecord(Holder("deadbeef", int(gone.stdout), pid_namespace(), "h"), "a")
     store.put_if(LOCK_KEY, dead.to_bytes(), None)
-    PrefixClaim(store, spec()).check_not_running()
-    PrefixClaim(store, spec()).acquire(Holder.of_this_process("t"))
+    clock = Clock()
+    PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).check_not_running()
+    PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).acquire(Holder.of_this_process("t"))
+    assert clock.slept == 0.0  # no waiting for the TTL
 
 
 def test_file_conditional_writes(tmp_path):
