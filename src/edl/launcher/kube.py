@@ -3,7 +3,8 @@
 Runs in the step's pod (KFP or Argo). Creates or adopts the job's objects,
 follows the job to its end, streams progress and trainer failures to its log,
 writes Kubernetes Events on its own pod, and removes every object of the job
-when it ends or is cancelled (SIGTERM: a last checkpoint if it fits in 20 s).
+when it ends or is cancelled (SIGTERM: a last checkpoint if it fits in 20 s, or in what
+the pod's grace period leaves).
 Exit code: 0 when the job succeeded, non-zero with the reason otherwise.
 """
 
@@ -25,6 +26,15 @@ from edl.jobargs import FLAG_NAMES
 EXIT_CANCELLED = 143
 POLL_S = 2.0  # one round of API calls every 2 s: light on the apiserver, quick enough for rescales
 FINAL_CHECKPOINT_S = 20.0
+CLEANUP_S = 8.0  # the deletes and the last Events after the final checkpoint, inside the grace period
+
+
+def final_checkpoint_budget(grace_s: float | None) -> float:
+    """How long a cancelled job may spend on its last checkpoint: what the step pod's grace period
+    (SIGTERM to SIGKILL; KFP leaves it at Kubernetes' 30 s) leaves after the cleanup."""
+    if grace_s is None:
+        return FINAL_CHECKPOINT_S
+    return max(0.0, min(FINAL_CHECKPOINT_S, grace_s - CLEANUP_S))
 
 
 def _cancel(signum: int, _frame) -> None:
@@ -49,6 +59,14 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
     if owner is None:
         console.print("KFP_POD_NAME/KFP_POD_UID or POD_NAME/POD_UID not set (not in a pod?): the job's objects "
                       "get no owner; they are removed when this launcher ends")
+    grace_s = None
+    if owner is not None and (me := kube.get("pods", owner["name"])) is not None:
+        grace_s = (me.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+    budget_s = final_checkpoint_budget(grace_s)
+    if budget_s < FINAL_CHECKPOINT_S:
+        console.print(f"this pod's grace period is {grace_s} s: a cancelled job gets {budget_s:.0f} s for its "
+                      f"last checkpoint (give the step {FINAL_CHECKPOINT_S + CLEANUP_S:.0f} s for the full "
+                      f"{FINAL_CHECKPOINT_S:.0f} s)")
     cluster = KubeCluster(kube, spec, opts, owner, master_via)
     launcher = Launcher(spec, cluster, max_trainer_failures=max_trainer_failures,
                         pending_timeout_s=opts.pending_timeout_s, trainer_prefix=cluster.trainer_prefix,
@@ -68,11 +86,11 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
                       f"{result.steps} steps; model at {result.final_model_uri}")
         return 0
     except Cancelled as why:
-        console.print(f"cancelled ({why}): asking for a last checkpoint (up to {FINAL_CHECKPOINT_S:.0f} s), "
+        console.print(f"cancelled ({why}): asking for a last checkpoint (up to {budget_s:.0f} s), "
                       "then removing the job's objects")
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # a second SIGTERM must not interrupt the cleanup
-        saved = launcher.final_checkpoint(FINAL_CHECKPOINT_S)
+        saved = launcher.final_checkpoint(budget_s) if budget_s > 0 else False
         cluster.record("JobCancelled", "cancelled; last checkpoint " + ("written" if saved else "not written"),
                        warning=True)
         return EXIT_CANCELLED
