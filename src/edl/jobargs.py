@@ -71,6 +71,9 @@ K8S_FLAGS: tuple[Flag, ...] = (
          "random delay up to this many seconds so that sidecars do not act at once (default 2)"),
     Flag("--pending-timeout", "pending_timeout_s", float,
          "seconds a trainer pod may stay Pending before it is reported unschedulable and removed (default 120)"),
+    Flag("--scratch-size", "scratch_size", str,
+         "size limit of the /tmp emptyDir of the master and trainer pods, a Kubernetes quantity; the kubelet "
+         "evicts a pod that writes more. Data is read from S3 as needed, not copied there (default 1Gi)"),
 )
 
 FLAG_NAMES = Naming({**{f.field: f.flag for f in (*FLAGS, *K8S_FLAGS)}, "audit": "--audit"})

@@ -65,6 +65,7 @@ class K8sOptions:
     sidecar_period_s: float = 10.0
     sidecar_jitter_s: float = 2.0
     pending_timeout_s: float = 120.0
+    scratch_size: str = "1Gi"  # sizeLimit of each pod's /tmp emptyDir (data is read from S3, not copied there)
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -178,6 +179,8 @@ def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Proble
     yield from sidecar_problems(opts.sidecar_policy, opts.sidecar_period_s, opts.sidecar_jitter_s, policies)
     if opts.pending_timeout_s <= 0:
         yield Problem("pending_timeout_s", f"must be positive (got {opts.pending_timeout_s})")
+    if not _QUANTITY.match(opts.scratch_size) or float(re.sub(r"[A-Za-z]+$", "", opts.scratch_size)) <= 0:
+        yield Problem("scratch_size", f"{opts.scratch_size!r}: must be a positive Kubernetes quantity (e.g. 1Gi, 500Mi)")
 
 
 def kubernetes_problems(spec: JobSpec, opts: K8sOptions, policies: Collection[str]) -> Iterator[Problem]:

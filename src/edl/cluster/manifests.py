@@ -75,8 +75,8 @@ def _s3_env(opts: K8sOptions) -> list[dict]:
             for key in S3_SECRET_KEYS]
 
 
-def _tmp_volume() -> tuple[dict, dict]:
-    return {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}, {"name": "tmp", "mountPath": "/tmp"}
+def _tmp_volume(opts: K8sOptions) -> tuple[dict, dict]:
+    return {"name": "tmp", "emptyDir": {"sizeLimit": opts.scratch_size}}, {"name": "tmp", "mountPath": "/tmp"}
 
 
 # No Istio proxy in the job's pods (Kubeflow profile namespaces inject it): a restartPolicy: Never
@@ -134,7 +134,7 @@ def master_service(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -
 
 
 def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> dict:
-    vol, mount = _tmp_volume()
+    vol, mount = _tmp_volume(opts)
     master = {
         "name": "master", "image": opts.image, "imagePullPolicy": "IfNotPresent",
         "command": ["edl", "master"],
@@ -175,7 +175,7 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
 
 
 def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:
-    vol, mount = _tmp_volume()
+    vol, mount = _tmp_volume(opts)
     resources: dict = {"cpu": opts.trainer_cpu, "memory": opts.trainer_memory}
     if opts.trainer_gpu:
         resources["nvidia.com/gpu"] = str(opts.trainer_gpu)

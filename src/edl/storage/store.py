@@ -16,6 +16,7 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import BinaryIO, Callable
 from urllib.parse import urlparse
 
 import logging
@@ -65,9 +66,10 @@ class ObjectStore(ABC):
         """Write only if the object is absent (``version`` ``None``) or still at ``version``: the new
         version, or ``None`` when the condition failed (another writer got there first)."""
 
-    def get_to_file(self, key: str, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(self.get(key))
+    @abstractmethod
+    def open_ranged(self, key: str) -> BinaryIO:
+        """``key`` as a read-only, seekable file that reads only the bytes asked for (a local file, or
+        ranged GETs of the object): a Parquet reader takes the footer and the row groups it needs."""
 
 
 class FileStore(ObjectStore):
@@ -122,6 +124,12 @@ class FileStore(ObjectStore):
     def exists(self, key: str) -> bool:
         return self._path(key).exists()
 
+    def open_ranged(self, key: str) -> BinaryIO:
+        try:
+            return self._path(key).open("rb")
+        except FileNotFoundError as e:
+            raise StorageError(f"{self.child(key)} does not exist") from e
+
     def check(self) -> None:
         if self.root.exists() and not self.root.is_dir():
             raise UserError(f"{self.uri} is a file, not a directory")
@@ -165,6 +173,49 @@ def _transient(fn):
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )(fn)
+
+
+class RangedObject(io.RawIOBase):
+    """One object as a read-only, seekable file: each read is one ranged GET of just the bytes asked
+    for (``read_range(offset, length)``), so nothing is copied to disk and nothing read but what the
+    reader asks for. Safe for one reader at a time; pyarrow serialises the reads of a Python file."""
+
+    def __init__(self, name: str, size: int, read_range: Callable[[int, int], bytes]) -> None:
+        super().__init__()
+        self.name = name
+        self._size = size
+        self._read_range = read_range
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def size(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        n = min(len(buffer), self._size - self._pos)
+        if n <= 0:
+            return 0
+        data = self._read_range(self._pos, n)
+        if len(data) != n:
+            raise StorageError(f"{self.name}: asked for {n} bytes at {self._pos}, got {len(data)}")
+        memoryview(buffer)[:n] = data
+        self._pos += n
+        return n
 
 
 class S3Store(ObjectStore):
@@ -242,6 +293,36 @@ class S3Store(ObjectStore):
             return self._get(key)
         except FileNotFoundError as e:
             raise StorageError(f"{self.child(key)} does not exist") from e
+
+    @_transient
+    def _size(self, key: str) -> int:
+        return self._call(self.child(key), lambda: self.client.stat_object(self.bucket, self._key(key)).size)
+
+    @_transient
+    def _get_range(self, key: str, offset: int, length: int) -> bytes:
+        def fetch() -> bytes:
+            resp = self.client.get_object(self.bucket, self._key(key), offset=offset, length=length)
+            try:
+                return resp.read()
+            finally:
+                resp.close()
+                resp.release_conn()
+
+        return self._call(self.child(key), fetch)
+
+    def open_ranged(self, key: str) -> BinaryIO:
+        try:
+            size = self._size(key)
+        except FileNotFoundError as e:
+            raise StorageError(f"{self.child(key)} does not exist") from e
+
+        def read_range(offset: int, length: int) -> bytes:
+            try:
+                return self._get_range(key, offset, length)
+            except FileNotFoundError as e:  # replaced or deleted since
+                raise StorageError(f"{self.child(key)} does not exist") from e
+
+        return RangedObject(self.child(key), size, read_range)  # type: ignore[return-value]
 
     @_transient
     def list(self, prefix: str = "") -> list[str]:

@@ -27,10 +27,13 @@ class TaskBuffer:
         self.offset = 0  # rows consumed of tasks[0]
         self.cursor: Cursor | None = None  # position after the last taken batch
 
-    def add(self, task: Task) -> None:
+    def add(self, task: Task) -> bool:
+        """Hold ``task`` unless it is held already; whether it was new."""
         with self._lock:
-            if all(t.id != task.id for t in self.tasks):
-                self.tasks.append(task)
+            if any(t.id == task.id for t in self.tasks):
+                return False
+            self.tasks.append(task)
+            return True
 
     def remaining(self) -> int:
         with self._lock:

@@ -1,4 +1,5 @@
-"""The trainer's prefetch: keeps two batches of tasks ahead of the loop, on its own thread."""
+"""The trainer's prefetch: keeps two batches of tasks ahead of the loop, on its own thread, and reads
+the rows of each new task ahead (``warm``) so that the loop rarely waits for storage."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ class Prefetcher:
     """Asks the master for tasks into ``buffer`` while it holds under two batches."""
 
     def __init__(self, link: TrainerLink, trainer_id: str, buffer: TaskBuffer, batch_size: int, progress: Progress,
-                 sleep: Callable[[float], None] = time.sleep, new_id: Callable[[], str] = lambda: uuid.uuid4().hex
-                 ) -> None:
+                 sleep: Callable[[float], None] = time.sleep, new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+                 warm: Callable[[Task], None] = lambda task: None) -> None:
         self.link = link
         self.id = trainer_id
         self.buffer = buffer
@@ -26,6 +27,7 @@ class Prefetcher:
         self.progress = progress
         self.sleep = sleep
         self.new_id = new_id
+        self.warm = warm
         self.finished = False  # the master has handed out every task of every epoch
         self._request_id = new_id()
 
@@ -53,7 +55,8 @@ class Prefetcher:
             return
         self._request_id = self.new_id()
         if isinstance(r, Task):
-            self.buffer.add(r)
+            if self.buffer.add(r):
+                self.warm(r)
         elif r is Next.FINISHED:
             self.finished = True
         else:

@@ -25,10 +25,10 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
-from edl.api.data import Cursor
+from edl.api.data import Cursor, Task
 from edl.api.master import Assignment, JobStatus, SyncReport, Unassigned
 from edl.data.dataset import Dataset
-from edl.errors import CollectiveError, TemporaryError, UserError
+from edl.errors import CollectiveError, EdlError, TemporaryError, UserError
 from edl.master.client import HttpMaster
 from edl.modeldef import load_model_def
 from edl.net import free_port
@@ -72,13 +72,20 @@ class Trainer:
         self.progress = Progress()
         self.control = Control()
         self.prefetch = Prefetcher(HttpMaster(master, token, timeout_s=10, give_up_s=0.0), trainer_id, TaskBuffer(),
-                                   self.spec.batch_size, self.progress)
+                                   self.spec.batch_size, self.progress, warm=self._read_ahead)
         self.heartbeat = Heartbeat(HttpMaster(master, token, timeout_s=10, give_up_s=0.0), trainer_id, self.progress,
                                    self.control, on_stuck=lambda: os._exit(EXIT_EXCLUDED),
                                    deadline_s=collective_deadline_s, clock=clock)
         self.store_port = free_port(host)
         self.audit = AuditLog(audit_dir / f"{trainer_id}.jsonl") if (self.spec.audit and audit_dir) else None
         self._alive = True
+
+    def _read_ahead(self, task: Task) -> None:
+        """The prefetch reads a new task's row groups while the loop trains on the ones before."""
+        try:
+            self.dataset.warm(task.shard, task.start, task.end)
+        except EdlError as e:  # the loop reads these rows again and reports what is wrong
+            log.debug("reading ahead %s: %s", task.describe(), e)
 
     def _warm_up(self) -> None:
         """Before registering, so that Paddle's first-call costs are not paid inside the generation change."""

@@ -17,6 +17,7 @@ import time
 import pytest
 from kubernetes import client
 
+from tests.conftest import run_edl
 from tests.plane.steps import Steps
 
 pytestmark = pytest.mark.timeout(360)
@@ -154,6 +155,27 @@ def test_an_evicted_trainer_is_replaced(steps):
     assert "replacing it" in steps.log(step)
     steps.core.delete_namespaced_pod(step, steps.ns)
     steps.wait_gone("evict", 90, "cleanup")
+
+
+def test_a_data_set_several_times_the_scratch_size_trains_without_eviction(steps, plane_s3):
+    """Review item 9: shards were copied into /tmp (an emptyDir with a sizeLimit) and the kubelet
+    evicted the pod, again and again. The data is read from S3 by ranges instead."""
+    data = f"s3://data/{steps.ns}-wide"
+    r = run_edl("data", "prepare", "synthetic", "--rows", "40000", "--features", "256", "--shards", "8",
+                "--out", data, env=plane_s3.env, timeout=180)
+    assert r.returncode == 0, r.stderr
+    size = sum(o.size for o in plane_s3.client().list_objects("data", f"{steps.ns}-wide/", recursive=True))
+    scratch = 10 * 2**20
+    assert size > 3 * scratch, size  # about 41 MB
+    step = steps.launch("wide", "--data", data, "--model-def", "edl.zoo.mlp", "--batch-size", "512",
+                        "--scratch-size", "10Mi", epochs=1, max_t=1)
+    code = steps.wait_done(step, 300)
+    log = steps.log(step)
+    assert code == 0, steps.log_tail()
+    s = steps.summary(step)
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 1 and s["master_restarts"] == 0, s
+    assert "evicted" not in log.lower() and "EmptyDir" not in log, log  # neither the master nor a trainer
+    steps.wait_gone("wide", 60, "cleanup")
 
 
 def test_an_oom_killed_trainer_fails_the_job_naming_the_limit(steps):

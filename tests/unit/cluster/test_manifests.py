@@ -72,6 +72,11 @@ def test_pods_are_locked_down_and_sized():
             assert sc["capabilities"]["drop"] == ["ALL"]
             assert c["resources"]["requests"] and c["resources"]["limits"]
             assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]  # the one writable place
+    for pod in (m.master_pod(SPEC, GPU), m.trainer_pod(SPEC, GPU, "t")):
+        assert pod["spec"]["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
+    small = dataclasses.replace(OPTS, scratch_size="64Mi")  # --scratch-size
+    for pod in (m.master_pod(SPEC, small), m.trainer_pod(SPEC, small, "t")):
+        assert pod["spec"]["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
     trainer = containers(m.trainer_pod(SPEC, GPU, "t"))[0]
     assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "1" and "nccl" in trainer["args"]
     assert m.trainer_pod(SPEC, GPU, "t")["spec"]["priorityClassName"] == "batch-low"
@@ -118,6 +123,8 @@ def test_names_are_deterministic_and_objects_owned_by_the_launcher():
     ({}, {"trainer_memory": "0Gi"}, "--trainer-memory"),
     ({}, {"sidecar_policy": "greedy"}, "--sidecar-policy"),
     ({}, {"sidecar_jitter_s": 20.0}, "--sidecar-jitter"),
+    ({}, {"scratch_size": "big"}, "--scratch-size"),
+    ({}, {"scratch_size": "0Mi"}, "--scratch-size"),
 ])
 def test_bad_options_name_the_culprit(spec_over, opts_over, culprit):
     """What ``edl launch`` and ``edl k8s render`` check before building any object."""

@@ -135,11 +135,11 @@ def task(i: int, rows: int = 16) -> Task:
     return Task(i, 0, "a.parquet", i * rows, (i + 1) * rows)
 
 
-def prefetcher(link, progress, buffer=None):
+def prefetcher(link, progress, buffer=None, warm=lambda task: None):
     clock = Clock()
     ids = iter(f"r{i}" for i in range(100))
     return Prefetcher(link, "t1", buffer or TaskBuffer(), 16, progress, sleep=clock.sleep,
-                      new_id=lambda: next(ids)), clock
+                      new_id=lambda: next(ids), warm=warm), clock
 
 
 def test_nothing_is_fetched_before_the_first_generation():
@@ -180,3 +180,12 @@ def test_a_wait_pauses_and_finished_ends_the_fetching():
     assert pf.out_of_data()
     pf.restart()
     assert not pf.finished and pf.buffer.remaining() == 0
+
+
+def test_each_new_task_is_read_ahead_once():
+    warmed: list[Task] = []
+    link = FakeLink(task(0), Next.WAIT, TemporaryError("away"), task(0), task(1))  # task 0 handed out again
+    pf, _ = prefetcher(link, Progress(generation=1), warm=warmed.append)
+    for _ in range(5):
+        pf.fetch()
+    assert warmed == [task(0), task(1)] and pf.buffer.remaining() == 32
