@@ -11,6 +11,15 @@ import pyarrow.parquet as pq
 from edl.errors import UserError
 from edl.storage.store import open_store
 
+# Trainers read a shard one row group at a time (ranged reads) and hold the groups they use in memory:
+# groups of a few MB keep a read cheap and the memory small whatever the shard's size.
+ROW_GROUP_BYTES = 4 << 20
+
+
+def rows_per_group(features: int) -> int:
+    # float32 features and a definition level each (a list column), int64 id and label
+    return max(1, ROW_GROUP_BYTES // (features * 9 // 2 + 16))
+
 
 def _table(ids: np.ndarray, x: np.ndarray, y: np.ndarray) -> pa.Table:
     return pa.table(
@@ -30,7 +39,7 @@ def _write(uri: str, split: str, ids: np.ndarray, x: np.ndarray, y: np.ndarray, 
     for i in range(shards):
         lo, hi = bounds[i], bounds[i + 1]
         buf = io.BytesIO()
-        pq.write_table(_table(ids[lo:hi], x[lo:hi], y[lo:hi]), buf)
+        pq.write_table(_table(ids[lo:hi], x[lo:hi], y[lo:hi]), buf, row_group_size=rows_per_group(x.shape[1]))
         store.put(f"{split}/part-{i:05d}.parquet", buf.getvalue())
     return n
 

@@ -92,3 +92,12 @@ def test_all_ids_and_read_all_cover_every_shard(tmp_path):
     ds = Dataset(str(tmp_path / "set"))
     assert ds.all_ids() == list(range(300)) + list(range(70))
     assert ds.read_all().equals(pa.concat_tables([a, b]))
+
+
+def test_prepared_shards_have_row_groups_of_a_few_mb(tmp_path):
+    from edl.data.prepare import ROW_GROUP_BYTES, prepare_synthetic
+
+    prepare_synthetic(str(tmp_path / "wide"), rows=20000, features=256, classes=4, shards=1)
+    meta = pq.ParquetFile(tmp_path / "wide" / "train" / "part-00000.parquet").metadata
+    assert meta.num_row_groups >= 4  # 18,000 rows of 1 KB: not one group of the whole shard
+    assert all(meta.row_group(i).total_byte_size <= ROW_GROUP_BYTES * 1.1 for i in range(meta.num_row_groups))
