@@ -43,11 +43,11 @@ def warm_start_from(registry_uri: str, enabled: bool = True) -> str:
 
 # The pipeline's parameters: its own, and elastic_train's under the same names, types and defaults,
 # except those the pipeline sets from its steps and its run (data_uri, warm_start_uri, job_name) or
-# leaves at their defaults (the local-only capacity_*: a KFP run is on a cluster), checkpoint_uri:
-# here the root under which each run has its own prefix, and the images: defaults from the registry
-# the pipeline is compiled for, and runtime_image/trainer_image are the images of the steps too.
-_NOT_EXPOSED = ("data_uri", "warm_start_uri", "initial_trainers", "sidecar_policy", "job_name", "checkpoint_uri",
-                "capacity_slots", "capacity_schedule")
+# leaves at their defaults, checkpoint_uri: here the root under which each run has its own prefix,
+# and the images: defaults from the registry the pipeline is compiled for, and runtime_image/
+# trainer_image are the images of the steps too. capacity_slots/capacity_schedule are for kfp.local
+# (edl demo); a KFP run on a cluster refuses anything but their defaults.
+_NOT_EXPOSED = ("data_uri", "warm_start_uri", "initial_trainers", "sidecar_policy", "job_name", "checkpoint_uri")
 _PASSED_TO_TRAIN = tuple(p for p in TRAIN_PARAMETERS if p.name not in _NOT_EXPOSED)
 
 

@@ -352,7 +352,6 @@ def test_every_step_of_the_pipeline_runs_in_the_image_its_run_names():
     assert params["runtime_image"]["defaultValue"] == "ghcr.io/edl-dev/edl-runtime:0.1.0"
     assert params["trainer_image"]["defaultValue"] == "ghcr.io/edl-dev/edl-trainer-cpu:0.1.0"
     assert params["trainer_gpu_image"]["defaultValue"] == "ghcr.io/edl-dev/edl-trainer-gpu:0.1.0"
-    assert "capacity_slots" not in params and "capacity_schedule" not in params  # local only
     tasks = {**doc["root"]["dag"]["tasks"], **doc["components"]["comp-condition-1"]["dag"]["tasks"]}
     executors = doc["deploymentSpec"]["executors"]
     wanted = {"prepare-data": "trainer_image", "evaluate": "trainer_image"}
