@@ -42,7 +42,7 @@ LOCAL_ONLY = ("capacity_slots", "capacity_schedule")
 # How the step names the fields of JobSpec and K8sOptions: by the component's parameters.
 PARAMETER_NAMES = Naming(
     {"job": "job_name", "trainers": "initial_trainers", "init_model": "warm_start_uri",
-     "autoscale_slots": "capacity_slots"},
+     "autoscale_slots": "capacity_slots", "image": "runtime_image"},
     "pipeline parameter {name}:", hints={"data": "connect a Dataset or set data_uri"})
 
 

@@ -342,6 +342,8 @@ def test_the_training_steps_images_are_inputs_and_gpu_trainers_get_the_gpu_image
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
         monkeypatch.setenv("KFP_POD_NAME", "step")
         dataclasses.replace(q, trainer_gpu_image="bad image").validate()
+    with pytest.raises(UserError, match="pipeline parameter runtime_image:"):
+        dataclasses.replace(q, runtime_image="bad image").validate()
 
 
 def test_every_step_of_the_pipeline_runs_in_the_image_its_run_names():
