@@ -19,6 +19,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from edl.api.images import DEFAULT_IMAGES
@@ -88,7 +89,7 @@ class _TrainParamsMethods:
                                                            self.capacity_schedule, self.sidecar_period_s,
                                                            self.min_trainers))
 
-    def local_only_problems(self):
+    def local_only_problems(self) -> Iterator[Problem]:
         """On a cluster the real scheduler is the capacity: a local capacity setting would be ignored."""
         for name in LOCAL_ONLY:
             if getattr(self, name) != TRAIN_DEFAULTS[name]:
