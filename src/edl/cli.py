@@ -56,7 +56,7 @@ def cmd_trainer(a: argparse.Namespace) -> int:
 
     if not a.id:
         raise UserError("--id is required (or set EDL_TRAINER_ID)")
-    return run_trainer(a.id, a.master, _token_from_env(), a.audit_dir, a.backend)
+    return run_trainer(a.id, a.master, _token_from_env(), a.backend)
 
 
 def _not_running(job: str) -> UserError:
@@ -203,9 +203,13 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 def cmd_pipeline_compile(a: argparse.Namespace) -> int:
+    from edl.api.images import Images, registry_problem
     from edl.pipeline.compile import compile_all
 
-    for path in compile_all(Path(a.out)):
+    problem = registry_problem(a.registry)
+    if problem:
+        raise UserError(f"--registry {problem}")
+    for path in compile_all(Path(a.out), Images(a.registry.rstrip("/"))):
         print(f"wrote {path}")
     return 0
 
@@ -215,7 +219,13 @@ def cmd_k8s_render(a: argparse.Namespace) -> int:
 
     from edl.cluster.manifests import render
 
-    files = render(*_kubernetes_job(a))  # everything is validated before a file is written
+    import re
+
+    for account in a.bind_accounts:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", account) or len(account) > 200:
+            raise UserError(f"--bind-account {account!r}: must be a ServiceAccount name (lowercase letters, "
+                            "digits, '-' and '.')")
+    files = render(*_kubernetes_job(a), tuple(a.bind_accounts))  # everything is validated before a file is written
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {a.out!r} exists and is not a directory")
@@ -244,6 +254,7 @@ def _simulated_policies() -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from edl.api.images import DEFAULT_REGISTRY, VERSION
     from edl.autoscale.policy import POLICY_NAMES
     from edl.jobargs import add_job_arguments, add_k8s_arguments
 
@@ -278,7 +289,6 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--id", default=os.environ.get("EDL_TRAINER_ID"),
                    help="unique id of this trainer process (default: $EDL_TRAINER_ID, the pod name on Kubernetes)")
     w.add_argument("--master", required=True, help="master address, host:port")
-    w.add_argument("--audit-dir", default=None, help="directory for the exactly-once audit log (with --audit jobs)")
     w.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
                    help="collective backend: gloo on CPU (default), nccl on GPUs")
     w.set_defaults(fn=cmd_trainer)
@@ -356,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Compile the elastic-train component, the KFP retraining pipeline and the "
                                       "Argo CronWorkflow into --out.")
     pc.add_argument("--out", required=True, help="directory to write the YAML files into")
+    pc.add_argument("--registry", default=DEFAULT_REGISTRY,
+                    help="registry (and path) the edl images are pushed to: every step's image and the images of "
+                         f"the training job's pods become REGISTRY/edl-NAME:{VERSION} (default {DEFAULT_REGISTRY})")
     pc.set_defaults(fn=cmd_pipeline_compile)
 
     k = sub.add_parser("k8s", help="Kubernetes tools")
@@ -369,6 +382,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_arguments(kr)
     add_k8s_arguments(kr, POLICY_NAMES)
     kr.add_argument("--out", required=True, help="directory to write the YAML files into")
+    kr.add_argument("--bind-account", dest="bind_accounts", action="append", default=[], metavar="ACCOUNT",
+                    help="also bind the launcher's Role to this ServiceAccount of the namespace (repeatable): the "
+                         "account the workflow runs its steps under, pipeline-runner in a standalone KFP install, "
+                         "default-editor in a Kubeflow profile namespace, your CronWorkflow's own for Argo "
+                         "(default: only edl-launcher, for `edl launch` in a pod of your own)")
     kr.set_defaults(fn=cmd_k8s_render)
 
     d = sub.add_parser("data", help="data set tools")

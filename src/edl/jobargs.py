@@ -57,8 +57,10 @@ AUDIT_HELP = "log every record id that enters the model and report lost/duplicat
 # Defaults from K8sOptions; "{policies}": the names of the policy registry (edl.autoscale.policy).
 K8S_FLAGS: tuple[Flag, ...] = (
     Flag("--namespace", "namespace", str, "namespace of the job's objects (default default)"),
-    Flag("--image", "image", str, "image of launcher, master and sidecar (default edl-runtime:0.1.0)"),
-    Flag("--trainer-image", "trainer_image", str, "image of the trainers (default edl-trainer-cpu:0.1.0)"),
+    Flag("--image", "image", str, "image of launcher, master and sidecar (default {runtime_image})"),
+    Flag("--trainer-image", "trainer_image", str, "image of the trainers on CPUs (default {trainer_image})"),
+    Flag("--trainer-gpu-image", "trainer_gpu_image", str,
+         "image of the trainers when --trainer-gpu is above 0 (default {trainer_gpu_image})"),
     Flag("--trainer-cpu", "trainer_cpu", str, "CPU request and limit per trainer, a Kubernetes quantity (default 2)"),
     Flag("--trainer-memory", "trainer_memory", str, "memory request and limit per trainer (default 4Gi)"),
     Flag("--trainer-gpu", "trainer_gpu", int, "GPUs per trainer, nvidia.com/gpu (default 0)"),
@@ -92,7 +94,9 @@ def add_k8s_arguments(p: argparse.ArgumentParser, policies: Sequence[str]) -> No
     defaults = K8sOptions()
     for f in K8S_FLAGS:
         g.add_argument(f.flag, dest=f.field, type=f.type, default=getattr(defaults, f.field),
-                       help=f.help.format(policies=" or ".join(policies)))
+                       help=f.help.format(policies=" or ".join(policies), runtime_image=defaults.image,
+                                          trainer_image=defaults.trainer_image,
+                                          trainer_gpu_image=defaults.trainer_gpu_image))
 
 
 def spec_from_args(a: argparse.Namespace) -> JobSpec:

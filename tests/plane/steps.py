@@ -38,7 +38,8 @@ class Steps:
 
     # ------------------------------------------------------------ the step
     def launch(self, job: str, *extra: str, epochs: int = 3, max_t: int = 2, trainers: int = 1,
-               style: str = "argo", trainer_memory: str = "2Gi", grace_s: int = 40) -> str:
+               style: str = "argo", trainer_memory: str = "2Gi", grace_s: int = 40,
+               service_account: str = "edl-launcher") -> str:
         name = f"step-{job}-{len(self.launched)}"
         args = ["launch", "--job-name", job, "--model-def", "edl.zoo.digits", "--data", "s3://data/digits",
                 "--epochs", str(epochs), "--batch-size", "16", "--min-trainers", "1", "--max-trainers", str(max_t),
@@ -48,7 +49,7 @@ class Steps:
                 "--sidecar-jitter", "0.2", "--summary-out", "/tmp/summary.json", *extra]
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "labels": {"workflows.argoproj.io/workflow": "wf", "test/step": job}},
-               "spec": {"serviceAccountName": "edl-launcher", "restartPolicy": "Never",
+               "spec": {"serviceAccountName": service_account, "restartPolicy": "Never",
                         "terminationGracePeriodSeconds": grace_s,
                         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [{"name": "main", "image": IMAGE, "command": ["edl"], "args": args,

@@ -64,8 +64,11 @@ def test_the_gpu_image_pins_the_same_paddle_as_pyproject():
 
 
 def test_components_use_the_images_built_here():
-    from edl.pipeline.components import RUNTIME_IMAGE, TRAINER_IMAGE, VERSION
+    from edl.api.images import DEFAULT_IMAGES, VERSION
+    from edl.pipeline.components import RUNTIME_IMAGE, TRAINER_IMAGE
 
     assert VERSION == PYPROJECT["project"]["version"]
-    for image, folder in ((RUNTIME_IMAGE, "runtime"), (TRAINER_IMAGE, "trainer-cpu")):
+    assert (RUNTIME_IMAGE, TRAINER_IMAGE) == (DEFAULT_IMAGES.runtime, DEFAULT_IMAGES.trainer_cpu)
+    for image, folder in ((DEFAULT_IMAGES.runtime, "runtime"), (DEFAULT_IMAGES.trainer_cpu, "trainer-cpu"),
+                          (DEFAULT_IMAGES.trainer_gpu, "trainer-gpu")):
         assert f"-t {image} ." in (REPO / "images" / folder / "Dockerfile").read_text()

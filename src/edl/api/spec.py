@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from edl.api.images import DEFAULT_IMAGES
 from edl.errors import UserError
 
 
@@ -54,8 +55,9 @@ class K8sOptions:
     """Where and how the job's pods run; set by the flags of ``edl launch``/``edl k8s render`` and by the KFP step."""
 
     namespace: str = "default"
-    image: str = "edl-runtime:0.1.0"
-    trainer_image: str = "edl-trainer-cpu:0.1.0"
+    image: str = DEFAULT_IMAGES.runtime
+    trainer_image: str = DEFAULT_IMAGES.trainer_cpu
+    trainer_gpu_image: str = DEFAULT_IMAGES.trainer_gpu  # the trainers' image when trainer_gpu > 0
     trainer_cpu: str = "2"
     trainer_memory: str = "4Gi"
     trainer_gpu: int = 0
@@ -168,7 +170,8 @@ def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Proble
     """The pod options' own rules."""
     if not _DNS_LABEL.match(opts.namespace) or len(opts.namespace) > 63:
         yield Problem("namespace", f"{opts.namespace!r}: must be a DNS label (lowercase letters, digits, '-')")
-    for name, image in (("image", opts.image), ("trainer_image", opts.trainer_image)):
+    for name, image in (("image", opts.image), ("trainer_image", opts.trainer_image),
+                        ("trainer_gpu_image", opts.trainer_gpu_image)):
         if not image or any(c.isspace() for c in image):
             yield Problem(name, f"{image!r}: must be an image reference without spaces")
     yield from trainer_resource_problems(opts.trainer_cpu, opts.trainer_memory, opts.trainer_gpu)
@@ -194,8 +197,6 @@ def kubernetes_problems(spec: JobSpec, opts: K8sOptions, policies: Collection[st
             yield Problem(name, f"{uri!r}: pods share no disk, use an s3:// URI (MinIO or any S3 store)")
     if spec.checkpoint_uri.startswith("s3://") and opts.s3_secret is None:
         yield Problem("s3_secret", "is required for s3:// URIs: name the Secret that holds the S3 credentials")
-    if spec.audit:
-        yield Problem("audit", "writes a local directory and is for the local backend only")
 
 
 def local_autoscale_problems(slots: int | None, schedule: str, period_s: float,

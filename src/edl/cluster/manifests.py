@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 
+from edl.api.images import trainer_image_for
 from edl.api.spec import JobSpec, K8sOptions
 from edl.jobargs import spec_to_argv
 
@@ -180,7 +181,8 @@ def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:
     if opts.trainer_gpu:
         resources["nvidia.com/gpu"] = str(opts.trainer_gpu)
     container = {
-        "name": "trainer", "image": opts.trainer_image, "imagePullPolicy": "IfNotPresent",
+        "name": "trainer", "image": trainer_image_for(opts.trainer_gpu, opts.trainer_image, opts.trainer_gpu_image),
+        "imagePullPolicy": "IfNotPresent",
         "command": ["edl", "trainer"],
         "args": ["--master", master_address(spec.job, opts.namespace),
                  "--backend", "nccl" if opts.trainer_gpu else "gloo"],
@@ -235,22 +237,41 @@ def network_policies(spec: JobSpec, opts: K8sOptions) -> list[dict]:
 
 
 # -------------------------------------------------------------------- RBAC
-def rbac(namespace: str) -> list[dict]:
-    """ServiceAccounts, Roles and bindings: only the resources and verbs the code uses."""
+def _binding(kind: str, name: str, role: str, account: str, namespace: str) -> dict:
+    """A RoleBinding (``kind``) in ``namespace`` or a ClusterRoleBinding of ``role`` to one ServiceAccount."""
+    meta = {"name": name, "labels": {"app.kubernetes.io/name": APP}}
+    if kind == "RoleBinding":
+        meta["namespace"] = namespace
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role" if kind == "RoleBinding" else "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]}
+
+
+LAUNCHER_PRIORITY_ROLE = "edl-launcher-priorityclasses"
+
+
+def launcher_bindings(namespace: str, account: str) -> list[dict]:
+    """The launcher's Role and ClusterRole bound to ``account``: the account a workflow runs its step's
+    pod under (KFP runs every pod of a run, its driver too, under the run's account: ``pipeline-runner``
+    in a standalone install, ``default-editor`` in a Kubeflow profile namespace), so that the step can
+    launch the job without asking KFP to run as ``edl-launcher``, which lacks what KFP's own pods need."""
+    if account == LAUNCHER_SA:
+        return [_binding("RoleBinding", LAUNCHER_SA, LAUNCHER_SA, LAUNCHER_SA, namespace),
+                _binding("ClusterRoleBinding", f"{LAUNCHER_PRIORITY_ROLE}-{namespace}", LAUNCHER_PRIORITY_ROLE,
+                         LAUNCHER_SA, namespace)]
+    return [_binding("RoleBinding", f"{LAUNCHER_SA}-{account}", LAUNCHER_SA, account, namespace),
+            _binding("ClusterRoleBinding", f"{LAUNCHER_PRIORITY_ROLE}-{namespace}-{account}", LAUNCHER_PRIORITY_ROLE,
+                     account, namespace)]
+
+
+def rbac(namespace: str, bind_accounts: tuple[str, ...] = ()) -> list[dict]:
+    """ServiceAccounts, Roles and bindings: only the resources and verbs the code uses. The launcher's
+    role is bound to ``edl-launcher`` (``edl launch`` as a pod of one's own) and to each of
+    ``bind_accounts`` (the accounts workflows run their steps under; they are not created here)."""
     def sa(name: str, automount: bool) -> dict:
         return {"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": automount,
                 "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": APP}}}
-
-    def binding(kind: str, name: str, sa_name: str, cluster: bool = False) -> dict:
-        meta = {"name": name, "labels": {"app.kubernetes.io/name": APP}}
-        if not cluster:
-            meta["namespace"] = namespace
-        else:
-            meta["name"] = f"{name}-{namespace}"
-        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
-                            "kind": "ClusterRole" if cluster else "Role", "name": name},
-                "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": namespace}]}
 
     launcher_rules = [
         # Master and trainer pods: created, watched, deleted (drained trainers, cleanup on SIGTERM).
@@ -271,32 +292,38 @@ def rbac(namespace: str) -> list[dict]:
     launcher_cluster_rules = [{"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
                                "verbs": ["get"]}]
     role_meta = {"namespace": namespace, "labels": {"app.kubernetes.io/name": APP}}
-    return [
-        sa(LAUNCHER_SA, True), sa(SIDECAR_SA, True), sa(TRAINER_SA, False),
+    launcher_role, priority_role = [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": {"name": LAUNCHER_SA, **role_meta}, "rules": launcher_rules},
-        binding("RoleBinding", LAUNCHER_SA, LAUNCHER_SA),
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": LAUNCHER_PRIORITY_ROLE, "labels": {"app.kubernetes.io/name": APP}},
+         "rules": launcher_cluster_rules}]
+    launcher_rb, launcher_crb = launcher_bindings(namespace, LAUNCHER_SA)
+    return [
+        sa(LAUNCHER_SA, True), sa(SIDECAR_SA, True), sa(TRAINER_SA, False),
+        launcher_role, launcher_rb,
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": {"name": SIDECAR_SA, **role_meta}, "rules": sidecar_ns_rules},
-        binding("RoleBinding", SIDECAR_SA, SIDECAR_SA),
+        _binding("RoleBinding", SIDECAR_SA, SIDECAR_SA, SIDECAR_SA, namespace),
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": "edl-sidecar-readonly", "labels": {"app.kubernetes.io/name": APP}},
          "rules": sidecar_cluster_rules},
-        binding("ClusterRoleBinding", "edl-sidecar-readonly", SIDECAR_SA, cluster=True),
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": "edl-launcher-priorityclasses", "labels": {"app.kubernetes.io/name": APP}},
-         "rules": launcher_cluster_rules},
-        binding("ClusterRoleBinding", "edl-launcher-priorityclasses", LAUNCHER_SA, cluster=True),
+        _binding("ClusterRoleBinding", f"edl-sidecar-readonly-{namespace}", "edl-sidecar-readonly", SIDECAR_SA,
+                 namespace),
+        priority_role, launcher_crb,
+        *(b for account in dict.fromkeys(bind_accounts) if account != LAUNCHER_SA
+          for b in launcher_bindings(namespace, account)),
     ]
 
 
 PLACEHOLDER_TOKEN = "REPLACED-BY-THE-LAUNCHER-AT-START"
 
 
-def render(spec: JobSpec, opts: K8sOptions) -> dict[str, list[dict]]:
-    """Every object, grouped by the file ``edl k8s render`` writes it to (applied in name order)."""
+def render(spec: JobSpec, opts: K8sOptions, bind_accounts: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+    """Every object, grouped by the file ``edl k8s render`` writes it to (applied in name order);
+    ``bind_accounts``: see ``rbac``."""
     return {
-        "00-rbac.yaml": rbac(opts.namespace),
+        "00-rbac.yaml": rbac(opts.namespace, bind_accounts),
         "10-token-secret.yaml": [token_secret(spec, opts, PLACEHOLDER_TOKEN)],
         "20-master-service.yaml": [master_service(spec, opts)],
         "30-master-pod.yaml": [master_pod(spec, opts)],

@@ -26,6 +26,7 @@ from edl.api.spec import JobSpec
 from edl.errors import KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.reconcile import plan_trainers
+from edl.trainer.audit import audit
 from edl.master.client import HttpMaster
 
 log = logging.getLogger("edl.launcher")
@@ -376,3 +377,16 @@ class Launcher:
             self._tell(self.master.shutdown)
         if delete:
             self.cluster.delete_job()
+
+
+def audit_summary(spec: JobSpec, summary: dict[str, Any]) -> None:
+    """``--audit``: count every record id that entered the final model, from the log the trainers
+    wrote under the job's checkpoint prefix (wherever they ran), into the run summary."""
+    from edl.data.dataset import Dataset, resolve_splits
+    from edl.storage.store import open_store
+
+    data, _ = resolve_splits(spec.data)
+    result = audit(open_store(spec.checkpoint_uri, "--checkpoint-uri"), Dataset(data).all_ids(), spec.epochs)
+    summary["lost_samples"] = result.lost
+    summary["duplicate_samples"] = result.duplicates
+    summary["audited_samples_per_epoch"] = result.samples_per_epoch

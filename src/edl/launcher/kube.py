@@ -19,7 +19,7 @@ from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
 from edl.cluster.kube_api import KubeApi, load_api_client
 from edl.errors import PermanentError, UserError
-from edl.launcher.core import Cancelled, Launcher, ProgressView
+from edl.launcher.core import Cancelled, Launcher, ProgressView, audit_summary
 from edl.api.spec import JobSpec, K8sOptions, Naming, Problem
 from edl.jobargs import FLAG_NAMES
 
@@ -37,6 +37,17 @@ def final_checkpoint_budget(grace_s: float | None) -> float:
     return max(0.0, min(FINAL_CHECKPOINT_S, grace_s - CLEANUP_S))
 
 
+def _s3_env_from(secret: dict | None) -> None:
+    """The Secret's S3 settings as this process's environment where the step has none of its own."""
+    import base64
+    import os
+
+    for key in m.S3_SECRET_KEYS:
+        value = ((secret or {}).get("data") or {}).get(key)
+        if value is not None:
+            os.environ.setdefault(key, base64.b64decode(value).decode())
+
+
 def _cancel(signum: int, _frame) -> None:
     raise Cancelled(signal.Signals(signum).name)
 
@@ -48,9 +59,12 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
     what only the cluster can tell is reported in the caller's ``naming``."""
     console = console or Console(soft_wrap=True)  # a pod log: one event per line, never wrapped
     kube = KubeApi(load_api_client(kubeconfig), opts.namespace)
-    if opts.s3_secret and kube.get("secrets", opts.s3_secret) is None:
+    s3_secret = kube.get("secrets", opts.s3_secret) if opts.s3_secret else None
+    if opts.s3_secret and s3_secret is None:
         # Before any object is created: a step that cannot reach its data should not start pods.
         raise naming.error(Problem("s3_secret", f"{opts.s3_secret!r}: no such Secret in namespace {opts.namespace!r}"))
+    if spec.audit:
+        _s3_env_from(s3_secret)  # this process reads the audit log the trainers write to the checkpoint store
     if opts.priority_class and kube.get("priorityclasses", opts.priority_class) is None:
         raise naming.error(Problem("priority_class", f"{opts.priority_class!r}: no such PriorityClass in the cluster"))
     # The step's pod owns the job's objects: KFP's driver sets KFP_POD_NAME/KFP_POD_UID in every
@@ -80,10 +94,11 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
         with ProgressView(console) as view:
             final = launcher.run(view, poll_s=POLL_S)
             view.show(final)
-        result = launcher.finish(summary_out)
-        cluster.record("JobSucceeded", f"{result.epochs_completed} epochs; model at {result.final_model_uri}")
+        result = launcher.finish(summary_out, (lambda s: audit_summary(spec, s)) if spec.audit else None)
+        audited = f", lost {result.lost_samples}, duplicated {result.duplicate_samples}" if spec.audit else ""
+        cluster.record("JobSucceeded", f"{result.epochs_completed} epochs{audited}; model at {result.final_model_uri}")
         console.print(f"[green]job {spec.job} succeeded[/]: {result.epochs_completed} epochs, "
-                      f"{result.steps} steps; model at {result.final_model_uri}")
+                      f"{result.steps} steps{audited}; model at {result.final_model_uri}")
         return 0
     except Cancelled as why:
         console.print(f"cancelled ({why}): asking for a last checkpoint (up to {budget_s:.0f} s), "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -24,14 +23,12 @@ from edl.api.master import JobView
 from edl.autoscale.local_view import SLOT, CapacitySchedule, LocalClusterView
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
-from edl.data.dataset import Dataset
 from edl.errors import EdlError, UserError
 from edl.cluster.local import LocalCluster
 from edl.api.spec import JobSpec
-from edl.launcher.core import JobResult, Launcher, ProgressView
+from edl.launcher.core import JobResult, Launcher, ProgressView, audit_summary
 from edl.master.client import HttpMaster
 from edl.master.main import prepare_job
-from edl.trainer.audit import audit
 
 
 def edl_home() -> Path:
@@ -118,8 +115,6 @@ class LocalLauncher:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         resuming = bool(ckpts.committed())
-        if not resuming and (self.dir / "audit").exists():
-            shutil.rmtree(self.dir / "audit")
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         cluster = LocalCluster(self.spec, self.dir, env)
@@ -165,11 +160,7 @@ class LocalLauncher:
         )
 
     def _audit(self, summary: dict) -> None:
-        """Count every record id that entered the final model (``--audit``)."""
-        result = audit(self.dir / "audit", Dataset(self.spec.data).all_ids(), self.spec.epochs)
-        summary["lost_samples"] = result.lost
-        summary["duplicate_samples"] = result.duplicates
-        summary["audited_samples_per_epoch"] = result.samples_per_epoch
+        audit_summary(self.spec, summary)
 
 
 def _interrupt(signum: int, _frame) -> None:

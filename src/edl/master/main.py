@@ -18,6 +18,7 @@ from edl.data.dataset import Dataset, resolve_splits
 from edl.errors import UserError
 from edl.master.job import Job, Timeouts
 from edl.master.server import Master, build_app
+from edl.storage.audit import clear_audit
 from edl.storage.checkpoint import FINAL, WARM_START_FILE, CheckpointStore
 from edl.storage.claim import Holder, PrefixClaim
 from edl.storage.store import open_store
@@ -105,6 +106,8 @@ def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim
                port: int, token: str) -> int:
     claim.keep_renewing(_lost_lock)
     state, uri = restore(ckpts)
+    if state is None and spec.audit:
+        clear_audit(ckpts.store)  # a start from scratch: the records of an earlier start are not this run's
     job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.time(), restored=state, restored_uri=uri,
               timeouts=timeouts_from_env())
     if job.queue.finished:

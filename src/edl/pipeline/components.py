@@ -16,9 +16,12 @@ import inspect
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
-VERSION = "0.1.0"
-RUNTIME_IMAGE = f"edl-runtime:{VERSION}"  # launcher, master, sidecar: no PaddlePaddle
-TRAINER_IMAGE = f"edl-trainer-cpu:{VERSION}"  # PaddlePaddle (CPU): evaluation needs it too
+from edl.api.images import DEFAULT_IMAGES
+
+# The steps' images as compiled by default; ``edl pipeline compile --registry`` sets them per task
+# (retrain.py), and each run may too (the pipeline's runtime_image/trainer_image parameters).
+RUNTIME_IMAGE = DEFAULT_IMAGES.runtime  # launcher, master, sidecar: no PaddlePaddle
+TRAINER_IMAGE = DEFAULT_IMAGES.trainer_cpu  # PaddlePaddle (CPU): data preparation and evaluation need it too
 
 
 def _component(base_image: str):
@@ -53,6 +56,9 @@ def elastic_train(
     trainer_cpu: str = "2",
     trainer_memory: str = "4Gi",
     trainer_gpu: int = 0,
+    runtime_image: str = "",
+    trainer_image: str = "",
+    trainer_gpu_image: str = "",
     priority_class: str = "",
     checkpoint_uri: str = "",
     s3_secret: str = "",
@@ -75,9 +81,13 @@ def elastic_train(
     Re-running the step (KFP retry) adopts the job the first attempt created and resumes from its
     checkpoint in ``checkpoint_uri`` (an s3:// URI on a cluster; credentials from Secret ``s3_secret``).
     ``warm_start`` (an earlier Model artifact) or ``warm_start_uri`` (where one lives) starts from its
-    parameters. ``capacity_slots`` and ``capacity_schedule`` only matter locally: trainer slots on the
-    machine and other tenants taking them over time (TIME:SLOTS pairs); ``audit`` (local only)
-    counts every record that enters the model and reports lost and duplicated samples.
+    parameters. On a cluster the master and sidecar run in ``runtime_image`` and the trainers in
+    ``trainer_image``, or ``trainer_gpu_image`` when ``trainer_gpu`` > 0 (empty: edl's images of this
+    version, edl.api.images). ``capacity_slots`` and ``capacity_schedule`` only matter locally
+    (kfp.local): trainer slots on the machine and other tenants taking them over time (TIME:SLOTS
+    pairs); on a cluster anything but their defaults is an error. ``audit`` counts every record that
+    enters the model and reports lost and duplicated samples (its log lives under the checkpoint
+    prefix, so it works on a cluster too; one object per trainer step: for tests, not for speed).
     """
     arguments = dict(locals())  # every parameter and artifact above, by name
     from edl.pipeline.step import run_component

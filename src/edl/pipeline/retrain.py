@@ -18,13 +18,13 @@ from typing import Any, Callable
 
 from kfp import dsl, kubernetes
 
-from edl.cluster.manifests import S3_SECRET_KEYS
+from edl.api.images import DEFAULT_IMAGES, Images
+from edl.cluster.manifests import S3_SECRET_KEYS, launcher_bindings
 from edl.errors import UserError
 from edl.pipeline.components import (
     RUNTIME_IMAGE,
     TRAIN_DEFAULTS,
     TRAIN_PARAMETERS,
-    TRAINER_IMAGE,
     beats_published,
     elastic_train,
     evaluate,
@@ -43,16 +43,24 @@ def warm_start_from(registry_uri: str, enabled: bool = True) -> str:
 
 # The pipeline's parameters: its own, and elastic_train's under the same names, types and defaults,
 # except those the pipeline sets from its steps and its run (data_uri, warm_start_uri, job_name) or
-# leaves at their defaults, and checkpoint_uri: here the root under which each run has its own prefix.
+# leaves at their defaults, checkpoint_uri: here the root under which each run has its own prefix,
+# and the images: defaults from the registry the pipeline is compiled for, and runtime_image/
+# trainer_image are the images of the steps too. capacity_slots/capacity_schedule are for kfp.local
+# (edl demo); a KFP run on a cluster refuses anything but their defaults.
 _NOT_EXPOSED = ("data_uri", "warm_start_uri", "initial_trainers", "sidecar_policy", "job_name", "checkpoint_uri")
 _PASSED_TO_TRAIN = tuple(p for p in TRAIN_PARAMETERS if p.name not in _NOT_EXPOSED)
-_RETRAIN_SIGNATURE = inspect.Signature([
-    inspect.Parameter("registry_uri", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
-    inspect.Parameter("checkpoint_uri", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
-    inspect.Parameter("data_kind", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str, default="digits"),
-    *_PASSED_TO_TRAIN,
-    inspect.Parameter("warm_start", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=bool, default=True),
-])
+
+
+def _retrain_signature(images: Images) -> inspect.Signature:
+    defaults = {"runtime_image": images.runtime, "trainer_image": images.trainer_cpu,
+                "trainer_gpu_image": images.trainer_gpu}
+    return inspect.Signature([
+        inspect.Parameter("registry_uri", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+        inspect.Parameter("checkpoint_uri", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+        inspect.Parameter("data_kind", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str, default="digits"),
+        *(p.replace(default=defaults[p.name]) if p.name in defaults else p for p in _PASSED_TO_TRAIN),
+        inspect.Parameter("warm_start", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=bool, default=True),
+    ])
 
 # One run = one job = one checkpoint prefix: named after the pipeline job's id (a UUID on the KFP
 # backend, which resolves the placeholder from 2.5; a number in kfp.local), the same for every retry
@@ -60,15 +68,15 @@ _RETRAIN_SIGNATURE = inspect.Signature([
 RUN_JOB_NAME = f"run-{dsl.PIPELINE_JOB_ID_PLACEHOLDER}"
 
 
-def _with_retrain_signature(body: Callable[..., None]) -> Callable[..., None]:
-    """``body(**parameters)`` as a function of ``_RETRAIN_SIGNATURE`` (KFP reads the signature and
-    calls the function once, positionally, to build the graph)."""
+def _with_retrain_signature(body: Callable[..., None], signature: inspect.Signature) -> Callable[..., None]:
+    """``body(**parameters)`` as a function of ``signature`` (KFP reads the signature and calls the
+    function once, positionally, to build the graph)."""
     def pipeline(*args, **kwargs):
-        bound = _RETRAIN_SIGNATURE.bind(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return body(**bound.arguments)
 
-    pipeline.__signature__ = _RETRAIN_SIGNATURE
+    pipeline.__signature__ = signature
     pipeline.__name__ = pipeline.__qualname__ = body.__name__
     return pipeline
 
@@ -79,17 +87,17 @@ def _with_s3_secret(task: dsl.PipelineTask, s3_secret: Any) -> dsl.PipelineTask:
     return task
 
 
-@dsl.pipeline(name="edl-retrain",
-              description="Prepare data, train elastically, evaluate on held-out data, publish only a better model.")
-@_with_retrain_signature
-def retrain(registry_uri: str, checkpoint_uri: str, data_kind: str, warm_start: bool, **train_parameters: Any):
+def _retrain(registry_uri: str, checkpoint_uri: str, data_kind: str, warm_start: bool, **train_parameters: Any):
     s3_secret = train_parameters["s3_secret"]
-    data = _with_s3_secret(prepare_data(kind=data_kind), s3_secret)
+    # Every step in the image the run names (a pipeline parameter: the KFP backend resolves it, 2.4+).
+    runtime, trainer = train_parameters["runtime_image"], train_parameters["trainer_image"]
+    data = _with_s3_secret(prepare_data(kind=data_kind), s3_secret).set_container_image(trainer)
     start = _with_s3_secret(warm_start_from(registry_uri=registry_uri, enabled=warm_start), s3_secret)
+    start.set_container_image(runtime)
     start.set_caching_options(False)  # the registry changes between runs
     train = elastic_train(data=data.outputs["dataset"], warm_start_uri=start.output, job_name=RUN_JOB_NAME,
                           checkpoint_uri=f"{checkpoint_uri}/{RUN_JOB_NAME}", **train_parameters)
-    _with_s3_secret(train, s3_secret)
+    _with_s3_secret(train, s3_secret).set_container_image(runtime)
     for env, field in (("POD_NAME", "metadata.name"), ("POD_UID", "metadata.uid")):  # the owner of the job's pods
         kubernetes.use_field_path_as_env(train, env_name=env, field_path=field)
     # Side effects (pods, checkpoints): never served from cache. Retrying is safe: the
@@ -99,34 +107,50 @@ def retrain(registry_uri: str, checkpoint_uri: str, data_kind: str, warm_start: 
     score = _with_s3_secret(evaluate(model=train.outputs["model"], data=data.outputs["dataset"],
                                      model_def=train_parameters["model_def"]), s3_secret)
     score.set_caching_options(False)
+    score.set_container_image(trainer)
     accuracy = score.outputs["Output"]
     better = _with_s3_secret(beats_published(accuracy=accuracy, registry_uri=registry_uri), s3_secret)
     better.set_caching_options(False)
+    better.set_container_image(runtime)
     with dsl.If(better.output == True, name="better-than-published"):  # noqa: E712 - a KFP condition
         done = _with_s3_secret(publish(model=train.outputs["model"], accuracy=accuracy, registry_uri=registry_uri),
                                s3_secret)
         done.set_caching_options(False)
+        done.set_container_image(runtime)
+
+
+def build_retrain(images: Images = DEFAULT_IMAGES):
+    """The KFP pipeline, its images (parameter defaults) from ``images``: one registry for all."""
+    return dsl.pipeline(
+        name="edl-retrain",
+        description="Prepare data, train elastically, evaluate on held-out data, publish only a better model.",
+    )(_with_retrain_signature(_retrain, _retrain_signature(images)))
+
+
+retrain = build_retrain()
 
 
 # -------------------------------------------------------------------- KFP
 KFP_CRON = re.compile(r"^\S+( \S+){5}$")  # KFP: seconds minutes hours day-of-month month day-of-week
 
 
-def compile_kfp(path: Path) -> Path:
+def compile_kfp(path: Path, images: Images = DEFAULT_IMAGES) -> Path:
     from kfp import compiler
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(retrain, str(path))
+    compiler.Compiler().compile(retrain if images == DEFAULT_IMAGES else build_retrain(images), str(path))
     return path
 
 
 def schedule_retraining(client: Any, *, experiment: str, cron: str, registry_uri: str, pipeline_package: Path,
-                        params: dict | None = None, service_account: str = "edl-launcher",
+                        params: dict | None = None, service_account: str = "",
                         name: str = "edl-retrain") -> Any:
     """A KFP recurring run of the retraining pipeline; each run warm-starts from the published model.
 
     ``client`` is a ``kfp.Client`` (``kfp.Client(host=...)``). ``cron`` has KFP's six fields
-    (with seconds), e.g. ``"0 0 3 * * *"`` for 03:00 every day.
+    (with seconds), e.g. ``"0 0 3 * * *"`` for 03:00 every day. ``service_account``: empty, the
+    run's default account (``pipeline-runner``; ``default-editor`` in a profile namespace), which
+    KFP's own pods need; bind edl's launcher Role to it (``edl k8s render --bind-account``).
     """
     if not KFP_CRON.match(cron.strip()):
         raise UserError(f"cron {cron!r}: KFP recurring runs take six fields (seconds first), e.g. '0 0 3 * * *'")
@@ -135,20 +159,44 @@ def schedule_retraining(client: Any, *, experiment: str, cron: str, registry_uri
         experiment_id=exp.experiment_id, job_name=name, cron_expression=cron.strip(),
         pipeline_package_path=str(pipeline_package),
         params={"registry_uri": registry_uri, "warm_start": True, **(params or {})},
-        service_account=service_account, enable_caching=False, max_concurrency=1, no_catchup=True)
+        service_account=service_account or None, enable_caching=False, max_concurrency=1, no_catchup=True)
 
 
 # ------------------------------------------------------------------- Argo
 ARGO_CRON = re.compile(r"^\S+( \S+){4}$")
 TRAIN_STEP_GRACE_S = 60
+ARGO_SERVICE_ACCOUNT = "edl-retrain"
+ARGO_EXECUTOR_ROLE = "edl-retrain-argo-executor"
+
+
+def argo_rbac(namespace: str = "default") -> list[dict]:
+    """The CronWorkflow's ServiceAccount, what Argo's emissary executor needs (its wait container reports
+    each step's outputs as WorkflowTaskResults, Argo 3.4+), and edl's launcher Role bound to it
+    (``edl k8s render`` writes that Role)."""
+    labels = {"app.kubernetes.io/name": "edl"}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": ARGO_SERVICE_ACCOUNT, "namespace": namespace, "labels": labels}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": ARGO_EXECUTOR_ROLE, "namespace": namespace, "labels": labels},
+         "rules": [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
+                    "verbs": ["create", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": ARGO_EXECUTOR_ROLE, "namespace": namespace, "labels": labels},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ARGO_EXECUTOR_ROLE},
+         "subjects": [{"kind": "ServiceAccount", "name": ARGO_SERVICE_ACCOUNT, "namespace": namespace}]},
+        *launcher_bindings(namespace, ARGO_SERVICE_ACCOUNT),
+    ]
 
 
 def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default", registry_uri: str = "s3://models/digits",
                        checkpoint_uri: str = "s3://checkpoints/digits-retrain", s3_secret: str = "minio-creds",
                        data_uri: str = "s3://data/digits", epochs: int = TRAIN_DEFAULTS["epochs"],
-                       max_trainers: int = TRAIN_DEFAULTS["max_trainers"], runtime_image: str = RUNTIME_IMAGE,
-                       trainer_image: str = TRAINER_IMAGE):
+                       max_trainers: int = TRAIN_DEFAULTS["max_trainers"], images: Images = DEFAULT_IMAGES):
     """The same retraining as an Argo ``CronWorkflow`` (Argo 3.6+ and v4: ``schedules``, five-field cron, UTC).
+
+    Its pods run under ``ARGO_SERVICE_ACCOUNT``, with what Argo's executor and edl's launcher need
+    (``argo_rbac``); the steps and the job's pods in ``images``.
 
     Each workflow is one job: named after the workflow's uid (the same for the retries of its training
     step, new for every scheduled run), with its checkpoints under ``checkpoint_uri``/that name; the
@@ -159,6 +207,7 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
 
     if not ARGO_CRON.match(schedule.strip()):
         raise UserError(f"schedule {schedule!r}: Argo cron takes five fields, e.g. '0 3 * * *'")
+    runtime_image, trainer_image = images.runtime, images.trainer_cpu
     model_def = TRAIN_DEFAULTS["model_def"]
     job_name = "run-{{workflow.uid}}"  # "run-" + a 36-character uid: edl's 40 for Kubernetes job names
     job_checkpoints = f"{checkpoint_uri}/{job_name}"
@@ -173,7 +222,7 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
 
     with CronWorkflow(name="edl-retrain", namespace=namespace, schedules=[schedule.strip()],
                       timezone="UTC", concurrency_policy="Forbid", starting_deadline_seconds=600, entrypoint="retrain",
-                      service_account_name="edl-launcher",
+                      service_account_name=ARGO_SERVICE_ACCOUNT,
                       arguments=[Parameter(name="registry_uri", value=registry_uri),
                                  Parameter(name="epochs", value=str(epochs))]) as cw:
         prepare = Container(
@@ -193,6 +242,7 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
                   "--min-trainers", str(TRAIN_DEFAULTS["min_trainers"]), "--max-trainers", str(max_trainers),
                   "--checkpoint-uri", job_checkpoints, "--s3-secret", s3_secret, "--namespace", namespace,
                   "--image", runtime_image, "--trainer-image", trainer_image,
+                  "--trainer-gpu-image", images.trainer_gpu,
                   "--init-model", "{{inputs.parameters.warm}}", "--summary-out", "/tmp/summary.json"],
             inputs=[Parameter(name="warm")], env=[*pod_env, *s3_env], security_context=secure,
             resources=resources("500m", "512Mi"),

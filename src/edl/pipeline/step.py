@@ -1,9 +1,10 @@
 """The elastic-train step: what the KFP component runs, on a cluster or on this machine.
 
-One function for both: inside a Kubernetes pod (``KUBERNETES_SERVICE_HOST`` set)
-it runs ``edl launch`` (master, sidecar and trainers as pods); anywhere else
-(``kfp.local``, a laptop) it runs the local backend with the autoscale sidecar
-following a capacity schedule of other tenants. Either way it copies the
+One function for both: as a task of a KFP run (``in_cluster``: KFP's driver sets
+``KFP_POD_NAME`` in every task's pod) it runs ``edl launch`` (master, sidecar and
+trainers as pods); anywhere else (``kfp.local`` on a laptop, or in a Kubeflow
+notebook's pod) it runs the local backend with the autoscale sidecar following a
+capacity schedule of other tenants. Either way it copies the
 exported model into the step's Model artifact, logs the metrics and writes the
 run summary and a timeline plot.
 
@@ -18,8 +19,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 
+from edl.api.images import DEFAULT_IMAGES
 from edl.api.spec import (
     JobSpec,
     K8sOptions,
@@ -32,12 +35,15 @@ from edl.api.spec import (
 )
 from edl.autoscale.policy import POLICY_NAMES
 from edl.errors import UserError
-from edl.pipeline.components import TRAIN_PARAMETERS
+from edl.pipeline.components import TRAIN_DEFAULTS, TRAIN_PARAMETERS
+
+# The parameters that only the local path uses (trainer slots of this machine, other tenants over time).
+LOCAL_ONLY = ("capacity_slots", "capacity_schedule")
 
 # How the step names the fields of JobSpec and K8sOptions: by the component's parameters.
 PARAMETER_NAMES = Naming(
     {"job": "job_name", "trainers": "initial_trainers", "init_model": "warm_start_uri",
-     "autoscale_slots": "capacity_slots"},
+     "autoscale_slots": "capacity_slots", "image": "runtime_image"},
     "pipeline parameter {name}:", hints={"data": "connect a Dataset or set data_uri"})
 
 
@@ -59,11 +65,14 @@ class _TrainParamsMethods:
                        batch_size=self.batch_size, min_trainers=self.min_trainers, max_trainers=self.max_trainers,
                        trainers=self.initial_trainers or self.min_trainers, checkpoint_uri=checkpoint_uri,
                        learning_rate=self.learning_rate, init_model=self.warm_start_uri or None,
-                       audit=self.audit and not in_cluster())
+                       audit=self.audit)
 
     def pod_options(self, namespace: str) -> K8sOptions:
         return K8sOptions(namespace=namespace, trainer_cpu=self.trainer_cpu, trainer_memory=self.trainer_memory,
-                          trainer_gpu=self.trainer_gpu, priority_class=self.priority_class or None,
+                          trainer_gpu=self.trainer_gpu, image=self.runtime_image or DEFAULT_IMAGES.runtime,
+                          trainer_image=self.trainer_image or DEFAULT_IMAGES.trainer_cpu,
+                          trainer_gpu_image=self.trainer_gpu_image or DEFAULT_IMAGES.trainer_gpu,
+                          priority_class=self.priority_class or None,
                           s3_secret=self.s3_secret or None, sidecar_policy=self.sidecar_policy,
                           sidecar_period_s=self.sidecar_period_s, sidecar_jitter_s=self.sidecar_jitter_s)
 
@@ -72,12 +81,21 @@ class _TrainParamsMethods:
         spec = self.job_spec(self.checkpoint_uri)
         opts = self.pod_options(self.namespace or K8sOptions.namespace)  # else the pod's own: valid
         if in_cluster():
-            PARAMETER_NAMES.check(job_problems(spec), kubernetes_problems(spec, opts, POLICY_NAMES))
+            PARAMETER_NAMES.check(job_problems(spec), kubernetes_problems(spec, opts, POLICY_NAMES),
+                                  self.local_only_problems())
         else:
             PARAMETER_NAMES.check(job_problems(spec), pod_problems(opts, POLICY_NAMES),
                                   local_autoscale_problems(self.capacity_slots or self.max_trainers,
                                                            self.capacity_schedule, self.sidecar_period_s,
                                                            self.min_trainers))
+
+    def local_only_problems(self) -> Iterator[Problem]:
+        """On a cluster the real scheduler is the capacity: a local capacity setting would be ignored."""
+        for name in LOCAL_ONLY:
+            if getattr(self, name) != TRAIN_DEFAULTS[name]:
+                yield Problem(name, f"{getattr(self, name)!r}: only matters locally (kfp.local), where it "
+                                    "simulates other tenants; on a cluster leave it at its default "
+                                    f"({TRAIN_DEFAULTS[name]!r})")
 
 
 # The component's parameters as a dataclass, plus ``namespace``: on a cluster the step's pod's own
@@ -102,8 +120,23 @@ def artifact_uri(uri: str, path: str) -> str:
     return path
 
 
+# "kubernetes" or "local": where the step runs its job, whatever ``in_cluster`` would find.
+BACKEND_ENV = "EDL_STEP_BACKEND"
+
+
 def in_cluster() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    """Whether the step runs as a task of a KFP run on the cluster (then its job runs as pods).
+
+    Only a workflow's task pod has ``KFP_POD_NAME`` (KFP's driver sets it in every task's pod, and
+    the launcher owns the job's pods by it); ``KUBERNETES_SERVICE_HOST`` alone is any pod, e.g. a
+    Kubeflow notebook running ``edl demo`` with ``kfp.local``, which must stay local.
+    ``EDL_STEP_BACKEND=kubernetes|local`` decides instead where neither rule fits."""
+    forced = os.environ.get(BACKEND_ENV, "").strip().lower()
+    if forced:
+        if forced not in ("kubernetes", "local"):
+            raise UserError(f"{BACKEND_ENV}={forced!r}: use kubernetes or local (or leave it unset)")
+        return forced == "kubernetes"
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KFP_POD_NAME"))
 
 
 def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: Any = None, warm_start: Any = None,

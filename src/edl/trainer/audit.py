@@ -6,30 +6,37 @@ became part of the final model's lineage is decided afterwards: a later
 generation that started from base step ``b`` discards every step above ``b``
 of earlier generations (they were lost with a dead replica or rolled back to a
 checkpoint). Generations are ordered by (master incarnation, generation id).
+
+The log lives under the job's checkpoint prefix (``edl.storage.audit``), so that it works on a
+cluster as it does locally: trainer pods write it, the launcher reads it when the job ends.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO
+
+from edl.storage.audit import AuditWriter, read_audit_lines
+from edl.storage.store import ObjectStore
 
 
 class AuditLog:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._f: IO[str] = path.open("a", buffering=1)  # line-buffered: survives SIGKILL of the writer
+    """One trainer's log, in ``store`` (the job's checkpoint store); each record is durable once written."""
+
+    def __init__(self, store: ObjectStore, trainer_id: str) -> None:
+        self._out = AuditWriter(store, trainer_id)
 
     def generation(self, key: tuple[int, int], base_step: int) -> None:
-        self._f.write(json.dumps({"gen": list(key), "base": base_step}) + "\n")
+        self._out.write(json.dumps({"gen": list(key), "base": base_step}))
 
     def step(self, key: tuple[int, int], step: int, records: dict[int, list[int]]) -> None:
-        self._f.write(json.dumps({"gen": list(key), "step": step, "records": {str(e): ids for e, ids in records.items()}}) + "\n")
+        self._out.write(json.dumps({"gen": list(key), "step": step,
+                                    "records": {str(e): ids for e, ids in records.items()}}))
 
     def close(self) -> None:
-        self._f.close()
+        pass  # nothing buffered
 
 
 @dataclass(frozen=True)
@@ -40,20 +47,24 @@ class AuditResult:
     samples_per_epoch: list[int]
 
 
-def audit(audit_dir: Path, expected_ids: list[int], epochs: int) -> AuditResult:
+def audit(store: ObjectStore, expected_ids: list[int], epochs: int) -> AuditResult:
+    """Every trainer's log in ``store`` (the job's checkpoint store) against the data set's ids."""
+    return audit_lines(read_audit_lines(store), expected_ids, epochs)
+
+
+def audit_lines(lines: Iterable[str], expected_ids: list[int], epochs: int) -> AuditResult:
     bases: dict[tuple[int, int], int] = {}
     steps: list[tuple[tuple[int, int], int, dict[str, list[int]]]] = []
-    for path in sorted(audit_dir.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by SIGKILL
-            key = (int(rec["gen"][0]), int(rec["gen"][1]))
-            if "base" in rec:
-                bases[key] = int(rec["base"])
-            else:
-                steps.append((key, int(rec["step"]), rec["records"]))
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # not a record (a write cut short cannot leave one: each record is one object)
+        key = (int(rec["gen"][0]), int(rec["gen"][1]))
+        if "base" in rec:
+            bases[key] = int(rec["base"])
+        else:
+            steps.append((key, int(rec["step"]), rec["records"]))
     # ceiling[g] = the smallest base step of any later generation.
     ordered = sorted(bases)
     ceiling: dict[tuple[int, int], float] = {}

@@ -22,7 +22,6 @@ import socket
 import threading
 import time
 import zlib
-from pathlib import Path
 from typing import Callable
 
 from edl.api.data import Cursor, Task
@@ -51,8 +50,7 @@ EXIT_OK, EXIT_FAILED, EXIT_EXCLUDED = 0, 1, 3
 
 
 class Trainer:
-    def __init__(self, trainer_id: str, master: str, token: str, host: str, audit_dir: Path | None,
-                 backend: str = "gloo", collective_deadline_s: float = COLLECTIVE_DEADLINE_S,
+    def __init__(self, trainer_id: str, master: str, token: str, host: str, backend: str = "gloo", collective_deadline_s: float = COLLECTIVE_DEADLINE_S,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self.id = trainer_id
         self.master_addr = master
@@ -66,7 +64,8 @@ class Trainer:
         self.md = load_model_def(self.spec.model_def)
         self.replica = Replica(self.md, self.spec.seed, self.spec.learning_rate, self.spec.init_model)
         self.dataset = Dataset(self.spec.data)
-        ckpts = CheckpointStore(open_store(self.spec.checkpoint_uri, "--checkpoint-uri"), self.spec.keep_checkpoints)
+        job_store = open_store(self.spec.checkpoint_uri, "--checkpoint-uri")
+        ckpts = CheckpointStore(job_store, self.spec.keep_checkpoints)
         self.checkpoints = Checkpointer(ckpts, lambda: HttpMaster(master, token, give_up_s=120), trainer_id,
                                         self.spec.model_def, clock)
         self.progress = Progress()
@@ -77,7 +76,7 @@ class Trainer:
                                    self.control, on_stuck=lambda: os._exit(EXIT_EXCLUDED),
                                    deadline_s=collective_deadline_s, clock=clock)
         self.store_port = free_port(host)
-        self.audit = AuditLog(audit_dir / f"{trainer_id}.jsonl") if (self.spec.audit and audit_dir) else None
+        self.audit = AuditLog(job_store, trainer_id) if self.spec.audit else None  # under the checkpoints
         self._alive = True
 
     def _read_ahead(self, task: Task) -> None:
@@ -294,13 +293,13 @@ class Trainer:
         log.info("trainer %s: training finished at step %d; metrics %s", self.id, step, metrics)
 
 
-def run_trainer(trainer_id: str, master: str, token: str, audit_dir: str | None, backend: str) -> int:
+def run_trainer(trainer_id: str, master: str, token: str, backend: str) -> int:
     host = os.environ.get("EDL_TRAINER_HOST") or socket.gethostbyname(socket.gethostname())
     if master.startswith(("127.", "localhost", "http://127.", "http://localhost")):
         host = "127.0.0.1"
     deadline_s = float(os.environ.get("EDL_COLLECTIVE_DEADLINE_S", str(COLLECTIVE_DEADLINE_S)))
     try:
-        trainer = Trainer(trainer_id, master, token, host, Path(audit_dir) if audit_dir else None, backend,
+        trainer = Trainer(trainer_id, master, token, host, backend,
                           collective_deadline_s=deadline_s)
     except UserError as e:
         # Tell the master so the job fails with the reason, not just an exit code.

@@ -34,3 +34,32 @@ def test_render_command_writes_valid_files(tmp_path):
     assert r.returncode == 2 and "--checkpoint-uri" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not bad.exists()  # nothing written
+
+
+def test_render_binds_the_launcher_role_to_the_accounts_workflows_run_under(tmp_path):
+    """Review #6: KFP runs every pod of a run (its driver too) under the run's account, so edl's Role is
+    bound to that account (pipeline-runner standalone, default-editor in a profile namespace) instead of
+    KFP being asked to run as edl-launcher. Only bindings are added: the Roles stay what they were."""
+    base = ["k8s", "render", "--job-name", "mnist", "--model-def", "edl.zoo.digits", "--data", "s3://d/digits",
+            "--epochs", "2", "--batch-size", "32", "--checkpoint-uri", "s3://c/mnist", "--s3-secret", "minio",
+            "--namespace", "ml"]
+    assert run_edl(*base, "--out", str(tmp_path / "plain")).returncode == 0
+    r = run_edl(*base, "--bind-account", "pipeline-runner", "--bind-account", "default-editor",
+                "--out", str(tmp_path / "kfp"))
+    assert r.returncode == 0, r.stderr
+    plain = list(yaml.safe_load_all((tmp_path / "plain" / "00-rbac.yaml").read_text()))
+    bound = list(yaml.safe_load_all((tmp_path / "kfp" / "00-rbac.yaml").read_text()))
+    assert bound[:len(plain)] == plain  # everything as before, then only the new bindings
+    extra = bound[len(plain):]
+    for obj in extra:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    got = {(o["kind"], o["roleRef"]["kind"], o["roleRef"]["name"], o["subjects"][0]["name"],
+            o["subjects"][0]["namespace"]) for o in extra}
+    assert got == {(kind, ref, role, account, "ml") for account in ("pipeline-runner", "default-editor")
+                   for kind, ref, role in (("RoleBinding", "Role", "edl-launcher"),
+                                           ("ClusterRoleBinding", "ClusterRole", "edl-launcher-priorityclasses"))}
+    assert not any(o["kind"] == "ServiceAccount" and o["metadata"]["name"] in ("pipeline-runner", "default-editor")
+                   for o in bound)  # KFP owns those accounts
+    r = run_edl(*base, "--bind-account", "Pipeline Runner", "--out", str(tmp_path / "bad"))
+    assert r.returncode == 2 and "--bind-account 'Pipeline Runner'" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()

@@ -233,3 +233,42 @@ def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
     assert steps.phase(step) == "Running"
     steps.core.delete_namespaced_pod(step, steps.ns)
     steps.wait_gone("yield", 90, "cleanup")
+
+
+def test_a_step_under_the_runs_own_account_with_only_the_rendered_binding_runs_the_job(steps, kube):
+    """Review #6: KFP runs a run's pods under its account (pipeline-runner in a standalone install), so
+    `edl k8s render --bind-account pipeline-runner` binds edl's launcher Role to it; nothing else. The
+    same step without the binding is refused by RBAC, in one line."""
+    from edl.cluster import manifests
+    from tests.plane.fixtures import apply
+
+    core, rbac = client.CoreV1Api(kube), client.RbacAuthorizationV1Api(kube)
+    core.create_namespaced_service_account(steps.ns, {"metadata": {"name": "pipeline-runner"}})  # KFP's, not ours
+    refused = steps.launch("unbound", service_account="pipeline-runner")
+    assert steps.wait_done(refused, 120) != 0
+    errors = [line for line in steps.log(refused).splitlines() if line.startswith("edl: error:")]
+    assert len(errors) == 1 and "refused" in errors[0] and "RBAC" in errors[0], steps.log(refused)[-2000:]
+    plain = manifests.rbac(steps.ns)
+    bindings = [o for o in manifests.rbac(steps.ns, ("pipeline-runner",)) if o not in plain]
+    assert {o["kind"] for o in bindings} == {"RoleBinding", "ClusterRoleBinding"}
+    apply(kube, bindings, steps.ns)
+    try:
+        step = steps.launch("runner", epochs=3, service_account="pipeline-runner", style="kfp")
+        assert steps.wait_done(step) == 0, steps.log_tail()
+        assert steps.summary(step)["status"] == "succeeded"
+        steps.wait_gone("runner")
+    finally:
+        for o in bindings:
+            if o["kind"] == "ClusterRoleBinding":
+                rbac.delete_cluster_role_binding(o["metadata"]["name"])
+
+
+def test_audit_on_the_cluster_counts_every_sample_from_the_checkpoint_store(steps):
+    """The trainers' pods write the audit log under the job's checkpoint prefix on MinIO; the launcher
+    reads it at the end (with the S3 Secret's keys) and reports lost and duplicated samples."""
+    step = steps.launch("audited", "--audit", epochs=3)
+    assert steps.wait_done(step) == 0, steps.log_tail()
+    s = steps.summary(step)
+    assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+    assert s["audited_samples_per_epoch"] == [1438] * 3  # digits' training split, once per epoch
+    assert "lost 0, duplicated 0" in steps.log(step)

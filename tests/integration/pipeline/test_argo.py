@@ -41,19 +41,15 @@ def test_the_retraining_cronworkflow_runs_through_argo_and_publishes(argo, kube,
     custom = client.CustomObjectsApi(kube)
     rbac = client.RbacAuthorizationV1Api(kube)
     cron = yaml.safe_load((build.REPO / "pipelines" / "retrain.cronworkflow.yaml").read_text())
-    # What a user sets up: edl's RBAC, the S3 Secret the workflow names, and the Role Argo's emissary
-    # executor needs (its documented minimum), bound to the workflow's ServiceAccount.
+    # What a user sets up: edl's RBAC, the S3 Secret the workflow names, and the CronWorkflow's own
+    # ServiceAccount with the Role Argo's emissary executor needs and edl's launcher Role bound to it
+    # (pipelines/retrain.cronworkflow.rbac.yaml, as compiled).
     apply(kube, manifests.rbac(NS), NS)
     core.create_namespaced_secret(NS, client.V1Secret(metadata=client.V1ObjectMeta(name="minio-creds"), data={
         k: base64.b64encode(v.encode()).decode() for k, v in plane_s3.env.items()}))
-    rbac.create_namespaced_role(NS, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                                     "metadata": {"name": "argo-executor"},
-                                     "rules": [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
-                                                "verbs": ["create", "patch"]}]})
-    rbac.create_namespaced_role_binding(NS, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "argo-executor"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "argo-executor"},
-        "subjects": [{"kind": "ServiceAccount", "name": manifests.LAUNCHER_SA, "namespace": NS}]})
+    workflow_rbac = list(yaml.safe_load_all((build.REPO / "pipelines" / "retrain.cronworkflow.rbac.yaml").read_text()))
+    assert cron["spec"]["workflowSpec"]["serviceAccountName"] == "edl-retrain"
+    apply(kube, workflow_rbac, NS)
     try:
         custom.create_namespaced_custom_object("argoproj.io", "v1alpha1", NS, "cronworkflows", cron)
         # As `argo submit --from cronwf/edl-retrain` does: a Workflow from its spec, now.
@@ -94,8 +90,15 @@ def test_the_retraining_cronworkflow_runs_through_argo_and_publishes(argo, kube,
             for obj in custom.list_namespaced_custom_object("argoproj.io", "v1alpha1", NS, plural)["items"]:
                 custom.delete_namespaced_custom_object("argoproj.io", "v1alpha1", NS, plural, obj["metadata"]["name"])
         core.delete_namespaced_secret("minio-creds", NS)
-        rbac.delete_namespaced_role_binding("argo-executor", NS)
-        rbac.delete_namespaced_role("argo-executor", NS)
+        for obj in workflow_rbac:
+            name, kind = obj["metadata"]["name"], obj["kind"]
+            try:
+                {"ServiceAccount": lambda: core.delete_namespaced_service_account(name, NS),
+                 "Role": lambda: rbac.delete_namespaced_role(name, NS),
+                 "RoleBinding": lambda: rbac.delete_namespaced_role_binding(name, NS),
+                 "ClusterRoleBinding": lambda: rbac.delete_cluster_role_binding(name)}[kind]()
+            except client.ApiException:
+                pass
         deadline = time.monotonic() + 90
         while core.list_namespaced_pod(NS).items and time.monotonic() < deadline:
             time.sleep(1)  # the workflow's pods go with it (owned by the Workflow)

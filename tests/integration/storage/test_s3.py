@@ -42,8 +42,12 @@ def test_training_with_s3_data_and_checkpoints(s3, digits, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+    assert s["audited_samples_per_epoch"] == [1438] * 3  # every training row once per epoch, read back from S3
     assert s["final_model_uri"] == "s3://ckpts/digits-job/model"
     keys = {o.object_name for o in s3.client().list_objects("ckpts", "digits-job/", recursive=True)}
+    # The audit log lives in the checkpoint store (as trainer pods on a cluster write it), not on a disk.
+    audit = {k for k in keys if k.startswith("digits-job/audit/")}
+    assert {"s3job-t1", "s3job-t2"} <= {k.split("/")[2] for k in audit}
     assert any(k.endswith("MANIFEST.json") for k in keys)
     assert any(k.startswith("digits-job/model/inference") for k in keys)
     assert s["metrics"]["accuracy"] > 0.5

@@ -51,6 +51,7 @@ def test_step_metrics_from_a_summary():
 def test_compiled_artifacts_match_the_code(tmp_path):
     from edl.pipeline.compile import (
         ARGO_FILE,
+        ARGO_RBAC_FILE,
         COMPONENT_FILE,
         PIPELINE_FILE,
         SIDECAR_CONTAINER_FILE,
@@ -61,6 +62,7 @@ def test_compiled_artifacts_match_the_code(tmp_path):
     compile_all(tmp_path)
     committed = {COMPONENT_FILE: REPO / "components" / "elastic_train" / COMPONENT_FILE,
                  PIPELINE_FILE: REPO / "pipelines" / PIPELINE_FILE, ARGO_FILE: REPO / "pipelines" / ARGO_FILE,
+                 ARGO_RBAC_FILE: REPO / "pipelines" / ARGO_RBAC_FILE,
                  SIDECAR_CONTAINER_FILE: REPO / "components" / "autoscale_sidecar" / SIDECAR_CONTAINER_FILE,
                  SIDECAR_RBAC_FILE: REPO / "components" / "autoscale_sidecar" / SIDECAR_RBAC_FILE}
     for name, path in committed.items():
@@ -107,8 +109,8 @@ def test_the_argo_cron_workflow_validates_against_the_argo_schema():
     assert cw.spec.schedules == ["0 3 * * *"] and len(cw.spec.schedules[0].split()) == 5
     templates = {t["name"]: t for t in doc["spec"]["workflowSpec"]["templates"]}
     train = templates["elastic-train"]["container"]
-    assert train["command"] == ["edl", "launch"] and train["image"] == "edl-runtime:0.1.0"
-    assert doc["spec"]["workflowSpec"]["serviceAccountName"] == "edl-launcher"
+    assert train["command"] == ["edl", "launch"] and train["image"] == "ghcr.io/edl-dev/edl-runtime:0.1.0"
+    assert doc["spec"]["workflowSpec"]["serviceAccountName"] == "edl-retrain"  # its own, not edl-launcher
     for t in templates.values():
         c = t.get("container")
         if c:
@@ -143,7 +145,8 @@ def test_recurring_runs_take_six_field_cron_and_warm_start(tmp_path):
                              pipeline_package=REPO / "pipelines" / "retrain.pipeline.yaml", params={"epochs": 5})
     assert kw["cron_expression"] == "0 0 3 * * *" and kw["experiment_id"] == "exp-1"
     assert kw["params"] == {"registry_uri": "s3://models/digits", "warm_start": True, "epochs": 5}
-    assert kw["enable_caching"] is False and kw["service_account"] == "edl-launcher"
+    # The run's default account (pipeline-runner / default-editor): KFP's own pods need it.
+    assert kw["enable_caching"] is False and kw["service_account"] is None
     with pytest.raises(UserError, match="six fields"):
         schedule_retraining(client, experiment="x", cron="0 3 * * *", registry_uri="r",
                             pipeline_package=REPO / "pipelines" / "retrain.pipeline.yaml")
@@ -179,6 +182,7 @@ def test_on_a_cluster_the_step_launches_with_the_parameters_mapped(monkeypatch, 
         return 0
 
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KFP_POD_NAME", "step")  # a KFP task's pod
     monkeypatch.setattr(kube, "launch", fake_launch)
     monkeypatch.setattr(step, "_s3_env_from_secret", lambda ns, name: seen.update(secret=(ns, name)))
     monkeypatch.setattr(step, "_copy_model", lambda uri, path: seen.update(copied=uri))
@@ -272,5 +276,132 @@ def test_the_cron_workflows_job_is_its_workflow_and_its_retries_skip_user_errors
 def test_on_a_cluster_the_step_needs_a_job_name(monkeypatch):
     """Review #7: the process id is the same in every container, so it names no job there."""
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KFP_POD_NAME", "step")
     with pytest.raises(UserError, match="pipeline parameter job_name: empty"):
         TrainParams(data_uri="s3://d/x", checkpoint_uri="s3://c/x", s3_secret="s").validate()
+
+
+def test_a_pod_with_only_kubernetes_service_host_runs_the_step_locally(monkeypatch):
+    """Review #20: a Kubeflow notebook's pod has KUBERNETES_SERVICE_HOST; only a KFP task's pod has
+    KFP_POD_NAME (set by KFP's driver). EDL_STEP_BACKEND decides where neither rule fits."""
+    from edl.pipeline.step import BACKEND_ENV, in_cluster
+
+    for name in ("KFP_POD_NAME", BACKEND_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert not in_cluster()
+    TrainParams(data_uri="/data/digits").validate()  # the local rules: no job name, no s3:// needed
+    monkeypatch.setenv("KFP_POD_NAME", "run-abc-system-container-impl-1234")
+    assert in_cluster()
+    monkeypatch.setenv(BACKEND_ENV, "local")
+    assert not in_cluster()
+    monkeypatch.delenv("KFP_POD_NAME")
+    monkeypatch.setenv(BACKEND_ENV, "kubernetes")
+    assert in_cluster()
+    monkeypatch.setenv(BACKEND_ENV, "cloud")
+    with pytest.raises(UserError, match="EDL_STEP_BACKEND='cloud'"):
+        in_cluster()
+
+
+@pytest.mark.parametrize("over", [{"capacity_slots": 4}, {"capacity_schedule": "0:0,30:2"}])
+def test_on_a_cluster_local_only_parameters_are_refused_naming_them(monkeypatch, over):
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KFP_POD_NAME", "step")
+    (name,) = over
+    p = TrainParams(data_uri="s3://d/x", checkpoint_uri="s3://c/x", s3_secret="s", job_name="job", **over)
+    with pytest.raises(UserError, match=rf"^pipeline parameter {name}: .* only matters locally"):
+        p.validate()
+    dataclasses.replace(p, **{name: TrainParams().__getattribute__(name)}).validate()  # the default is fine
+    monkeypatch.delenv("KFP_POD_NAME")
+    p.validate()  # locally it is what it is for
+
+
+def test_the_training_steps_images_are_inputs_and_gpu_trainers_get_the_gpu_image(monkeypatch):
+    """Review #16: registry-qualified, pinned to this version, and inputs of the step."""
+    from edl.api.images import DEFAULT_IMAGES, VERSION
+    from edl.cluster import manifests as m
+
+    p = TrainParams(data_uri="s3://d/x", checkpoint_uri="s3://c/x", s3_secret="s", job_name="job")
+    o = p.pod_options("ml")
+    assert (o.image, o.trainer_image, o.trainer_gpu_image) == \
+        (DEFAULT_IMAGES.runtime, DEFAULT_IMAGES.trainer_cpu, DEFAULT_IMAGES.trainer_gpu)
+    for image in (o.image, o.trainer_image, o.trainer_gpu_image):
+        registry, _, name = image.rpartition("/")
+        assert "." in registry.split("/")[0] and name.endswith(f":{VERSION}"), image  # a registry host, a tag
+    q = dataclasses.replace(p, runtime_image="reg.example/ml/edl-runtime:0.1.0",
+                            trainer_image="reg.example/ml/edl-trainer-cpu:0.1.0",
+                            trainer_gpu_image="reg.example/ml/edl-trainer-gpu:0.1.0")
+    spec = q.job_spec("s3://c/x")
+    cpu, gpu = q.pod_options("ml"), dataclasses.replace(q, trainer_gpu=1).pod_options("ml")
+    master = m.master_pod(spec, cpu)["spec"]["containers"]
+    assert {c["image"] for c in master} == {"reg.example/ml/edl-runtime:0.1.0"}  # master and sidecar
+    assert m.trainer_pod_spec(spec, cpu)["containers"][0]["image"] == "reg.example/ml/edl-trainer-cpu:0.1.0"
+    trainer = m.trainer_pod_spec(spec, gpu)["containers"][0]
+    assert trainer["image"] == "reg.example/ml/edl-trainer-gpu:0.1.0" and "nccl" in trainer["args"]
+    with pytest.raises(UserError, match="pipeline parameter trainer_gpu_image:"):
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+        monkeypatch.setenv("KFP_POD_NAME", "step")
+        dataclasses.replace(q, trainer_gpu_image="bad image").validate()
+    with pytest.raises(UserError, match="pipeline parameter runtime_image:"):
+        dataclasses.replace(q, runtime_image="bad image").validate()
+
+
+def test_every_step_of_the_pipeline_runs_in_the_image_its_run_names():
+    """set_container_image with a pipeline parameter: the backend (2.4+) resolves the task's base_image
+    input; its defaults are the registry the pipeline was compiled for."""
+    doc, _ = _compiled_pipeline()
+    params = doc["root"]["inputDefinitions"]["parameters"]
+    assert params["runtime_image"]["defaultValue"] == "ghcr.io/edl-dev/edl-runtime:0.1.0"
+    assert params["trainer_image"]["defaultValue"] == "ghcr.io/edl-dev/edl-trainer-cpu:0.1.0"
+    assert params["trainer_gpu_image"]["defaultValue"] == "ghcr.io/edl-dev/edl-trainer-gpu:0.1.0"
+    tasks = {**doc["root"]["dag"]["tasks"], **doc["components"]["comp-condition-1"]["dag"]["tasks"]}
+    executors = doc["deploymentSpec"]["executors"]
+    wanted = {"prepare-data": "trainer_image", "evaluate": "trainer_image"}
+    for name in S3_STEPS:
+        param = wanted.get(name, "runtime_image")
+        executor = doc["components"][tasks[name]["componentRef"]["name"]]["executorLabel"]
+        assert executors[executor]["container"]["image"] == \
+            "{{$.inputs.parameters['pipelinechannel--%s']}}" % param, name
+        assert tasks[name]["inputs"]["parameters"]["base_image"]["runtimeValue"]["constant"] == \
+            "{{$.inputs.parameters['pipelinechannel--%s']}}" % param, name
+    train = tasks["elastic-train"]["inputs"]["parameters"]
+    for param in ("runtime_image", "trainer_image", "trainer_gpu_image"):
+        assert train[param] == {"componentInputParameter": param}
+
+
+def test_compile_with_a_registry_qualifies_every_image(tmp_path):
+    from edl.cli import main
+
+    assert main(["pipeline", "compile", "--out", str(tmp_path), "--registry", "reg.example:5000/ml/"]) == 0
+    spec, _ = yaml.safe_load_all((tmp_path / "retrain.pipeline.yaml").read_text())
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["runtime_image"]["defaultValue"] == "reg.example:5000/ml/edl-runtime:0.1.0"
+    assert params["trainer_gpu_image"]["defaultValue"] == "reg.example:5000/ml/edl-trainer-gpu:0.1.0"
+    component = yaml.safe_load((tmp_path / "elastic_train.component.yaml").read_text())
+    assert {e["container"]["image"] for e in component["deploymentSpec"]["executors"].values()} == \
+        {"reg.example:5000/ml/edl-runtime:0.1.0"}
+    cron = yaml.safe_load((tmp_path / "retrain.cronworkflow.yaml").read_text())
+    templates = {t["name"]: t for t in cron["spec"]["workflowSpec"]["templates"]}
+    assert {t["container"]["image"] for t in templates.values() if "container" in t} == \
+        {"reg.example:5000/ml/edl-runtime:0.1.0", "reg.example:5000/ml/edl-trainer-cpu:0.1.0"}
+    args = templates["elastic-train"]["container"]["args"]
+    assert args[args.index("--trainer-gpu-image") + 1] == "reg.example:5000/ml/edl-trainer-gpu:0.1.0"
+    assert "reg.example:5000/ml/edl-runtime:0.1.0" in (tmp_path / "autoscale_sidecar.container.yaml").read_text()
+    assert main(["pipeline", "compile", "--out", str(tmp_path), "--registry", "Not A Registry"]) == 2
+
+
+def test_the_cron_workflows_account_gets_argos_executor_role_and_edls_launcher_role():
+    """Review #6: its own ServiceAccount, with the rendered bindings; least privilege."""
+    objs = list(yaml.safe_load_all((REPO / "pipelines" / "retrain.cronworkflow.rbac.yaml").read_text()))
+    by_kind = {}
+    for o in objs:
+        by_kind.setdefault(o["kind"], []).append(o)
+    assert [o["metadata"]["name"] for o in by_kind["ServiceAccount"]] == ["edl-retrain"]
+    (role,) = by_kind["Role"]
+    assert role["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
+                              "verbs": ["create", "patch"]}]
+    bound = {(b["kind"], b["roleRef"]["name"]) for b in by_kind["RoleBinding"] + by_kind["ClusterRoleBinding"]}
+    assert bound == {("RoleBinding", role["metadata"]["name"]), ("RoleBinding", "edl-launcher"),
+                     ("ClusterRoleBinding", "edl-launcher-priorityclasses")}
+    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": "edl-retrain", "namespace": "default"}]
+               for b in by_kind["RoleBinding"] + by_kind["ClusterRoleBinding"])
