@@ -71,6 +71,9 @@ K8S_FLAGS: tuple[Flag, ...] = (
          "random delay up to this many seconds so that sidecars do not act at once (default 2)"),
     Flag("--pending-timeout", "pending_timeout_s", float,
          "seconds a trainer pod may stay Pending before it is reported unschedulable and removed (default 120)"),
+    Flag("--node-lost-timeout", "node_lost_timeout_s", float,
+         "seconds a node may stay NotReady/Unknown before its pods count as lost: its trainers are replaced, "
+         "a master there is recreated, both deleted by force (default 60)"),
 )
 
 FLAG_NAMES = Naming({**{f.field: f.flag for f in (*FLAGS, *K8S_FLAGS)}, "audit": "--audit"})

@@ -65,6 +65,7 @@ class K8sOptions:
     sidecar_period_s: float = 10.0
     sidecar_jitter_s: float = 2.0
     pending_timeout_s: float = 120.0
+    node_lost_timeout_s: float = 60.0  # a node not Ready this long (first seen so by the launcher): its pods are lost
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -178,6 +179,8 @@ def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Proble
     yield from sidecar_problems(opts.sidecar_policy, opts.sidecar_period_s, opts.sidecar_jitter_s, policies)
     if opts.pending_timeout_s <= 0:
         yield Problem("pending_timeout_s", f"must be positive (got {opts.pending_timeout_s})")
+    if opts.node_lost_timeout_s <= 0:
+        yield Problem("node_lost_timeout_s", f"must be positive (got {opts.node_lost_timeout_s})")
 
 
 def kubernetes_problems(spec: JobSpec, opts: K8sOptions, policies: Collection[str]) -> Iterator[Problem]:
