@@ -38,8 +38,14 @@ def argo(plane):
     return plane
 
 
+@pytest.fixture(scope="session")
+def edl_rbac_in_ns(argo, kube):
+    """edl's RBAC in ``NS``, once: it stays for the session (its cluster bindings are shared)."""
+    apply(kube, manifests.rbac(NS), NS)
+
+
 @pytest.fixture
-def retrain(argo, kube, plane_s3):
+def retrain(argo, kube, plane_s3, edl_rbac_in_ns):
     """The committed CronWorkflow created in ``NS``, with what a user sets up: edl's RBAC, the S3
     Secret the workflow names, and the Role Argo's emissary executor needs (its documented
     minimum), bound to the workflow's ServiceAccount. Everything removed afterwards."""
@@ -47,7 +53,6 @@ def retrain(argo, kube, plane_s3):
     custom = client.CustomObjectsApi(kube)
     rbac = client.RbacAuthorizationV1Api(kube)
     cron = yaml.safe_load((build.REPO / "pipelines" / "retrain.cronworkflow.yaml").read_text())
-    apply(kube, manifests.rbac(NS), NS)
     core.create_namespaced_secret(NS, client.V1Secret(metadata=client.V1ObjectMeta(name="minio-creds"), data={
         k: base64.b64encode(v.encode()).decode() for k, v in plane_s3.env.items()}))
     rbac.create_namespaced_role(NS, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
