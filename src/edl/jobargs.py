@@ -76,6 +76,9 @@ K8S_FLAGS: tuple[Flag, ...] = (
     Flag("--scratch-size", "scratch_size", str,
          "size limit of the /tmp emptyDir of the master and trainer pods, a Kubernetes quantity; the kubelet "
          "evicts a pod that writes more. Data is read from S3 as needed, not copied there (default 1Gi)"),
+    Flag("--node-lost-timeout", "node_lost_timeout_s", float,
+         "seconds a node may stay NotReady/Unknown before its pods count as lost: its trainers are replaced, "
+         "a master there is recreated, both deleted by force (default 60)"),
 )
 
 FLAG_NAMES = Naming({**{f.field: f.flag for f in (*FLAGS, *K8S_FLAGS)}, "audit": "--audit"})

@@ -68,6 +68,7 @@ class K8sOptions:
     sidecar_jitter_s: float = 2.0
     pending_timeout_s: float = 120.0
     scratch_size: str = "1Gi"  # sizeLimit of each pod's /tmp emptyDir (data is read from S3, not copied there)
+    node_lost_timeout_s: float = 60.0  # a node not Ready this long (first seen so by the launcher): its pods are lost
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -184,6 +185,8 @@ def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Proble
         yield Problem("pending_timeout_s", f"must be positive (got {opts.pending_timeout_s})")
     if not _QUANTITY.match(opts.scratch_size) or float(re.sub(r"[A-Za-z]+$", "", opts.scratch_size)) <= 0:
         yield Problem("scratch_size", f"{opts.scratch_size!r}: must be a positive Kubernetes quantity (e.g. 1Gi, 500Mi)")
+    if opts.node_lost_timeout_s <= 0:
+        yield Problem("node_lost_timeout_s", f"must be positive (got {opts.node_lost_timeout_s})")
 
 
 def kubernetes_problems(spec: JobSpec, opts: K8sOptions, policies: Collection[str]) -> Iterator[Problem]:

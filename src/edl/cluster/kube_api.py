@@ -365,3 +365,14 @@ def decode_node(obj: dict) -> Node | None:
     a = status.get("allocatable") or {}
     return Node(obj["metadata"]["name"], Resources(quantity(a.get("cpu")), quantity(a.get("memory")) / GIB,
                                                    quantity(a.get(GPU_KEY))))
+
+
+def node_ready(obj: dict | None) -> str:
+    """A node's Ready condition: "True", "False" or "Unknown" (also while it reports none yet);
+    ``"gone"`` when there is no such Node."""
+    if obj is None:
+        return "gone"
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return str(cond.get("status") or "Unknown")
+    return "Unknown"

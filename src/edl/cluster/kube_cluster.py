@@ -13,12 +13,15 @@ import logging
 import secrets
 import time
 import uuid
+from dataclasses import replace
 from datetime import datetime, timezone
+from typing import Callable
 
 from edl.cluster import manifests as m
-from edl.api.cluster import MasterEndpoint, TrainerExit, TrainerPod
-from edl.cluster.kube_api import KubeApi, cannot_start, last_exit, pod_phase, trainer_exit
-from edl.errors import PermanentError, UserError
+from edl.api.cluster import MasterEndpoint, PodPhase, TrainerExit, TrainerPod
+from edl.cluster.kube_api import KubeApi, cannot_start, last_exit, node_ready, pod_phase, trainer_exit
+from edl.cluster.node_loss import judge_nodes
+from edl.errors import KubeForbiddenError, PermanentError, UserError
 from edl.api.spec import JobSpec, K8sOptions
 
 log = logging.getLogger("edl.launcher")
@@ -38,7 +41,7 @@ def _now_rfc3339() -> str:
 
 class KubeCluster:
     def __init__(self, kube: KubeApi, spec: JobSpec, opts: K8sOptions, owner: dict | None = None,
-                 master_via: str = "service") -> None:
+                 master_via: str = "service", clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.spec = spec
         self.opts = opts
@@ -47,6 +50,10 @@ class KubeCluster:
         self.names = m.names(spec.job)
         self.trainer_prefix = self.names["trainer_prefix"]
         self.selector = f"edl.dev/job={spec.job}"
+        self.clock = clock
+        self.not_ready_since: dict[str, float] = {}  # node -> first seen not Ready, on self.clock
+        self.lost_pods: set[str] = set()  # pods reported lost with their node: deleted by force
+        self.nodes_readable = True  # False once the API refused to show nodes (RBAC without it)
 
     # ------------------------------------------------------------ Cluster
     def ensure_job(self) -> MasterEndpoint:
@@ -100,7 +107,36 @@ class KubeCluster:
         if pod is None:
             return False
         self._master_can_run(pod)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and not pod_phase(pod).terminated and (status := self._lost_nodes({node}).get(node)):
+            self._abandon_master(node, status)
+            return False
         return not pod_phase(pod).terminated
+
+    def _abandon_master(self, node: str, status: str) -> None:
+        """The master's node is lost: nobody there will confirm a graceful delete, so its pod goes
+        by force (its name is free at once for the successor ``recreate_master`` creates)."""
+        self.record("MasterNodeLost", f"master {self.names['master']}: its node {node} is not Ready ({status}) for "
+                                      f"over {self.opts.node_lost_timeout_s:.0f} s; deleting it by force",
+                    warning=True)
+        self.kube.delete("pods", self.names["master"], grace_s=0)
+
+    def _lost_nodes(self, nodes: set[str]) -> dict[str, str]:
+        """Of ``nodes``, those lost (``judge_nodes``), each with its Ready status."""
+        if not nodes or not self.nodes_readable:
+            return {}
+        ready = {}
+        for node in sorted(nodes):
+            try:
+                ready[node] = node_ready(self.kube.get("nodes", node))
+            except KubeForbiddenError as e:
+                self.nodes_readable = False
+                self.record("NodesUnreadable", f"cannot read nodes ({str(e).splitlines()[0]}): a lost node is "
+                                               "noticed only once Kubernetes removes its pods", warning=True)
+                return {}
+        verdict = judge_nodes(ready, self.not_ready_since, self.clock(), self.opts.node_lost_timeout_s)
+        self.not_ready_since = verdict.not_ready_since
+        return verdict.lost
 
     def _master_can_run(self, pod: dict) -> None:
         """Raise with the master's own reason when waiting for it cannot help: it refused the job
@@ -134,13 +170,23 @@ class KubeCluster:
                 exit_, message = TrainerExit.CANNOT_START, f"trainer {why}"
             out.append(TrainerPod(meta["name"], phase, _timestamp(meta.get("creationTimestamp")),
                                   (pod.get("spec") or {}).get("nodeName"), exit_, message))
+        lost = self._lost_nodes({t.node for t in out if t.node and not t.phase.terminated})
+        for i, t in enumerate(out):
+            if t.node in lost and not t.phase.terminated:
+                # Its pod may look Running (or Terminating) for ever: it has ended as far as the job goes.
+                self.lost_pods.add(t.name)
+                out[i] = replace(t, phase=PodPhase.FAILED, exit=TrainerExit.NODE_LOST,
+                                 message=f"its node {t.node} is not Ready ({lost[t.node]}) for over "
+                                         f"{self.opts.node_lost_timeout_s:.0f} s")
         return out
 
     def create_trainer(self, name: str) -> None:
         self.kube.create(m.trainer_pod(self.spec, self.opts, name, self.owner))
 
     def delete_trainer(self, name: str) -> None:
-        self.kube.delete("pods", name)
+        # On a lost node a graceful delete never completes: nobody there confirms it.
+        self.kube.delete("pods", name, grace_s=0 if name in self.lost_pods else None)
+        self.lost_pods.discard(name)
 
     def delete_job(self) -> None:
         for pod in self.kube.list("pods", self.selector):

@@ -288,9 +288,11 @@ def rbac(namespace: str, bind_accounts: tuple[str, ...] = ()) -> list[dict]:
          "verbs": ["get", "list", "watch", "create", "update"]},
     ]
     sidecar_cluster_rules = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
-    # The launcher checks that --priority-class exists before it creates anything.
+    # The launcher checks that --priority-class exists before it creates anything, and reads the
+    # nodes its pods run on: one NotReady/Unknown past --node-lost-timeout means its pods are lost.
     launcher_cluster_rules = [{"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
-                               "verbs": ["get"]}]
+                               "verbs": ["get"]},
+                              {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
     role_meta = {"namespace": namespace, "labels": {"app.kubernetes.io/name": APP}}
     launcher_role, priority_role = [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",

@@ -30,6 +30,8 @@ from edl.trainer.audit import audit
 from edl.master.client import HttpMaster
 
 log = logging.getLogger("edl.launcher")
+# A master whose pod looks alive but that has not answered for this long is replaced.
+MASTER_SILENCE_LIMIT_S = 60.0
 
 
 def http_master(endpoint: MasterEndpoint) -> HttpMaster:
@@ -128,6 +130,7 @@ class Launcher:
                  console: Console | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, max_master_restarts: int = 10,
                  master_start_timeout_s: float = 300.0, api_away_limit_s: float = 600.0,
+                 master_silence_limit_s: float = MASTER_SILENCE_LIMIT_S,
                  master_factory: Callable[[MasterEndpoint], ControlLink] = http_master) -> None:
         self.spec = spec
         self.cluster = cluster
@@ -142,6 +145,8 @@ class Launcher:
         self.master_start_timeout_s = master_start_timeout_s
         self.api_away_limit_s = api_away_limit_s
         self.api_away_since: float | None = None  # the cluster's API stopped answering then
+        self.master_silence_limit_s = master_silence_limit_s
+        self.master_silent_since: float | None = None  # a master that looks alive stopped answering then
         # How to talk to the master: HTTP with the job token, or the simulator's job model.
         self.master_factory = master_factory
         self.draining: dict[str, float] = {}
@@ -215,12 +220,27 @@ class Launcher:
             self.wait_for_master()
         st = self.master.status()
         if st is None:
+            self._master_silent()
             return None
+        self.master_silent_since = None
         self.last_status = st
         if st.status is not JobStatus.RUNNING:
             return st
         self._apply(st)
         return None
+
+    def _master_silent(self) -> None:
+        """The master's pod looks alive but the master does not answer (a partition, a hung
+        process): past ``master_silence_limit_s`` it counts as lost and is replaced."""
+        now = self.clock()
+        if self.master_silent_since is None:
+            self.master_silent_since = now
+        elif now - self.master_silent_since > self.master_silence_limit_s:
+            self.master_silent_since = None
+            self.console.print(f"master of job {self.spec.job} has not answered for over "
+                               f"{self.master_silence_limit_s:.0f} s")
+            self._master_lost()
+            self.wait_for_master()
 
     def _apply(self, st: JobView) -> None:
         now = self.clock()

@@ -10,9 +10,11 @@ defect (``../shared/design/review-real-home.md``), for the issue that fixes it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -272,3 +274,145 @@ def test_audit_on_the_cluster_counts_every_sample_from_the_checkpoint_store(step
     assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0
     assert s["audited_samples_per_epoch"] == [1438] * 3  # digits' training split, once per epoch
     assert "lost 0, duplicated 0" in steps.log(step)
+
+
+# ------------------------------------------------------------ a lost node
+HOLD = {"key": "test/hold", "value": "1", "effect": "NoSchedule"}
+
+
+def hold_nodes(core, nodes: tuple[str, ...], on: bool) -> None:
+    """New pods go elsewhere (a NoSchedule taint: the sidecar still counts the nodes' capacity)."""
+    for n in nodes:
+        core.patch_node(n, {"spec": {"taints": [HOLD] if on else None}})
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def pid_of(steps, pod, container: str) -> int:
+    return int((steps.plane.pod_dir(pod.spec.node_name, pod.metadata.uid) / "containers" / container / "pid")
+               .read_text())
+
+
+@pytest.fixture
+def lost_node(steps):
+    """A third node, ``node-lost``, to be lost; the others held (no new pods) while a test moves a pod there."""
+    steps.plane.add_node("node-lost", cpu="2", memory="4Gi")
+    others = ("node-0", "node-1")
+    try:
+        yield others
+    finally:
+        hold_nodes(steps.core, others, False)
+        steps.plane.restore_node("node-lost")
+        steps.plane.remove_node("node-lost")
+
+
+@pytest.mark.timeout(480)
+def test_a_trainer_on_a_lost_node_is_replaced_under_a_new_id_and_the_job_succeeds(steps, lost_node):
+    job = "lostnode"
+    step = steps.launch(job, "--node-lost-timeout", "10", epochs=120, max_t=2, trainers=2)
+    steps.wait(lambda: len(steps.trainers(job)) == 2, 120, "two running trainers")
+    steps.wait(lambda: "2 trainers" in steps.log(step), 120, "training with two")
+    first = {t.metadata.name for t in steps.trainers(job)}
+    grown = steps.log(step).count("→ 2 trainers")
+    # Move one trainer to node-lost: the others take no new pods, one trainer goes, its successor lands there.
+    hold_nodes(steps.core, lost_node, True)
+    steps.core.delete_namespaced_pod(sorted(first)[-1], steps.ns)
+    moved = steps.wait(lambda: [t for t in steps.trainers(job) if t.spec.node_name == "node-lost"], 120,
+                       "a trainer on node-lost")[0]
+    victim = moved.metadata.name
+    pid = pid_of(steps, moved, "trainer")
+    steps.wait(lambda: steps.log(step).count("→ 2 trainers") > grown, 120, "training with the moved trainer")
+    hold_nodes(steps.core, lost_node, False)
+    steps.plane.lose_node("node-lost")  # its kubelet stops: the pod stays Running, its process runs on
+    steps.wait(lambda: steps.pod(victim) is None, 90, "the lost trainer's pod removed")
+    replacement = steps.wait(lambda: [t for t in steps.trainers(job) if t.metadata.name not in first | {victim}],
+                             90, "a replacement trainer")[0]
+    assert replacement.spec.node_name in lost_node
+    assert steps.wait_done(step, 300) == 0, steps.log_tail()
+    s = steps.summary(step)
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 120, s
+    assert s["trainer_failures"] == 0 and s["trainer_relaunches"] >= 1 and s["master_restarts"] == 0, s
+    log = steps.log(step)
+    assert f"trainer {victim} node_lost (its node node-lost is not Ready" in log, log
+    assert len(first | {victim, replacement.metadata.name}) == 4  # four trainers, four names: none reused
+    steps.wait_gone(job, 60, "cleanup")
+    steps.plane.restore_node("node-lost")  # it answers again: its kubelet ends what the API no longer has
+    steps.wait(lambda: not alive(pid), 30, "the lost trainer's process to end")
+
+
+@pytest.mark.timeout(480)
+def test_a_master_on_a_lost_node_is_recreated_elsewhere_and_the_job_succeeds(steps, lost_node):
+    job = "lostmaster"
+    step = steps.launch(job, "--node-lost-timeout", "10", epochs=120, max_t=1, trainers=1)
+    steps.wait(lambda: steps.trainers(job), 120, "a running trainer")
+    steps.wait(lambda: "generation 1" in steps.log(step), 120, "training")
+    master = f"edl-{job}-master"
+    hold_nodes(steps.core, lost_node, True)
+    steps.core.delete_namespaced_pod(master, steps.ns)  # its successor lands on node-lost
+    moved = steps.wait(lambda: (p := steps.pod(master)) is not None and p.spec.node_name == "node-lost"
+                       and p.status.phase == "Running" and not p.metadata.deletion_timestamp and p, 120,
+                       "the master on node-lost")
+    pid = pid_of(steps, moved, "master")
+    steps.wait(lambda: "epoch " in steps.log(step).rsplit("master lost", 1)[-1], 120, "training with the moved master")
+    hold_nodes(steps.core, lost_node, False)
+    steps.plane.lose_node("node-lost")
+    steps.wait(lambda: (p := steps.pod(master)) is not None and p.metadata.uid != moved.metadata.uid
+               and p.spec.node_name in lost_node, 90, "a new master elsewhere")
+    assert steps.wait_done(step, 300) == 0, steps.log_tail()
+    s = steps.summary(step)
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 120 and s["master_restarts"] >= 2, s
+    assert "MasterNodeLost" in steps.events(step)
+    steps.wait_gone(job, 60, "cleanup")
+    steps.plane.restore_node("node-lost")
+    steps.wait(lambda: not alive(pid), 30, "the lost master's process to end")
+
+
+# ------------------------------------------------------------ two jobs in one namespace
+def owners(obj) -> list[str]:
+    return [r.uid for r in obj.metadata.owner_references or []]
+
+
+def test_two_jobs_at_once_in_one_namespace_keep_to_their_own_objects_and_checkpoints(steps, plane_s3):
+    jobs = ("twina", "twinb")
+    launched = {job: steps.launch(job, epochs=30) for job in jobs}
+    steps.wait(lambda: all(steps.trainers(j) for j in jobs) and all(
+        steps.coord.list_namespaced_lease(steps.ns, label_selector=f"edl.dev/job={j}").items for j in jobs),
+        180, "both jobs training and publishing their demand")
+    for job, step in launched.items():
+        step_uid = steps.pod(step).metadata.uid
+        master = steps.pod(f"edl-{job}-master")
+        selector = f"edl.dev/job={job}"
+        pods = steps.core.list_namespaced_pod(steps.ns, label_selector=selector).items
+        services = steps.core.list_namespaced_service(steps.ns, label_selector=selector).items
+        secrets = steps.core.list_namespaced_secret(steps.ns, label_selector=selector).items
+        leases = steps.coord.list_namespaced_lease(steps.ns, label_selector=selector).items
+        assert pods and services and secrets and leases
+        for obj in pods + services + secrets + leases:
+            assert obj.metadata.name.startswith(f"edl-{job}-"), obj.metadata.name
+        for obj in pods + services + secrets:
+            assert owners(obj) == [step_uid], (obj.metadata.name, owners(obj))  # its own step's, not the other's
+        assert all(owners(x) == [master.metadata.uid] for x in leases)  # the demand goes with its own master
+    # Nothing of edl's in the namespace that is not one of the two jobs' (by label and by name).
+    labelled = steps.core.list_namespaced_pod(steps.ns, label_selector="edl.dev/job").items
+    assert {p.metadata.labels["edl.dev/job"] for p in labelled} == set(jobs)
+    for job, step in launched.items():
+        assert steps.wait_done(step, 300) == 0, steps.log_tail()
+    s3 = plane_s3.client()
+    for job, step in launched.items():
+        s = steps.summary(step)
+        prefix = f"{steps.ns}/{job}/"
+        assert s["status"] == "succeeded" and s["job"] == job and s["epochs_completed"] == 30, s
+        assert s["final_model_uri"].startswith(f"s3://ckpt/{prefix}"), s["final_model_uri"]
+        owner = json.loads(s3.get_object("ckpt", f"{prefix}edl-owner.json").read())
+        assert owner["job"] == job
+        keys = [o.object_name for o in s3.list_objects("ckpt", prefix=prefix, recursive=True)]
+        assert any("/model/" in k or k.endswith("params.npz") for k in keys), keys
+        other = next(j for j in jobs if j != job)
+        assert not any(f"/{other}/" in k for k in keys)
+    for job in jobs:
+        steps.wait_gone(job, 60, f"job {job}'s objects to go")

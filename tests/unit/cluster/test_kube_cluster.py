@@ -1,5 +1,5 @@
 """``KubeCluster`` over a Kubernetes API in memory: what it makes of a master that restarts in
-place (``restartPolicy: Always``) and of trainers that can never start."""
+place (``restartPolicy: Always``), of trainers that can never start, and of pods on a lost node."""
 
 from __future__ import annotations
 
@@ -8,22 +8,28 @@ import pytest
 from edl.api.cluster import PodPhase, TrainerExit
 from edl.api.spec import JobSpec, K8sOptions
 from edl.cluster.kube_cluster import KubeCluster
-from edl.errors import PermanentError, UserError
+from edl.errors import KubeForbiddenError, PermanentError, UserError
 
 SPEC = JobSpec(job="mnist", model_def="m", data="s3://d/x", epochs=1, batch_size=1, min_trainers=1,
                max_trainers=2, trainers=1, checkpoint_uri="s3://c/mnist")
 
 
 class MemoryKube:
-    """``get`` and ``list`` of pods, from a dict."""
+    """``get`` and ``list`` of pods and nodes, from dicts; deletes recorded with their grace period."""
 
     namespace = "ml"
 
-    def __init__(self, pods: dict[str, dict]) -> None:
+    def __init__(self, pods: dict[str, dict], nodes: dict[str, dict] | None = None) -> None:
         self.pods = pods
+        self.nodes = nodes or {}
+        self.deleted: list[tuple[str, int | None]] = []
 
     def get(self, resource: str, name: str) -> dict | None:
-        return self.pods.get(name)
+        return (self.nodes if resource == "nodes" else self.pods).get(name)
+
+    def delete(self, resource: str, name: str, grace_s: int | None = None) -> bool:
+        self.deleted.append((name, grace_s))
+        return self.pods.pop(name, None) is not None
 
     def list(self, resource: str, selector: str | None = None) -> list[dict]:
         return [p for p in self.pods.values() if "trainer" in p["metadata"]["name"]]
@@ -76,3 +82,73 @@ def test_trainers_that_cannot_start_are_reported_so_with_the_reason():
     assert t.phase is PodPhase.PENDING and t.exit is TrainerExit.CANNOT_START
     assert t.message == ("trainer pod edl-mnist-trainer-1: container trainer cannot be configured: "
                          "couldn't find key key in Secret ml/minio")
+
+
+class Clock:
+    t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def node(name: str, ready: str) -> dict:
+    return {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+def on(pod: dict, node_name: str) -> dict:
+    pod["spec"]["nodeName"] = node_name
+    return pod
+
+
+def trainer(name: str, node_name: str) -> dict:
+    return {"metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"nodeName": node_name, "containers": [{"name": "trainer", "image": "t:1"}]},
+            "status": {"phase": "Running"}}
+
+
+def lost_node_cluster(pods: list[dict], clock: Clock, forbidden: bool = False) -> tuple[KubeCluster, MemoryKube]:
+    kube = MemoryKube({p["metadata"]["name"]: p for p in pods}, {"good": node("good", "True"),
+                                                                   "bad": node("bad", "Unknown")})
+    if forbidden:
+        def refuse(resource: str, name: str) -> dict | None:
+            if resource == "nodes":
+                raise KubeForbiddenError("Kubernetes API refused to read nodes 'bad': HTTP 403 Forbidden")
+            return kube.pods.get(name)
+        kube.get = refuse  # type: ignore[method-assign]
+    return KubeCluster(kube, SPEC, K8sOptions(namespace="ml", node_lost_timeout_s=60), clock=clock), kube
+
+
+def test_trainers_on_a_node_unknown_past_the_deadline_are_lost_and_deleted_by_force():
+    clock = Clock()
+    c, kube = lost_node_cluster([trainer("edl-mnist-trainer-1", "good"), trainer("edl-mnist-trainer-2", "bad")],
+                                clock)
+    assert [t.phase for t in c.trainers()] == [PodPhase.RUNNING, PodPhase.RUNNING]  # the clock starts now
+    clock.t += 59
+    assert all(t.exit is None for t in c.trainers())
+    clock.t += 1
+    good, bad = c.trainers()
+    assert good.phase is PodPhase.RUNNING and good.exit is None
+    assert bad.phase is PodPhase.FAILED and bad.exit is TrainerExit.NODE_LOST
+    assert bad.message == "its node bad is not Ready (Unknown) for over 60 s"
+    c.delete_trainer(bad.name)
+    c.delete_trainer(good.name)
+    assert kube.deleted == [("edl-mnist-trainer-2", 0), ("edl-mnist-trainer-1", None)]  # only the lost one by force
+
+
+def test_a_master_on_a_lost_node_is_deleted_by_force_and_reported_not_alive():
+    clock = Clock()
+    c, kube = lost_node_cluster([on(master({"name": "master", "restartCount": 0, "state": {"running": {}}}),
+                                    "bad")], clock)
+    assert c.master_alive()
+    clock.t += 61
+    assert not c.master_alive()
+    assert kube.deleted == [("edl-mnist-master", 0)]
+
+
+def test_without_permission_to_read_nodes_pods_are_judged_as_before():
+    clock = Clock()
+    c, _ = lost_node_cluster([trainer("edl-mnist-trainer-2", "bad")], clock, forbidden=True)
+    c.trainers()
+    clock.t += 600
+    [t] = c.trainers()
+    assert t.phase is PodPhase.RUNNING and not c.nodes_readable
