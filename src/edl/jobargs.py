@@ -76,6 +76,12 @@ K8S_FLAGS: tuple[Flag, ...] = (
     Flag("--scratch-size", "scratch_size", str,
          "size limit of the /tmp emptyDir of the master and trainer pods, a Kubernetes quantity; the kubelet "
          "evicts a pod that writes more. Data is read from S3 as needed, not copied there (default 1Gi)"),
+    Flag("--trainer-node-selector", "trainer_node_selector", str,
+         "nodes the trainers may run on, as labels KEY=VALUE[,KEY=VALUE...] (a pod nodeSelector, e.g. "
+         "pool=gpu; default: any node)"),
+    Flag("--trainer-tolerations", "trainer_tolerations", str,
+         "taints the trainers tolerate, KEY[=VALUE]:EFFECT[,...] (no VALUE: any value; e.g. "
+         "nvidia.com/gpu:NoSchedule; default: none)"),
     Flag("--node-lost-timeout", "node_lost_timeout_s", float,
          "seconds a node may stay NotReady/Unknown before its pods count as lost: its trainers are replaced, "
          "a master there is recreated, both deleted by force (default 60)"),

@@ -68,6 +68,10 @@ class K8sOptions:
     sidecar_jitter_s: float = 2.0
     pending_timeout_s: float = 120.0
     scratch_size: str = "1Gi"  # sizeLimit of each pod's /tmp emptyDir (data is read from S3, not copied there)
+    # Where trainers may run (a GPU pool, say): "KEY=VALUE,..." and "KEY[=VALUE]:EFFECT,...", the same
+    # text as flags and as pipeline parameters; read by ``node_selector``/``tolerations``.
+    trainer_node_selector: str = ""
+    trainer_tolerations: str = ""
     node_lost_timeout_s: float = 60.0  # a node not Ready this long (first seen so by the launcher): its pods are lost
     extra_labels: dict[str, str] = field(default_factory=dict)
 
@@ -117,6 +121,42 @@ class Naming:
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+# Kubernetes label keys (an optional DNS-subdomain prefix and a name) and values.
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
+_LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def node_selector(text: str) -> dict[str, str]:
+    """``"KEY=VALUE,..."`` as a pod's nodeSelector; ``ValueError`` naming the bad item."""
+    selector: dict[str, str] = {}
+    for item in _items(text):
+        key, eq, value = item.partition("=")
+        if not eq or not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+            raise ValueError(f"{item!r}: expected KEY=VALUE with a label key and value, e.g. pool=gpu")
+        selector[key] = value
+    return selector
+
+
+def tolerations(text: str) -> list[dict[str, str]]:
+    """``"KEY[=VALUE]:EFFECT,..."`` as a pod's tolerations (no VALUE: any value, ``Exists``)."""
+    result: list[dict[str, str]] = []
+    for item in _items(text):
+        taint, colon, effect = item.rpartition(":")
+        key, eq, value = taint.partition("=")
+        if not colon or effect not in TAINT_EFFECTS or not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+            raise ValueError(f"{item!r}: expected KEY[=VALUE]:EFFECT with EFFECT one of {', '.join(TAINT_EFFECTS)}, "
+                             "e.g. nvidia.com/gpu:NoSchedule")
+        toleration = {"key": key, "operator": "Equal" if eq else "Exists", "effect": effect}
+        if eq:
+            toleration["value"] = value
+        result.append(toleration)
+    return result
 MAX_JOB_NAME = 40  # room for "edl-" + "-trainer-" + a 5-character suffix within 63
 
 
@@ -187,6 +227,11 @@ def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Proble
         yield Problem("scratch_size", f"{opts.scratch_size!r}: must be a positive Kubernetes quantity (e.g. 1Gi, 500Mi)")
     if opts.node_lost_timeout_s <= 0:
         yield Problem("node_lost_timeout_s", f"must be positive (got {opts.node_lost_timeout_s})")
+    for name, parse in (("trainer_node_selector", node_selector), ("trainer_tolerations", tolerations)):
+        try:
+            parse(getattr(opts, name))
+        except ValueError as e:
+            yield Problem(name, str(e))
 
 
 def kubernetes_problems(spec: JobSpec, opts: K8sOptions, policies: Collection[str]) -> Iterator[Problem]:

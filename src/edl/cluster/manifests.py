@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 from edl.api.images import trainer_image_for
-from edl.api.spec import JobSpec, K8sOptions
+from edl.api.spec import JobSpec, K8sOptions, node_selector, tolerations
 from edl.jobargs import spec_to_argv
 
 MASTER_PORT = 8470
@@ -201,6 +201,10 @@ def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:
                       "containers": [container], "volumes": [vol]}
     if opts.priority_class:
         pod_spec["priorityClassName"] = opts.priority_class
+    if opts.trainer_node_selector:
+        pod_spec["nodeSelector"] = node_selector(opts.trainer_node_selector)
+    if opts.trainer_tolerations:
+        pod_spec["tolerations"] = tolerations(opts.trainer_tolerations)
     return pod_spec
 
 

@@ -59,6 +59,9 @@ def elastic_train(
     runtime_image: str = "",
     trainer_image: str = "",
     trainer_gpu_image: str = "",
+    trainer_node_selector: str = "",
+    trainer_tolerations: str = "",
+    scratch_size: str = "1Gi",
     priority_class: str = "",
     checkpoint_uri: str = "",
     s3_secret: str = "",
@@ -83,7 +86,9 @@ def elastic_train(
     ``warm_start`` (an earlier Model artifact) or ``warm_start_uri`` (where one lives) starts from its
     parameters. On a cluster the master and sidecar run in ``runtime_image`` and the trainers in
     ``trainer_image``, or ``trainer_gpu_image`` when ``trainer_gpu`` > 0 (empty: edl's images of this
-    version, edl.api.images). ``capacity_slots`` and ``capacity_schedule`` only matter locally
+    version, edl.api.images), on nodes with the labels ``trainer_node_selector`` (KEY=VALUE,...)
+    and tolerating ``trainer_tolerations`` (KEY[=VALUE]:EFFECT,...); each pod's /tmp holds
+    ``scratch_size`` (data is read from S3, not copied there). ``capacity_slots`` and ``capacity_schedule`` only matter locally
     (kfp.local): trainer slots on the machine and other tenants taking them over time (TIME:SLOTS
     pairs); on a cluster anything but their defaults is an error. ``audit`` counts every record that
     enters the model and reports lost and duplicated samples (its log lives under the checkpoint

@@ -72,6 +72,8 @@ class _TrainParamsMethods:
                           trainer_gpu=self.trainer_gpu, image=self.runtime_image or DEFAULT_IMAGES.runtime,
                           trainer_image=self.trainer_image or DEFAULT_IMAGES.trainer_cpu,
                           trainer_gpu_image=self.trainer_gpu_image or DEFAULT_IMAGES.trainer_gpu,
+                          trainer_node_selector=self.trainer_node_selector,
+                          trainer_tolerations=self.trainer_tolerations, scratch_size=self.scratch_size,
                           priority_class=self.priority_class or None,
                           s3_secret=self.s3_secret or None, sidecar_policy=self.sidecar_policy,
                           sidecar_period_s=self.sidecar_period_s, sidecar_jitter_s=self.sidecar_jitter_s)

@@ -416,3 +416,23 @@ def test_two_jobs_at_once_in_one_namespace_keep_to_their_own_objects_and_checkpo
         assert not any(f"/{other}/" in k for k in keys)
     for job in jobs:
         steps.wait_gone(job, 60, f"job {job}'s objects to go")
+
+
+# ------------------------------------------------------------ where trainers go
+def test_trainers_run_only_on_the_nodes_their_selector_and_tolerations_allow(steps):
+    """A pool of its own (a GPU pool, say): the label selects it, its taint keeps other pods off
+    (the master among them), the trainers' toleration lets them on; the real scheduler decides."""
+    pool, taint = "node-1", {"key": "test/dedicated", "value": "training", "effect": "NoSchedule"}
+    steps.core.patch_node(pool, {"metadata": {"labels": {"test/pool": "training"}}, "spec": {"taints": [taint]}})
+    try:
+        step = steps.launch("pooled", "--trainer-node-selector", "test/pool=training",
+                            "--trainer-tolerations", "test/dedicated=training:NoSchedule", epochs=6, max_t=2,
+                            trainers=2)
+        steps.wait(lambda: len(steps.trainers("pooled")) == 2, 120, "two running trainers")
+        assert {t.spec.node_name for t in steps.trainers("pooled")} == {pool}
+        assert steps.pod("edl-pooled-master").spec.node_name != pool  # it tolerates nothing
+        assert steps.wait_done(step) == 0, steps.log_tail()
+        assert steps.summary(step)["status"] == "succeeded"
+        steps.wait_gone("pooled", 60, "cleanup")
+    finally:
+        steps.core.patch_node(pool, {"metadata": {"labels": {"test/pool": None}}, "spec": {"taints": None}})

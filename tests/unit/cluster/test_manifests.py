@@ -125,6 +125,10 @@ def test_names_are_deterministic_and_objects_owned_by_the_launcher():
     ({}, {"sidecar_jitter_s": 20.0}, "--sidecar-jitter"),
     ({}, {"scratch_size": "big"}, "--scratch-size"),
     ({}, {"scratch_size": "0Mi"}, "--scratch-size"),
+    ({}, {"trainer_node_selector": "pool"}, "--trainer-node-selector 'pool': expected KEY=VALUE"),
+    ({}, {"trainer_node_selector": "pool=a b"}, "--trainer-node-selector"),
+    ({}, {"trainer_tolerations": "gpu:Sometimes"}, "--trainer-tolerations 'gpu:Sometimes': expected KEY"),
+    ({}, {"trainer_tolerations": "gpu"}, "--trainer-tolerations"),
 ])
 def test_bad_options_name_the_culprit(spec_over, opts_over, culprit):
     """What ``edl launch`` and ``edl k8s render`` check before building any object."""
@@ -156,3 +160,18 @@ def test_the_network_policies_admit_the_jobs_own_traffic_and_the_launcher_to_the
     pods = [m.master_pod(SPEC, OPTS), m.trainer_pod(SPEC, OPTS, "t")]
     assert all(p["metadata"]["labels"].items() >= job["matchLabels"].items() for p in pods)  # selected
     assert all(p["metadata"]["namespace"] == "ml" for p in policies)
+
+
+def test_trainers_go_where_the_node_selector_and_tolerations_say_and_the_master_stays_anywhere():
+    opts = dataclasses.replace(OPTS, trainer_node_selector="pool=gpu, example.com/zone=a",
+                               trainer_tolerations="nvidia.com/gpu:NoSchedule,dedicated=ml:NoExecute")
+    trainer = m.trainer_pod(SPEC, opts, "edl-mnist-trainer-0")["spec"]
+    assert trainer["nodeSelector"] == {"pool": "gpu", "example.com/zone": "a"}
+    assert trainer["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoExecute"}]
+    master = m.master_pod(SPEC, opts)["spec"]
+    assert "nodeSelector" not in master and "tolerations" not in master
+    assert "nodeSelector" not in m.trainer_pod(SPEC, OPTS, "edl-mnist-trainer-0")["spec"]  # default: any node
+    for obj in all_objects(opts):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
