@@ -40,6 +40,8 @@ class JobSpec:
     seed: int = 0
     audit: bool = False
     init_model: str | None = None  # warm start: a model directory with params.npz (a previous run's model)
+    # The dead-man switch: master and trainers end the job when the launcher is silent this long.
+    launcher_timeout_s: float = 30.0
 
     @property
     def task_rows(self) -> int:
@@ -113,6 +115,7 @@ class Naming:
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+MIN_LAUNCHER_TIMEOUT_S = 10.0  # several of the launcher's beats (one per poll: 2 s on Kubernetes)
 MAX_JOB_NAME = 40  # room for "edl-" + "-trainer-" + a 5-character suffix within 63
 
 
@@ -131,6 +134,9 @@ def job_problems(spec: JobSpec) -> Iterator[Problem]:
         yield Problem("learning_rate", f"must be positive (got {spec.learning_rate})")
     if spec.keep_checkpoints < 1:
         yield Problem("keep_checkpoints", f"must be at least 1 (got {spec.keep_checkpoints})")
+    if spec.launcher_timeout_s < MIN_LAUNCHER_TIMEOUT_S:
+        yield Problem("launcher_timeout_s", f"must be at least {MIN_LAUNCHER_TIMEOUT_S:.0f} seconds (got "
+                                            f"{spec.launcher_timeout_s:g}): the launcher beats every few seconds")
 
 
 def trainer_range_problems(min_trainers: int, max_trainers: int, trainers: int | None = None) -> Iterator[Problem]:
