@@ -21,7 +21,7 @@ from enum import Enum
 LINGER_S = 10.0  # serving on after the abandonment, so that trainers and the sidecar hear of it
 
 
-class Launcher(str, Enum):
+class LauncherState(str, Enum):
     WATCHING = "watching"  # beats come (or the timeout since the last one has not passed)
     ABANDONED = "abandoned"  # silent past the timeout: everyone is told to leave
     OVER = "over"  # abandoned ``linger_s`` ago: the master exits
@@ -42,13 +42,13 @@ class DeadMan:
     def silent_s(self, now: float) -> float:
         return now - self.last_beat
 
-    def state(self, now: float) -> Launcher:
+    def state(self, now: float) -> LauncherState:
         """Where the switch stands at ``now``; the first look past the timeout abandons the job."""
         if self.abandoned_at is None:
             if self.silent_s(now) < self.timeout_s:
-                return Launcher.WATCHING
+                return LauncherState.WATCHING
             self.abandoned_at = now
-        return Launcher.OVER if now - self.abandoned_at >= self.linger_s else Launcher.ABANDONED
+        return LauncherState.OVER if now - self.abandoned_at >= self.linger_s else LauncherState.ABANDONED
 
     @property
     def abandoned(self) -> bool:

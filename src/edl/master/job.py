@@ -35,7 +35,7 @@ from edl.api.master import (
 )
 from edl.api.spec import JobSpec
 from edl.errors import PermanentError, StaleError, UserError
-from edl.master.deadman import DeadMan, Launcher
+from edl.master.deadman import DeadMan, LauncherState
 from edl.master.membership import Formation, Membership, MembershipConfig
 from edl.master.tasks import TaskQueue
 from edl.master.transitions import Transitions
@@ -138,7 +138,7 @@ class Job:
     def launcher_beat(self, now: float) -> None:
         self.deadman.beat(now)
 
-    def launcher(self, now: float) -> Launcher:
+    def launcher(self, now: float) -> LauncherState:
         """The dead-man switch at ``now`` (the first look past the timeout abandons the job)."""
         return self.deadman.state(now)
 
@@ -290,7 +290,7 @@ class Job:
 
     # --------------------------------------------------------------- the clock
     def tick(self, now: float) -> Formation | None:
-        if self.launcher(now) is not Launcher.WATCHING:
+        if self.launcher(now) is not LauncherState.WATCHING:
             return None  # abandoned: nothing may re-form while everyone leaves
         if self.status is not JobStatus.RUNNING or self.queue.finished:
             return None  # finishing: rank 0 writes the last checkpoint; nothing may re-form

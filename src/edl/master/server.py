@@ -40,7 +40,7 @@ from edl.api.master import (
     to_json,
 )
 from edl.errors import StaleError, UserError
-from edl.master.deadman import Launcher
+from edl.master.deadman import LauncherState
 from edl.master.job import Job
 
 log = logging.getLogger("edl.master")
@@ -214,7 +214,7 @@ class Master:
             after = (self.job.membership.phase, len(self.job.membership.history), self.job.status, self.job.abandoned)
             if before != after:
                 await self.notify()
-            if self.job.launcher(self.clock()) is Launcher.OVER and not self.shutdown_requested.is_set():
+            if self.job.launcher(self.clock()) is LauncherState.OVER and not self.shutdown_requested.is_set():
                 log.warning("job %s abandoned by its launcher: master exiting", self.job.spec.job)
                 self.shutdown_requested.set()
 

@@ -52,8 +52,12 @@ def test_the_launcher_pod_deleted_takes_a_last_checkpoint_and_removes_every_obje
 def test_a_kfp_step_killed_without_cleanup_leaves_nothing_running(steps):
     step = steps.launch("kfpkill", epochs=400, style="kfp")
     steps.wait(lambda: steps.trainers("kfpkill"), what="a running trainer")
+    pids = steps.job_pids("kfpkill")
     steps.core.delete_namespaced_pod(step, steps.ns, grace_period_seconds=0)  # no time for any cleanup
+    killed = time.monotonic()
     steps.wait_gone("kfpkill", 30, "the garbage collector to remove the job")
+    steps.wait(lambda: not [k for k, pid in pids.items() if process_running(pid)],
+               max(1.0, 90 - (time.monotonic() - killed)), "no process of the job 90 s after the step was deleted")
 
 
 def test_an_argo_step_killed_without_cleanup_is_garbage_collected(steps):

@@ -5,25 +5,25 @@ from __future__ import annotations
 from edl.api.data import Shard
 from edl.api.master import JobStatus, NoAssignment, Unassigned
 from edl.api.spec import JobSpec
-from edl.master.deadman import DeadMan, Launcher
+from edl.master.deadman import DeadMan, LauncherState
 from edl.master.job import Job
 
 
 def test_silence_past_the_timeout_after_the_last_beat_abandons_then_the_linger_ends_it():
     d = DeadMan(timeout_s=30, last_beat=100.0, linger_s=10)
-    assert d.state(129.9) is Launcher.WATCHING  # 29.9 s after the master's own start
+    assert d.state(129.9) is LauncherState.WATCHING  # 29.9 s after the master's own start
     d.beat(125.0)
-    assert d.state(154.9) is Launcher.WATCHING  # the beat reset the timeout
-    assert d.state(155.0) is Launcher.ABANDONED and d.abandoned_at == 155.0 and d.silent_s(155.0) == 30.0
-    assert d.state(164.9) is Launcher.ABANDONED
-    assert d.state(165.0) is Launcher.OVER
+    assert d.state(154.9) is LauncherState.WATCHING  # the beat reset the timeout
+    assert d.state(155.0) is LauncherState.ABANDONED and d.abandoned_at == 155.0 and d.silent_s(155.0) == 30.0
+    assert d.state(164.9) is LauncherState.ABANDONED
+    assert d.state(165.0) is LauncherState.OVER
 
 
 def test_a_beat_after_the_abandonment_does_not_bring_the_job_back():
     d = DeadMan(timeout_s=30, last_beat=0.0)
-    assert d.state(31.0) is Launcher.ABANDONED
+    assert d.state(31.0) is LauncherState.ABANDONED
     d.beat(32.0)  # a retried launcher too late: the trainers are already leaving
-    assert d.abandoned and d.last_beat == 0.0 and d.state(32.0) is Launcher.ABANDONED
+    assert d.abandoned and d.last_beat == 0.0 and d.state(32.0) is LauncherState.ABANDONED
 
 
 def test_beats_never_move_the_last_beat_back():
@@ -39,10 +39,10 @@ def spec(timeout: float = 30.0) -> JobSpec:
 
 def test_a_restarted_master_gives_the_launcher_the_full_timeout_from_its_own_start():
     job = Job(spec(), [Shard("a.parquet", 40)], master_uid="2", now=1000.0)  # the launcher's beats went to the old one
-    assert job.launcher(1029.0) is Launcher.WATCHING and not job.abandoned
+    assert job.launcher(1029.0) is LauncherState.WATCHING and not job.abandoned
     job.launcher_beat(1029.0)  # the (adopting) launcher beats the new master
-    assert job.launcher(1058.0) is Launcher.WATCHING
-    assert job.launcher(1059.0) is Launcher.ABANDONED
+    assert job.launcher(1058.0) is LauncherState.WATCHING
+    assert job.launcher(1059.0) is LauncherState.ABANDONED
 
 
 def test_an_abandoned_job_tells_every_trainer_to_stop_and_leave():
@@ -64,7 +64,7 @@ def test_an_abandoned_job_tells_every_trainer_to_stop_and_leave():
 def test_a_finished_job_whose_launcher_went_silent_ends_too():
     job = Job(spec(timeout=10), [Shard("a.parquet", 40)], master_uid="1", now=0.0)
     job.finish(5, None, {}, now=3.0)
-    assert job.launcher(13.0) is Launcher.ABANDONED and job.status is JobStatus.SUCCEEDED
+    assert job.launcher(13.0) is LauncherState.ABANDONED and job.status is JobStatus.SUCCEEDED
 
 
 def test_the_beat_route_needs_the_token_and_the_ticker_ends_the_master_after_the_linger():
