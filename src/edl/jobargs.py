@@ -51,6 +51,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--seed", "seed", int, "seed for model initialisation and task order (default 0)", 0),
     Flag("--init-model", "init_model", str,
          "warm start from this model (a previous run's CHECKPOINT_URI/model, with params.npz); default: seeded init"),
+    Flag("--launcher-timeout", "launcher_timeout_s", float,
+         "dead-man switch: when the launcher (edl train, edl launch) has not been heard from for this many seconds, "
+         "the master and trainers end the job themselves, so a killed launcher leaves nothing running "
+         "(default 30, at least 10)", 30.0),
 )
 AUDIT_HELP = "log every record id that enters the model and report lost/duplicate samples"
 

@@ -204,7 +204,10 @@ class ControlPlane:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
             f"--cert-dir={self.pki}", f"--tls-cert-file={self.serving.cert}",
             f"--tls-private-key-file={self.serving.key}", f"--client-ca-file={self.ca}",
-            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            "--authorization-mode=Node,RBAC",
+            # OwnerReferencesPermissionEnforcement as on OpenShift and hardened clusters: setting
+            # blockOwnerDeletion needs `update` on the owner's finalizers, which edl's RBAC does not grant.
+            "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
             f"--service-cluster-ip-range={SERVICE_RANGE}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={self.sa_pub}", f"--service-account-signing-key-file={self.sa_key}",

@@ -88,6 +88,12 @@ class Steps:
         except client.ApiException as e:
             return f"(no log: {e.status} {e.reason})"
 
+    def log_of(self, name: str, container: str) -> str:
+        try:
+            return self.core.read_namespaced_pod_log(name, self.ns, container=container)
+        except client.ApiException as e:
+            return f"(no log: {e.status} {e.reason})"
+
     def wait_done(self, name: str, timeout: float = 240) -> int:
         """Wait for the step's pod to end; its container's exit code."""
         self.wait(lambda: self.phase(name) in ("Succeeded", "Failed"), timeout, f"{name} to end")
@@ -138,3 +144,32 @@ class Steps:
         p = self.pod(pod_name)
         return int((self.plane.pod_dir(p.spec.node_name, p.metadata.uid) / "containers" / container / "pid")
                    .read_text())
+
+    def job_pids(self, job: str) -> dict[str, int]:
+        """The processes of the job's running containers (``POD/CONTAINER`` -> pid), as their kubelet
+        recorded them."""
+        out = {}
+        for p in self.core.list_namespaced_pod(self.ns, label_selector=f"edl.dev/job={job}").items:
+            if not p.spec.node_name:
+                continue
+            for c in p.spec.containers:
+                f = self.plane.pod_dir(p.spec.node_name, p.metadata.uid) / "containers" / c.name / "pid"
+                try:
+                    out[f"{p.metadata.name}/{c.name}"] = int(f.read_text())
+                except (OSError, ValueError):
+                    pass  # not started, or already ended
+        return out
+
+
+def process_running(pid: int) -> bool:
+    """``pid`` or a process of its group (a container's processes) is alive, not a zombie."""
+    from pathlib import Path
+
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if (int(stat.parent.name) == pid or int(fields[2]) == pid) and fields[0] not in ("Z", "X"):
+            return True
+    return False

@@ -78,6 +78,7 @@ class Unassigned(str, Enum):
     UNKNOWN = "unknown"  # the master does not know this trainer (it restarted): register again
     LEFT = "left"  # drained: leave
     FAILED = "failed"  # dropped from the job: leave
+    ABANDONED = "abandoned"  # the launcher went silent (``edl.master.deadman``): leave, exit 0
 
 
 # ------------------------------------------------------------------ the one JSON form
@@ -180,6 +181,7 @@ class JobView:
     generations: tuple[GenerationSummary, ...]
     checkpoints: tuple[CheckpointRecord, ...]
     elapsed_s: float
+    abandoned: bool = False  # the launcher went silent: the master is ending the job (``edl.master.deadman``)
 
     def to_json(self) -> dict:
         return to_json(self)
@@ -196,7 +198,7 @@ class JobView:
             trainers=tuple(TrainerView.from_json(t) for t in d["trainers"]),
             generations=tuple(GenerationSummary.from_json(g) for g in d["generations"]),
             checkpoints=tuple(CheckpointRecord.from_json(c) for c in d["checkpoints"]),
-            elapsed_s=d["elapsed_s"],
+            elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False),
         )
 
 
@@ -222,12 +224,13 @@ class HeartbeatAnswer:
     stop: bool  # stop at the next step boundary (a change is pending, or the job is over)
     job_status: JobStatus
     checkpoint: bool  # a checkpoint was asked for: rank 0 takes one at the next step
+    abandoned: bool = False  # the launcher went silent: stop, then leave (``Unassigned.ABANDONED``)
 
     @classmethod
     def from_json(cls, d: dict) -> HeartbeatAnswer:
         state = None if d["state"] is None else TrainerState(d["state"])
         return cls(d["master_uid"], d["known"], state, d["generation"], d["stop"], JobStatus(d["job_status"]),
-                   d["checkpoint"])
+                   d["checkpoint"], d.get("abandoned", False))
 
 
 @dataclass(frozen=True)
@@ -347,6 +350,10 @@ class ControlLink(Protocol):
     def fail_job(self, message: str) -> None: ...
 
     def shutdown(self) -> None: ...
+
+    def launcher_beat(self) -> None:
+        """The job's launcher is alive (its dead-man switch, ``edl.master.deadman``): once a poll."""
+        ...
 
 
 class TrainerLink(Protocol):

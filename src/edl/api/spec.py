@@ -41,6 +41,8 @@ class JobSpec:
     seed: int = 0
     audit: bool = False
     init_model: str | None = None  # warm start: a model directory with params.npz (a previous run's model)
+    # The dead-man switch: master and trainers end the job when the launcher is silent this long.
+    launcher_timeout_s: float = 30.0
 
     @property
     def task_rows(self) -> int:
@@ -157,6 +159,9 @@ def tolerations(text: str) -> list[dict[str, str]]:
             toleration["value"] = value
         result.append(toleration)
     return result
+
+
+MIN_LAUNCHER_TIMEOUT_S = 10.0  # several of the launcher's beats (one per poll: 2 s on Kubernetes)
 MAX_JOB_NAME = 40  # room for "edl-" + "-trainer-" + a 5-character suffix within 63
 
 
@@ -175,6 +180,9 @@ def job_problems(spec: JobSpec) -> Iterator[Problem]:
         yield Problem("learning_rate", f"must be positive (got {spec.learning_rate})")
     if spec.keep_checkpoints < 1:
         yield Problem("keep_checkpoints", f"must be at least 1 (got {spec.keep_checkpoints})")
+    if spec.launcher_timeout_s < MIN_LAUNCHER_TIMEOUT_S:
+        yield Problem("launcher_timeout_s", f"must be at least {MIN_LAUNCHER_TIMEOUT_S:.0f} seconds (got "
+                                            f"{spec.launcher_timeout_s:g}): the launcher beats every few seconds")
 
 
 def trainer_range_problems(min_trainers: int, max_trainers: int, trainers: int | None = None) -> Iterator[Problem]:

@@ -9,6 +9,8 @@ import socket
 import threading
 
 from edl.api.cluster import Resources
+from edl.api.master import ControlLink
+from edl.errors import EdlError
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.cluster.kube_api import KubeApi, load_api_client
@@ -17,6 +19,23 @@ from edl.cluster.manifests import pod_from_env
 from edl.master.client import HttpMaster
 
 log = logging.getLogger("edl.sidecar")
+
+
+ABANDONMENT_CHECK_S = 2.0  # well within the master's linger (``edl.master.deadman.LINGER_S``)
+
+
+def watch_abandonment(master: ControlLink, job: str, stop: threading.Event,
+                      every_s: float = ABANDONMENT_CHECK_S) -> None:
+    """Stop the sidecar (exit 0: its pod completes, it is not restarted) when the master ends the job
+    because the launcher went silent (``edl.master.deadman``)."""
+    while not stop.wait(every_s):
+        try:
+            st = master.status()
+        except EdlError:
+            continue  # refused or away: the decision loop reports that
+        if st is not None and st.abandoned:
+            log.warning("the launcher of job %s went silent and its master ends the job: sidecar exiting", job)
+            stop.set()
 
 
 def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
@@ -30,10 +49,13 @@ def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, 
     view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)),
                            owner=pod_from_env()).start()
     cfg = SidecarConfig(f"{namespace}/{job}", trainer, min_trainers, max_trainers, period_s, jitter_s)
-    sidecar = Sidecar(cfg, view, HttpMaster(master, token, timeout_s=5.0, give_up_s=10.0), chosen)
+    link = HttpMaster(master, token, timeout_s=5.0, give_up_s=10.0)
+    sidecar = Sidecar(cfg, view, link, chosen)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    threading.Thread(target=watch_abandonment, args=(HttpMaster(master, token, timeout_s=2.0, give_up_s=0.0), job,
+                                                        stop), name="edl-abandonment", daemon=True).start()
     log.info("sidecar for %s: policy %s every %.1f s, %d..%d trainers of %s", cfg.job, chosen.name, period_s,
              min_trainers, max_trainers, trainer)
     try:

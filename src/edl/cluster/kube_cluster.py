@@ -21,12 +21,14 @@ from edl.cluster import manifests as m
 from edl.api.cluster import MasterEndpoint, PodPhase, TrainerExit, TrainerPod
 from edl.cluster.kube_api import KubeApi, cannot_start, last_exit, node_ready, pod_phase, trainer_exit
 from edl.cluster.node_loss import judge_nodes
-from edl.errors import KubeForbiddenError, PermanentError, UserError
+from edl.errors import KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.api.spec import JobSpec, K8sOptions
 
 log = logging.getLogger("edl.launcher")
 # In-place restarts of the master container (CrashLoopBackOff: 10, 20, 40 s apart) before the job fails.
 MASTER_CRASH_LIMIT = 3
+MASTER_GRACE_S = 30.0  # the master pod's terminationGracePeriodSeconds (the default: its spec sets none)
+MASTER_GONE_MARGIN_S = 30.0  # beyond the grace: the kubelet's final delete, the API's answers
 
 
 def _timestamp(s: str | None) -> float:
@@ -35,14 +37,22 @@ def _timestamp(s: str | None) -> float:
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
+def _terminated_now(pod: dict, container: str) -> bool:
+    return any(cs.get("name") == container and (cs.get("state") or {}).get("terminated")
+               for cs in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
 def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class KubeCluster:
     def __init__(self, kube: KubeApi, spec: JobSpec, opts: K8sOptions, owner: dict | None = None,
-                 master_via: str = "service", clock: Callable[[], float] = time.monotonic) -> None:
+                 master_via: str = "service", clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.kube = kube
+        self.clock = clock
+        self.sleep = sleep
         self.spec = spec
         self.opts = opts
         self.owner = owner  # {"name", "uid"} of the launcher pod, from the downward API
@@ -50,7 +60,6 @@ class KubeCluster:
         self.names = m.names(spec.job)
         self.trainer_prefix = self.names["trainer_prefix"]
         self.selector = f"edl.dev/job={spec.job}"
-        self.clock = clock
         self.not_ready_since: dict[str, float] = {}  # node -> first seen not Ready, on self.clock
         self.lost_pods: set[str] = set()  # pods reported lost with their node: deleted by force
         self.nodes_readable = True  # False once the API refused to show nodes (RBAC without it)
@@ -111,7 +120,10 @@ class KubeCluster:
         if node and not pod_phase(pod).terminated and (status := self._lost_nodes({node}).get(node)):
             self._abandon_master(node, status)
             return False
-        return not pod_phase(pod).terminated
+        # A master that exited 0 is not restarted (restartPolicy OnFailure) even while its sidecar runs on.
+        exited = last_exit(pod, "master")
+        ended = exited is not None and exited[0] == 0 and _terminated_now(pod, "master")
+        return not pod_phase(pod).terminated and not ended
 
     def _abandon_master(self, node: str, status: str) -> None:
         """The master's node is lost: nobody there will confirm a graceful delete, so its pod goes
@@ -155,11 +167,39 @@ class KubeCluster:
                                  f"last exit {code}: {line}")
 
     def recreate_master(self) -> None:
-        pod = self.kube.get("pods", self.names["master"])
+        """Replace the master pod: a graceful delete (the old master takes its grace period, its last
+        writes end), then the successor under the same name once the old one is gone, never beside it."""
+        name = self.names["master"]
+        pod = self.kube.get("pods", name)
         if pod is not None:
             self._master_can_run(pod)
-            self.kube.delete("pods", self.names["master"], grace_s=0)
-        self.kube.create(m.master_pod(self.spec, self.opts, self.owner))
+            old_uid = pod["metadata"]["uid"]
+            self.kube.delete("pods", name)
+            self._wait_gone(old_uid)
+        else:
+            old_uid = None
+        created, _ = self.kube.create(m.master_pod(self.spec, self.opts, self.owner))
+        if old_uid is not None and created["metadata"]["uid"] == old_uid:
+            # A 409 that handed back the dying pod (it cannot, after _wait_gone; never adopt it).
+            raise TemporaryError(f"master pod {name} is still being deleted")
+
+    def _wait_gone(self, uid: str) -> None:
+        """Until the pod ``uid`` is gone (404, or another pod under its name). Bounded by its grace
+        period and a margin; the API away meanwhile is waited out within that bound. Past it:
+        ``TemporaryError``, and the launcher holds and asks again next round."""
+        name = self.names["master"]
+        deadline = self.clock() + MASTER_GRACE_S + MASTER_GONE_MARGIN_S
+        while True:
+            try:
+                pod = self.kube.get("pods", name)
+                if pod is None or pod["metadata"]["uid"] != uid:
+                    return
+            except TemporaryError:
+                pass  # the API is away: it answers again, or the deadline ends the wait
+            if self.clock() >= deadline:
+                raise TemporaryError(f"master pod {name} still terminating after "
+                                     f"{MASTER_GRACE_S + MASTER_GONE_MARGIN_S:.0f} s")
+            self.sleep(0.5)
 
     def trainers(self) -> list[TrainerPod]:
         out = []

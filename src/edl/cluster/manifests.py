@@ -106,7 +106,10 @@ def owner_references(owner: dict, controller: bool = True) -> list[dict]:
     objects; a plain reference (``controller=False``) only ties an object's life to the pod."""
     ref = {"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"]}
     if controller:
-        ref.update(controller=True, blockOwnerDeletion=True)
+        # No blockOwnerDeletion: setting it needs `update` on pods/finalizers where the
+        # OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift, hardened clusters),
+        # which edl's RBAC does not grant; the garbage collector deletes the objects all the same.
+        ref["controller"] = True
     return [ref]
 
 
@@ -167,7 +170,9 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         "securityContext": _security(), "volumeMounts": [mount],
     }
-    pod_spec = {"serviceAccountName": SIDECAR_SA, "restartPolicy": "Always",
+    # OnFailure: a crashed master restarts in place (its exits stay in lastState); one that ends the job
+    # because its launcher went silent (edl.master.deadman) exits 0, as its sidecar then does: the pod completes.
+    pod_spec = {"serviceAccountName": SIDECAR_SA, "restartPolicy": "OnFailure",
                 "securityContext": {"runAsNonRoot": True, "fsGroup": RUN_AS,
                                     "seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [master, sidecar], "volumes": [vol]}

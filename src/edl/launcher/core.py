@@ -32,6 +32,7 @@ from edl.master.client import HttpMaster
 log = logging.getLogger("edl.launcher")
 # A master whose pod looks alive but that has not answered for this long is replaced.
 MASTER_SILENCE_LIMIT_S = 60.0
+BEAT_EVERY_S = 1.0  # at most one beat a second (the local launcher polls ten times a second)
 
 
 def http_master(endpoint: MasterEndpoint) -> HttpMaster:
@@ -160,6 +161,7 @@ class Launcher:
         self.last_status: JobView | None = None  # the master's status as the last tick read it
         self.master: ControlLink | None = None
         self.cancelled = False
+        self.last_beat: float | None = None  # when the master last heard this launcher is alive
 
     # --------------------------------------------------------------- start
     def start(self) -> MasterEndpoint:
@@ -212,6 +214,14 @@ class Launcher:
             return True
         except TemporaryError:
             return False
+
+    def beat(self) -> None:
+        """Tell the master this launcher is alive (its dead-man switch, ``edl.master.deadman``). Sent
+        before anything asks the cluster's API, which may be away: the master is reached without it."""
+        now = self.clock()
+        if self.master is not None and (self.last_beat is None or now - self.last_beat >= BEAT_EVERY_S):
+            if self._tell(self.master.launcher_beat):
+                self.last_beat = now
 
     def tick(self) -> JobView | None:
         """One round. Returns the master's status once the job is no longer running."""
@@ -307,6 +317,7 @@ class Launcher:
         next round carries on from what the cluster then shows. Away longer than
         ``api_away_limit_s``: the job fails."""
         while True:
+            self.beat()
             try:
                 st = self.tick()
             except TemporaryError as e:
@@ -365,6 +376,7 @@ class Launcher:
         """Let trainers exit on their own (rank 0 exports the model), then report them."""
         deadline = self.clock() + timeout_s
         while self.clock() < deadline:
+            self.beat()
             try:
                 live = [t for t in self.cluster.trainers() if not t.phase.terminated]
             except TemporaryError:
@@ -385,6 +397,7 @@ class Launcher:
             return False
         deadline = self.clock() + budget_s
         while self.clock() < deadline:
+            self.beat()
             st = self.master.status()
             if st is not None and len(st.checkpoints) > before:
                 return True

@@ -140,6 +140,9 @@ class HttpMaster:
     def shutdown(self) -> None:
         self._call("POST", "/v1/shutdown")
 
+    def launcher_beat(self) -> None:
+        self._call("POST", "/v1/launcher/beat")
+
     # ------------------------------------------------------------------ TrainerLink
     def spec(self) -> JobSpec:
         return JobSpec(**self._call("GET", "/v1/spec"))

@@ -35,6 +35,7 @@ from edl.api.master import (
 )
 from edl.api.spec import JobSpec
 from edl.errors import PermanentError, StaleError, UserError
+from edl.master.deadman import DeadMan, LauncherState
 from edl.master.membership import Formation, Membership, MembershipConfig
 from edl.master.tasks import TaskQueue
 from edl.master.transitions import Transitions
@@ -85,6 +86,8 @@ class Job:
         # Cuts handed out, by (generation, step), until their checkpoint commits: the queue state to restore.
         self.pending_cuts: dict[tuple[int, int], dict[str, Any]] = {}
         self.unschedulable_at: float | None = None  # last time the launcher gave up on Pending trainers
+        # The launcher's beats; its silence abandons the job (from this master's start: a full timeout).
+        self.deadman = DeadMan(spec.launcher_timeout_s, now)
         desired = spec.trainers
         if restored is not None:
             self.queue = TaskQueue.from_state(restored["queue"])
@@ -132,6 +135,17 @@ class Job:
             return None
 
     # ----------------------------------------------------------- operations
+    def launcher_beat(self, now: float) -> None:
+        self.deadman.beat(now)
+
+    def launcher(self, now: float) -> LauncherState:
+        """The dead-man switch at ``now`` (the first look past the timeout abandons the job)."""
+        return self.deadman.state(now)
+
+    @property
+    def abandoned(self) -> bool:
+        return self.deadman.abandoned
+
     def scale(self, n: int) -> None:
         lo, hi = self.spec.min_trainers, self.spec.max_trainers
         if not lo <= n <= hi:
@@ -172,9 +186,10 @@ class Job:
             known=t is not None,
             state=t.state if t else None,
             generation=m.current.id if m.current else 0,
-            stop=m.change_pending_for(trainer) or self.status is not JobStatus.RUNNING,
+            stop=m.change_pending_for(trainer) or self.status is not JobStatus.RUNNING or self.abandoned,
             job_status=self.status,
             checkpoint=self.checkpoint_requested,
+            abandoned=self.abandoned,
         )
 
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None, now: float) -> Task | Next:
@@ -275,6 +290,8 @@ class Job:
 
     # --------------------------------------------------------------- the clock
     def tick(self, now: float) -> Formation | None:
+        if self.launcher(now) is not LauncherState.WATCHING:
+            return None  # abandoned: nothing may re-form while everyone leaves
         if self.status is not JobStatus.RUNNING or self.queue.finished:
             return None  # finishing: rank 0 writes the last checkpoint; nothing may re-form
         m = self.membership
@@ -322,6 +339,8 @@ class Job:
 
     def assignment_answer(self, trainer: str, after: int) -> Assignment | NoAssignment:
         """What a trainer that is in generation ``after`` (0: none) should do next."""
+        if self.abandoned:
+            return NoAssignment(Unassigned.ABANDONED)
         if self.status is not JobStatus.RUNNING:
             return NoAssignment(Unassigned.FINISHED, job_status=self.status)
         t = self.membership.trainers.get(trainer)
@@ -389,6 +408,7 @@ class Job:
             generations=tuple(self.generation_summaries()),
             checkpoints=tuple(self.checkpoints),
             elapsed_s=round(self.elapsed_s(now), 3),
+            abandoned=self.abandoned,
         )
 
     def summary(self, now: float) -> dict[str, Any]:

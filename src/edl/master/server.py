@@ -40,6 +40,7 @@ from edl.api.master import (
     to_json,
 )
 from edl.errors import StaleError, UserError
+from edl.master.deadman import LauncherState
 from edl.master.job import Job
 
 log = logging.getLogger("edl.master")
@@ -167,6 +168,7 @@ class Master:
         self.shutdown_requested = asyncio.Event()
         self._logged_generations = 0
         self._logged_status = JobStatus.RUNNING
+        self._logged_abandoned = False
 
     async def notify(self) -> None:
         self._log_events()
@@ -192,6 +194,11 @@ class Master:
                 "generation %d formed: world size %d (%s), base step %d, state from %s, rank 0 %s",
                 g.id, g.world_size, g.reason.value, g.base_step, g.source.value, g.members[0],
             )
+        if self.job.abandoned and not self._logged_abandoned:
+            self._logged_abandoned = True
+            d = self.job.deadman
+            log.warning("launcher silent for %.0f s: ending job %s (trainers leave; the master exits in %.0f s)",
+                        d.abandoned_at - d.last_beat, self.job.spec.job, d.linger_s)
         if self.job.status is not self._logged_status:
             self._logged_status = self.job.status
             if self.job.status is JobStatus.FAILED:
@@ -202,11 +209,14 @@ class Master:
     async def ticker(self, period: float = 0.1) -> None:
         while True:
             await asyncio.sleep(period)
-            before = (self.job.membership.phase, len(self.job.membership.history), self.job.status)
+            before = (self.job.membership.phase, len(self.job.membership.history), self.job.status, self.job.abandoned)
             self.job.tick(self.clock())
-            after = (self.job.membership.phase, len(self.job.membership.history), self.job.status)
+            after = (self.job.membership.phase, len(self.job.membership.history), self.job.status, self.job.abandoned)
             if before != after:
                 await self.notify()
+            if self.job.launcher(self.clock()) is LauncherState.OVER and not self.shutdown_requested.is_set():
+                log.warning("job %s abandoned by its launcher: master exiting", self.job.spec.job)
+                self.shutdown_requested.set()
 
 
 def build_app(master: Master) -> FastAPI:
@@ -399,6 +409,11 @@ def _control_routes(master: Master) -> APIRouter:
         log.info("draining trainer %s", trainer)
         await master.notify()
         return {"ok": True}
+
+    @routes.post("/v1/launcher/beat")
+    async def launcher_beat() -> dict:
+        job.launcher_beat(master.clock())
+        return {"ok": True, "abandoned": job.abandoned}
 
     @routes.post("/v1/shutdown")
     async def shutdown() -> dict:

@@ -160,6 +160,9 @@ class SimMaster:
     def shutdown(self) -> None:
         self._reachable()
 
+    def launcher_beat(self) -> None:
+        self._reachable()  # the simulated job has no dead-man switch: its launcher never dies unheard
+
 
 class SimClusterView:
     """What the sidecar sees of the simulated cluster, and a board where demands are published."""

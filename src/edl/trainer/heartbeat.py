@@ -3,7 +3,9 @@
 It runs on its own thread. What it learns (``Control``) is read by the training loop at
 step boundaries; where the loop is (``Progress``) is written by the loop and read here.
 It is also the loop's watchdog: a trainer stuck in a collective that can no longer
-complete (a peer vanished mid-rendezvous) exits, and the launcher replaces it.
+complete (a peer vanished mid-rendezvous) exits, and the launcher replaces it; a trainer
+whose master has not answered for ``master_lost_s`` (longer than a master restart) ends
+itself, so that a job whose launcher and master are gone leaves no trainer behind.
 """
 
 from __future__ import annotations
@@ -21,6 +23,18 @@ log = logging.getLogger("edl.trainer")
 
 COLLECTIVE_HANG_S = 15.0  # stuck this long while the master has moved on: give up
 COLLECTIVE_DEADLINE_S = 300.0  # stuck this long: give up (``EDL_COLLECTIVE_DEADLINE_S``)
+MASTER_LOST_S = 60.0  # the master unreachable this long: longer than it takes to restart one
+
+
+def master_lost_after_s(launcher_timeout_s: float) -> float:
+    """How long a trainer waits for an unreachable master: past a restart, and past the job's dead-man
+    switch twice over (a master that ends the job tells its trainers first; this is for one that could not)."""
+    return max(MASTER_LOST_S, 2 * launcher_timeout_s)
+
+
+def master_lost(last_answer: float, now: float, limit_s: float) -> bool:
+    """The master has not answered since ``last_answer`` for longer than ``limit_s``: give up on it."""
+    return now - last_answer > limit_s
 
 
 class Control:
@@ -48,7 +62,7 @@ class Control:
                 self._master_changed = True
             if answer.stop:
                 self._stop_generation = answer.generation
-            if answer.job_status is not JobStatus.RUNNING:
+            if answer.job_status is not JobStatus.RUNNING or answer.abandoned:
                 self._job_done = True
             self._checkpoint_now = answer.checkpoint
 
@@ -79,7 +93,8 @@ class Heartbeat:
     def __init__(self, link: TrainerLink, trainer_id: str, progress: Progress, control: Control, *,
                  on_stuck: Callable[[], None], deadline_s: float = COLLECTIVE_DEADLINE_S,
                  hang_s: float = COLLECTIVE_HANG_S, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, on_master_lost: Callable[[], None] | None = None,
+                 master_lost_s: float = MASTER_LOST_S) -> None:
         self.link = link
         self.id = trainer_id
         self.progress = progress
@@ -89,6 +104,9 @@ class Heartbeat:
         self.hang_s = hang_s
         self.clock = clock
         self.sleep = sleep
+        self.on_master_lost = on_master_lost or on_stuck  # exits the process
+        self.master_lost_s = master_lost_s
+        self.last_answer = clock()  # the master's last answer (or the start)
 
     def run(self, alive: Callable[[], bool]) -> None:
         while alive():
@@ -100,8 +118,13 @@ class Heartbeat:
             r = self.link.heartbeat(self.id, generation=p.generation, step=p.step, safe_cursor=p.safe_cursor,
                                     loss=p.loss, wait_s=1.0)
         except EdlError:
+            if master_lost(self.last_answer, self.clock(), self.master_lost_s):
+                log.error("master unreachable for %.0f s: trainer %s ending itself", self.master_lost_s, self.id)
+                self.on_master_lost()
+                return
             self.sleep(0.2)  # the master is away: try again shortly
             return
+        self.last_answer = self.clock()
         since = p.in_collective_since
         stuck = self.clock() - since if since is not None else 0.0
         if stuck_in_collective(stuck, p.generation, r.generation, self.hang_s, self.deadline_s):

@@ -28,7 +28,7 @@ from edl.api.data import Cursor, Task
 from edl.api.master import Assignment, JobStatus, SyncReport, Unassigned
 from edl.data.dataset import Dataset
 from edl.errors import CollectiveError, EdlError, TemporaryError, UserError
-from edl.master.client import HttpMaster
+from edl.master.client import HttpMaster, MasterUnavailable
 from edl.modeldef import load_model_def
 from edl.net import free_port
 from edl.storage.checkpoint import FINAL, CheckpointStore
@@ -38,7 +38,7 @@ from edl.trainer.checkpoints import Checkpointer
 from edl.trainer.collective import Group
 from edl.trainer.data import Slice, TaskBuffer, read_slices, record_ids
 from edl.trainer.decide import CheckpointWhy, StepContext, StepDecision, Then, decide_step, plan_start
-from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, Control, Heartbeat
+from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, MASTER_LOST_S, Control, Heartbeat, master_lost_after_s
 from edl.trainer.prefetch import Prefetcher
 from edl.trainer.progress import Progress
 from edl.trainer.replica import Replica
@@ -60,7 +60,10 @@ class Trainer:
         self.sleep = sleep
         self.client = HttpMaster(master, token)
         self.client_once = HttpMaster(master, token, give_up_s=0.0)  # for reports that may be lost
-        self.spec = self.client.spec()
+        # Joining waits for the master as long as a trainer ever does (``MasterUnavailable`` after: leave).
+        self.spec = HttpMaster(master, token, give_up_s=MASTER_LOST_S).spec()
+        self.master_lost_s = master_lost_after_s(self.spec.launcher_timeout_s)
+        self.client_joining = HttpMaster(master, token, give_up_s=self.master_lost_s)
         self.md = load_model_def(self.spec.model_def)
         self.replica = Replica(self.md, self.spec.seed, self.spec.learning_rate, self.spec.init_model)
         self.dataset = Dataset(self.spec.data)
@@ -74,10 +77,13 @@ class Trainer:
                                    self.spec.batch_size, self.progress, warm=self._read_ahead)
         self.heartbeat = Heartbeat(HttpMaster(master, token, timeout_s=10, give_up_s=0.0), trainer_id, self.progress,
                                    self.control, on_stuck=lambda: os._exit(EXIT_EXCLUDED),
-                                   deadline_s=collective_deadline_s, clock=clock)
+                                   deadline_s=collective_deadline_s, clock=clock,
+                                   # Nobody is left to replace it or wait for it: end cleanly.
+                                   on_master_lost=lambda: os._exit(EXIT_OK), master_lost_s=self.master_lost_s)
         self.store_port = free_port(host)
         self.audit = AuditLog(job_store, trainer_id) if self.spec.audit else None  # under the checkpoints
         self._alive = True
+        self.flush_s = 60.0  # how long the end waits for rank 0's last checkpoint write
 
     def _read_ahead(self, task: Task) -> None:
         """The prefetch reads a new task's row groups while the loop trains on the ones before."""
@@ -94,7 +100,7 @@ class Trainer:
 
     def run(self) -> int:
         self._warm_up()
-        r = self.client.register(self.id, os.getpid(), self.host, self.store_port)
+        r = self.client_joining.register(self.id, os.getpid(), self.host, self.store_port)
         self.control.reset(r.master_uid)
         log.info("trainer %s registered with master %s", self.id, self.master_addr)
         for name, loop in (("edl-heartbeat", self.heartbeat.run), ("edl-prefetch", self.prefetch.run)):
@@ -119,9 +125,14 @@ class Trainer:
                     case Unassigned.FAILED:
                         log.warning("trainer %s was dropped from the job", self.id)
                         return EXIT_EXCLUDED
+                    case Unassigned.ABANDONED:
+                        log.warning("trainer %s: the job's launcher went silent and the master ends the job; "
+                                    "leaving", self.id)
+                        self.flush_s = 5.0  # the master exits shortly: do not outwait it
+                        return EXIT_OK
         finally:
             self._alive = False
-            self.checkpoints.flush(60)
+            self.checkpoints.flush(self.flush_s)
 
     def _reregister(self) -> None:
         """The master restarted and lost us: join it afresh."""
@@ -299,13 +310,17 @@ def run_trainer(trainer_id: str, master: str, token: str, backend: str) -> int:
         host = "127.0.0.1"
     deadline_s = float(os.environ.get("EDL_COLLECTIVE_DEADLINE_S", str(COLLECTIVE_DEADLINE_S)))
     try:
-        trainer = Trainer(trainer_id, master, token, host, backend,
-                          collective_deadline_s=deadline_s)
-    except UserError as e:
-        # Tell the master so the job fails with the reason, not just an exit code.
         try:
-            HttpMaster(master, token, give_up_s=0.0).fail_job(str(e))
-        except TemporaryError:
-            pass  # the master is away: the launcher still sees the exit code
-        raise
-    return trainer.run()
+            trainer = Trainer(trainer_id, master, token, host, backend, collective_deadline_s=deadline_s)
+        except UserError as e:
+            # Tell the master so the job fails with the reason, not just an exit code.
+            try:
+                HttpMaster(master, token, give_up_s=0.0).fail_job(str(e))
+            except TemporaryError:
+                pass  # the master is away: the launcher still sees the exit code
+            raise
+        return trainer.run()
+    except MasterUnavailable as e:
+        # Gone longer than a restart takes: the job ended without us (its launcher and master died).
+        log.error("trainer %s: %s for too long; ending itself", trainer_id, e)
+        return EXIT_OK

@@ -21,6 +21,9 @@ from edl.api.spec import JobSpec, K8sOptions
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.timeout(240)
+# No launcher beats these masters (the tests drive the Cluster themselves): a dead-man switch
+# (edl.master.deadman) longer than any test, so that none ends itself midway.
+NO_LAUNCHER_S = 600.0
 
 SCENARIO = {
     "name": "contract", "duration_s": 100000, "period_s": 5, "preemption": True,
@@ -71,7 +74,8 @@ def _local(request) -> Backend:
 
     digits, tmp = request.getfixturevalue("digits"), request.getfixturevalue("tmp_path")
     spec = JobSpec(job="contract", model_def="edl.zoo.digits", data=str(digits), epochs=200, batch_size=16,
-                   min_trainers=1, max_trainers=4, trainers=1, checkpoint_uri=str(tmp / "ckpt"))
+                   min_trainers=1, max_trainers=4, trainers=1, checkpoint_uri=str(tmp / "ckpt"),
+                   launcher_timeout_s=NO_LAUNCHER_S)
     cluster = LocalCluster(spec, tmp / "job", {**os.environ, "PYTHONUNBUFFERED": "1"})
     request.addfinalizer(cluster.delete_job)
 
@@ -92,7 +96,8 @@ def _kube(request) -> Backend:
 
     kube, ns = request.getfixturevalue("kube"), request.getfixturevalue("namespace")
     spec = JobSpec(job="contract", model_def="edl.zoo.digits", data="s3://data/digits", epochs=200, batch_size=16,
-                   min_trainers=1, max_trainers=4, trainers=1, checkpoint_uri=f"s3://ckpt/{ns}/contract")
+                   min_trainers=1, max_trainers=4, trainers=1, checkpoint_uri=f"s3://ckpt/{ns}/contract",
+                   launcher_timeout_s=NO_LAUNCHER_S)
     opts = K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="1", trainer_memory="1Gi")
     api = KubeApi(kube, ns)
     cluster = KubeCluster(api, spec, opts, owner=None, master_via="pod-ip")

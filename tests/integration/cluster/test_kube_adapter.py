@@ -170,3 +170,19 @@ def test_every_rendered_object_is_accepted_by_the_real_apiserver(kube, namespace
             res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
             ns = namespace if res.namespaced else None
             dyn.create(res, body=obj, namespace=ns, query_params=[("dryRun", "All")])
+
+
+def test_the_plane_enforces_owner_reference_permissions_and_edl_s_objects_pass(plane, kube, namespace):
+    """OwnerReferencesPermissionEnforcement (on in the plane, as on hardened clusters): the launcher may
+    not set blockOwnerDeletion on an owner whose finalizers it cannot update; edl's own objects do not ask."""
+    core = client.CoreV1Api(kube)
+    owner_pod = core.create_namespaced_pod(namespace, restricted_pod("owner", ["true"], image="not-pulled:1"))
+    owner = {"name": "owner", "uid": owner_pod.metadata.uid}
+    launcher = KubeApi(token_client(plane, sa_token(kube, namespace, m.LAUNCHER_SA)), namespace)
+    svc = m.master_service(SPEC, opts(namespace), owner)
+    blocking = {**svc, "metadata": {**svc["metadata"], "name": "blocking", "ownerReferences": [
+        {**svc["metadata"]["ownerReferences"][0], "blockOwnerDeletion": True}]}}
+    with pytest.raises(PermanentError, match="403|refused|Forbidden"):
+        launcher.create(blocking)
+    created, fresh = launcher.create(svc)
+    assert fresh and created["metadata"]["ownerReferences"][0]["uid"] == owner["uid"]

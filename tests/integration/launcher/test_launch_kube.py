@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 
 from tests.conftest import run_edl
-from tests.plane.steps import Steps
+from tests.plane.steps import Steps, process_running
 
 pytestmark = pytest.mark.timeout(360)
 
@@ -55,8 +55,12 @@ def test_the_launcher_pod_deleted_takes_a_last_checkpoint_and_removes_every_obje
 def test_a_kfp_step_killed_without_cleanup_leaves_nothing_running(steps):
     step = steps.launch("kfpkill", epochs=400, style="kfp")
     steps.wait(lambda: steps.trainers("kfpkill"), what="a running trainer")
+    pids = steps.job_pids("kfpkill")
     steps.core.delete_namespaced_pod(step, steps.ns, grace_period_seconds=0)  # no time for any cleanup
+    killed = time.monotonic()
     steps.wait_gone("kfpkill", 30, "the garbage collector to remove the job")
+    steps.wait(lambda: not [k for k, pid in pids.items() if process_running(pid)],
+               max(1.0, 90 - (time.monotonic() - killed)), "no process of the job 90 s after the step was deleted")
 
 
 def test_an_argo_step_killed_without_cleanup_is_garbage_collected(steps):
@@ -121,6 +125,35 @@ def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps)
     s = steps.summary(second)
     assert s["status"] == "succeeded" and s["master_restarts"] >= 1
     assert steps.objects_of("adopt") == []
+
+
+def test_a_launcher_killed_without_its_cleanup_leaves_no_pod_running_and_no_process(steps):
+    """The step's container SIGKILLed and not retried: its pod stays (Failed), so the garbage collector
+    does nothing. The dead-man switch does: the master, not beaten for 30 s, tells the trainers to leave,
+    its sidecar and then itself exit 0, and nothing restarts them (restartPolicy OnFailure)."""
+    step = steps.launch("deadman", epochs=400)
+    steps.wait(lambda: steps.trainers("deadman"), what="a running trainer")
+    steps.wait(lambda: "generation 1" in steps.log(step), what="training")
+    pids = steps.job_pids("deadman")
+    assert {"edl-deadman-master/master", "edl-deadman-master/autoscale-sidecar"} <= set(pids), pids
+    os.kill(steps.container_pid(step), signal.SIGKILL)
+    killed = time.monotonic()
+    steps.wait(lambda: steps.phase(step) == "Failed", 30, "the step to fail")
+
+    def running_pods() -> list[str]:
+        pods = steps.core.list_namespaced_pod(steps.ns, label_selector="edl.dev/job=deadman").items
+        return [f"{p.metadata.name}: {p.status.phase}" for p in pods if p.status.phase not in ("Succeeded", "Failed")]
+
+    steps.wait(lambda: not running_pods(), max(1.0, 60 - (time.monotonic() - killed)),
+               "no pod of the job running 60 s after the launcher died")
+    pids.update(steps.job_pids("deadman"))  # a trainer started late, if any
+    steps.wait(lambda: not [k for k, pid in pids.items() if process_running(pid)],
+               max(1.0, 90 - (time.monotonic() - killed)), "no process of the job 90 s after the launcher died")
+    master = steps.pod("edl-deadman-master")
+    assert master.status.phase == "Succeeded", master.status
+    assert all(cs.restart_count == 0 for cs in master.status.container_statuses)
+    assert all(t.status.phase == "Succeeded" for t in steps.trainers("deadman", phase=None))
+    assert "launcher silent for 30 s: ending job deadman" in steps.log_of("edl-deadman-master", "master")
 
 
 def test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up(steps):

@@ -21,6 +21,7 @@ def spec(**kw) -> JobSpec:
     ({"epochs": 0}, "--epochs"),
     ({"batch_size": 0}, "--batch-size"),
     ({"job": "a b"}, "--job-name"),
+    ({"launcher_timeout_s": 5.0}, "--launcher-timeout must be at least 10 seconds"),
 ])
 def test_bad_spec_names_the_flag(kw, match):
     with pytest.raises(UserError, match=match):

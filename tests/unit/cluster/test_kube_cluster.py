@@ -84,12 +84,51 @@ def test_trainers_that_cannot_start_are_reported_so_with_the_reason():
                          "couldn't find key key in Secret ml/minio")
 
 
+class DyingKube(MemoryKube):
+    """A master pod that takes ``grace_s`` (on the clock) to go after a graceful delete; the API away
+    while ``away(t)``; ``create`` answers 409 with what exists under the name, as ``KubeApi.create`` does."""
+
+    def __init__(self, clock, grace_s: float, away=lambda t: False) -> None:
+        super().__init__({"edl-mnist-master": {**master(phase="Running"), "metadata": {
+            "name": "edl-mnist-master", "uid": "old"}}})
+        self.clock, self.grace_s, self.away = clock, grace_s, away
+        self.gone_at: float | None = None
+        self.log: list[tuple[str, float]] = []
+
+    def get(self, resource: str, name: str) -> dict | None:
+        from edl.errors import KubeUnavailableError
+
+        if self.away(self.clock.t):
+            raise KubeUnavailableError("Kubernetes API unreachable: get pods: connection refused")
+        if self.gone_at is not None and self.clock.t >= self.gone_at and self.pods.get(name, {}).get(
+                "metadata", {}).get("uid") == "old":
+            del self.pods[name]
+        return self.pods.get(name)
+
+    def delete(self, resource: str, name: str, grace_s: int | None = None) -> bool:
+        self.log.append((f"delete grace={grace_s}", self.clock.t))
+        self.gone_at = self.clock.t + (self.grace_s if grace_s is None else grace_s)
+        return True
+
+    def create(self, obj: dict) -> tuple[dict, bool]:
+        self.log.append(("create", self.clock.t))
+        existing = self.get("pods", obj["metadata"]["name"])
+        if existing is not None:
+            return existing, False
+        pod = {**obj, "metadata": {**obj["metadata"], "uid": "new"}}
+        self.pods[obj["metadata"]["name"]] = pod
+        return pod, True
+
+
 class Clock:
-    t = 1000.0
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
 
     def __call__(self) -> float:
         return self.t
 
+    def sleep(self, s: float) -> None:
+        self.t += s
 
 def node(name: str, ready: str) -> dict:
     return {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
@@ -152,3 +191,34 @@ def test_without_permission_to_read_nodes_pods_are_judged_as_before():
     clock.t += 600
     [t] = c.trainers()
     assert t.phase is PodPhase.RUNNING and not c.nodes_readable
+
+
+def dying_cluster(kube: DyingKube, clock: Clock) -> KubeCluster:
+    return KubeCluster(kube, SPEC, K8sOptions(namespace="ml"), clock=clock, sleep=clock.sleep)
+
+
+def test_a_lost_master_is_deleted_gracefully_and_its_successor_created_only_once_it_is_gone():
+    clock = Clock(0.0)
+    kube = DyingKube(clock, grace_s=12.0, away=lambda t: 3 <= t < 8)  # the API away meanwhile: held
+    dying_cluster(kube, clock).recreate_master()
+    (delete, t_delete), (create, t_create) = kube.log
+    assert delete == "delete grace=None" and create == "create"  # the pod's own grace period, not 0
+    assert t_create >= t_delete + 12.0
+    assert kube.pods["edl-mnist-master"]["metadata"]["uid"] == "new"
+
+
+def test_a_master_that_never_goes_is_not_adopted_back():
+    from edl.errors import TemporaryError
+
+    clock = Clock()
+    kube = DyingKube(clock, grace_s=10_000.0)
+    with pytest.raises(TemporaryError, match="still terminating"):
+        dying_cluster(kube, clock).recreate_master()
+    assert [what for what, _ in kube.log] == ["delete grace=None"]  # no create beside the dying pod
+
+
+def test_a_master_that_exited_0_is_not_alive_while_its_sidecar_runs_on():
+    done = {"name": "master", "restartCount": 0, "state": {"terminated": {"exitCode": 0, "message": ""}}}
+    assert not cluster([master(done, {"name": "autoscale-sidecar", "state": {"running": {}}})]).master_alive()
+    crashed = {"name": "master", "restartCount": 1, "state": {"terminated": {"exitCode": 1, "message": "x"}}}
+    assert cluster([master(crashed)]).master_alive()  # restarted in place (OnFailure): alive

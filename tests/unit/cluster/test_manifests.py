@@ -175,3 +175,19 @@ def test_trainers_go_where_the_node_selector_and_tolerations_say_and_the_master_
     assert "nodeSelector" not in m.trainer_pod(SPEC, OPTS, "edl-mnist-trainer-0")["spec"]  # default: any node
     for obj in all_objects(opts):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_owner_references_ask_for_no_block_owner_deletion_and_the_master_pod_completes_when_it_ends():
+    """blockOwnerDeletion needs `update` on pods/finalizers under OwnerReferencesPermissionEnforcement,
+    which edl's RBAC does not grant; the master exits 0 only when it ends the job (dead-man switch)."""
+    owned = [o for objs in m.render(SPEC, OPTS).values() for o in objs]
+    owned += [m.master_pod(SPEC, OPTS, OWNER), m.trainer_pod(SPEC, OPTS, "t", OWNER),
+              m.token_secret(SPEC, OPTS, "x", OWNER), m.master_service(SPEC, OPTS, OWNER)]
+    refs = [r for o in owned for r in o["metadata"].get("ownerReferences") or []]
+    assert refs and all("blockOwnerDeletion" not in r for r in refs)
+    assert {r.get("controller") for r in refs} == {True}
+    assert "pods/finalizers" not in json.dumps(m.rbac("ml"))
+    pod = m.master_pod(SPEC, OPTS, OWNER)
+    assert pod["spec"]["restartPolicy"] == "OnFailure"
+    master = next(c for c in containers(pod) if c["name"] == "master")
+    assert master["args"][master["args"].index("--launcher-timeout") + 1] == "30.0"

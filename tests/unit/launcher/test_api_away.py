@@ -92,6 +92,10 @@ class Master:
     def __init__(self, clock: Clock, desired: int = 2, ends_at: float = float("inf")) -> None:
         self.clock, self.desired, self.ends_at = clock, desired, ends_at
         self.known: tuple[str, ...] = ()
+        self.beats: list[float] = []  # when the launcher said it is alive (the dead-man switch)
+
+    def launcher_beat(self) -> None:
+        self.beats.append(self.clock.t)
 
     def healthy(self) -> bool:
         return True
@@ -197,3 +201,14 @@ def test_pending_time_counts_from_first_sight_on_the_launcher_s_clock():
         clock.t += 2
         la.tick()
         assert cluster.deleted == ["j-t1"] and la.unschedulable == 1
+
+
+def test_the_launcher_beats_the_master_every_round_even_while_the_api_is_away():
+    """The dead-man switch must not trip while the launcher lives: it reaches the master without the API."""
+    clock = Clock()
+    master = Master(clock, desired=2, ends_at=1060)
+    la, _ = launcher(FlakyCluster(clock, away=lambda t: 1010 <= t < 1040), master, clock)
+    la.run(poll_s=2.0)
+    assert master.beats and master.beats[-1] >= 1058
+    gaps = [b - a for a, b in zip([1000.0, *master.beats], master.beats)]
+    assert max(gaps) <= 2.0, gaps  # one beat per 2 s round, the API away from 1010 to 1040 included

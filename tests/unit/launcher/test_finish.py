@@ -46,6 +46,9 @@ class Master:
     def summary(self) -> dict | None:
         return None if self._summary is None else dict(self._summary)
 
+    def launcher_beat(self) -> None:
+        pass
+
 
 def launcher(summary: dict | None, exits_at: float = 0.0) -> tuple[Launcher, Clock]:
     clock = Clock()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from fastapi.testclient import TestClient
 
@@ -17,7 +18,8 @@ TOKEN = "s3cret"
 def make_client() -> tuple[TestClient, Job]:
     spec = JobSpec(job="api", model_def="m", data="d", epochs=1, batch_size=4, min_trainers=1, max_trainers=3,
                    trainers=1, checkpoint_uri="/tmp/x")
-    job = Job(spec, [Shard("a.parquet", 40)], master_uid="1", now=0.0)
+    # Started now on the master's clock (the wall clock): its launcher's dead-man switch has not tripped.
+    job = Job(spec, [Shard("a.parquet", 40)], master_uid="1", now=time.time())
     loop = asyncio.new_event_loop()
     master = loop.run_until_complete(_make_master(job))
     return TestClient(build_app(master)), job

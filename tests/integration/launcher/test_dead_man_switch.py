@@ -1,0 +1,54 @@
+"""The dead-man switch with local processes: a launcher that goes silent leaves nothing running.
+
+``edl train`` SIGSTOPped mid-run is alive but silent (its children's ``PR_SET_PDEATHSIG`` does
+not fire): only the switch ends the job. Its master stops hearing the launcher's beats, tells
+the trainers to leave (they exit 0) and exits itself, within the default 30 s plus its linger.
+``edl train`` SIGKILLed takes its children with it (``PR_SET_PDEATHSIG``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.launcher.test_elastic_jobs import job_args
+from tests.waits import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a stopped launcher cannot reap its children)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["silent", "killed"])
+def test_a_launcher_gone_silent_mid_run_leaves_no_process_of_its_job(digits, tmp_path, job_runner, edl_home, sig):
+    job = job_runner("deadman", job_args(digits, tmp_path, epochs=400, trainers=2)).start()
+    job.wait_for(lambda s: s["step"] > 20 and s["world_size"] == 2, what="two trainers training")
+    info = job.info()
+    pids = [info["master_pid"], *info["trainers"].values()]
+    assert len(pids) == 3 and all(running(p) for p in pids)
+    os.kill(job.proc.pid, sig)
+    stopped = time.monotonic()
+    try:
+        wait_for(lambda: not any(running(p) for p in pids), 60, "the master and trainers to end themselves",
+                 every=0.5, detail=lambda: f"alive: {[p for p in pids if running(p)]}")
+        took = time.monotonic() - stopped
+        logs = edl_home / "jobs" / "deadman" / "logs"
+        master_log = (logs / "master.log").read_text()
+        if sig is signal.SIGSTOP:
+            assert took > 25, took  # not before the 30 s timeout (with a margin for the last beat's age)
+            assert "launcher silent for 30 s: ending job deadman" in master_log, master_log[-2000:]
+            assert "master exiting" in master_log
+            for name in info["trainers"]:
+                assert "leaving" in (logs / f"{name}.log").read_text(), name
+    finally:
+        os.kill(job.proc.pid, signal.SIGKILL)  # a stopped launcher is ended by the fixture's cleanup too

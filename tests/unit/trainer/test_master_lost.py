@@ -1,0 +1,54 @@
+"""A trainer whose master stays unreachable ends itself; one told the job is abandoned stops."""
+
+from __future__ import annotations
+
+from edl.api.master import HeartbeatAnswer, JobStatus, TrainerState
+from edl.errors import TemporaryError
+from edl.trainer.heartbeat import Control, Heartbeat, master_lost, master_lost_after_s
+from edl.trainer.progress import Progress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+class Link:
+    """Answers until ``down_at``, then the master is unreachable."""
+
+    def __init__(self, clock: Clock, down_at: float) -> None:
+        self.clock, self.down_at = clock, down_at
+
+    def heartbeat(self, trainer: str, **kw) -> HeartbeatAnswer:
+        self.clock.t += 1.0  # a long poll
+        if self.clock.t >= self.down_at:
+            raise TemporaryError("master at http://m unreachable: ConnectError")
+        return HeartbeatAnswer("1", True, TrainerState.ACTIVE, 1, False, JobStatus.RUNNING, False)
+
+
+def test_the_rule_and_its_limit():
+    assert not master_lost(100.0, 160.0, 60.0) and master_lost(100.0, 160.1, 60.0)
+    assert master_lost_after_s(30.0) == 60.0 and master_lost_after_s(45.0) == 90.0
+
+
+def test_a_trainer_ends_itself_once_the_master_has_not_answered_for_the_limit():
+    clock = Clock()
+    lost: list[float] = []
+    hb = Heartbeat(Link(clock, down_at=10.0), "t1", Progress(), Control("1"), on_stuck=lambda: None, clock=clock,
+                   sleep=clock.sleep, on_master_lost=lambda: lost.append(clock.t), master_lost_s=60.0)
+    while not lost and clock.t < 200:
+        hb.beat()
+    assert lost and 9.0 + 60.0 < lost[0] <= 9.0 + 62.0  # the last answer came at t=9
+
+
+def test_an_abandoned_answer_stops_the_generation_at_the_next_step():
+    control = Control("1")
+    assert not control.stops(1)
+    control.learn(HeartbeatAnswer("1", True, TrainerState.ACTIVE, 1, True, JobStatus.RUNNING, False, abandoned=True))
+    assert control.stops(1) and control.stops(2)  # whatever generation it is in
