@@ -108,15 +108,17 @@ def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim
     state, uri = restore(ckpts)
     if state is None and spec.audit:
         clear_audit(ckpts.store)  # a start from scratch: the records of an earlier start are not this run's
-    job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.time(), restored=state, restored_uri=uri,
+    # The job's clock measures durations only (membership, timeouts, the dead-man switch): monotonic,
+    # so a wall-clock step (NTP) neither trips the switch nor drops trainers.
+    job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.monotonic(), restored=state, restored_uri=uri,
               timeouts=timeouts_from_env())
     if job.queue.finished:
         # Every epoch was already trained: report the recorded outcome instead of training again.
         final = json.loads(ckpts.store.get(FINAL)) if ckpts.store.exists(FINAL) else {}
         job.finish(int(final.get("step", job.restore_step)), final.get("final_model_uri"), final.get("metrics", {}),
-                   time.time())
+                   time.monotonic())
         log.info("job %s was already complete at step %d", spec.job, job.final_step)
-    master = Master(job, token, clock=time.time)
+    master = Master(job, token, clock=time.monotonic)
     log.info(
         "master for job %s on %s:%d: %d shards, %d rows per epoch, %d epochs, trainers %d..%d (desired %d)",
         spec.job, host, port, len(shards), job.queue.rows_per_epoch, spec.epochs,

@@ -160,7 +160,7 @@ class _JobCollector:
 class Master:
     """Binds a ``Job`` to the event loop: clock, notifications, logging."""
 
-    def __init__(self, job: Job, token: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, job: Job, token: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.job = job
         self.token = token
         self.clock = clock

@@ -19,7 +19,7 @@ def make_client() -> tuple[TestClient, Job]:
     spec = JobSpec(job="api", model_def="m", data="d", epochs=1, batch_size=4, min_trainers=1, max_trainers=3,
                    trainers=1, checkpoint_uri="/tmp/x")
     # Started now on the master's clock (the wall clock): its launcher's dead-man switch has not tripped.
-    job = Job(spec, [Shard("a.parquet", 40)], master_uid="1", now=time.time())
+    job = Job(spec, [Shard("a.parquet", 40)], master_uid="1", now=time.monotonic())
     loop = asyncio.new_event_loop()
     master = loop.run_until_complete(_make_master(job))
     return TestClient(build_app(master)), job
