@@ -276,17 +276,18 @@ class S3Store(ObjectStore):
             lambda: self.client.put_object(self.bucket, self._key(key), io.BytesIO(data), len(data)),
         )
 
+    def _read(self, key: str, **window: int) -> bytes:
+        """The object's bytes (``offset``/``length``: a ranged GET), the connection released either way."""
+        resp = self.client.get_object(self.bucket, self._key(key), **window)
+        try:
+            return resp.read()
+        finally:
+            resp.close()
+            resp.release_conn()
+
     @_transient
     def _get(self, key: str) -> bytes:
-        def fetch() -> bytes:
-            resp = self.client.get_object(self.bucket, self._key(key))
-            try:
-                return resp.read()
-            finally:
-                resp.close()
-                resp.release_conn()
-
-        return self._call(self.child(key), fetch)
+        return self._call(self.child(key), lambda: self._read(key))
 
     def get(self, key: str) -> bytes:
         try:
@@ -300,15 +301,7 @@ class S3Store(ObjectStore):
 
     @_transient
     def _get_range(self, key: str, offset: int, length: int) -> bytes:
-        def fetch() -> bytes:
-            resp = self.client.get_object(self.bucket, self._key(key), offset=offset, length=length)
-            try:
-                return resp.read()
-            finally:
-                resp.close()
-                resp.release_conn()
-
-        return self._call(self.child(key), fetch)
+        return self._call(self.child(key), lambda: self._read(key, offset=offset, length=length))
 
     def open_ranged(self, key: str) -> BinaryIO:
         try:

@@ -270,10 +270,12 @@ def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
     steps.wait_gone("yield", 90, "cleanup")
 
 
-def test_a_step_under_the_runs_own_account_with_only_the_rendered_binding_runs_the_job(steps, kube):
+def test_a_step_under_the_runs_own_account_with_only_the_rendered_binding_runs_and_audits_the_job(steps, kube):
     """Review #6: KFP runs a run's pods under its account (pipeline-runner in a standalone install), so
     `edl k8s render --bind-account pipeline-runner` binds edl's launcher Role to it; nothing else. The
-    same step without the binding is refused by RBAC, in one line."""
+    same step without the binding is refused by RBAC, in one line. The step audits: the trainers' pods
+    write the audit log under the job's checkpoint prefix on MinIO; the launcher reads it at the end
+    (with the S3 Secret's keys) and reports lost and duplicated samples."""
     from edl.cluster import manifests
     from tests.plane.fixtures import apply
 
@@ -288,25 +290,17 @@ def test_a_step_under_the_runs_own_account_with_only_the_rendered_binding_runs_t
     assert {o["kind"] for o in bindings} == {"RoleBinding", "ClusterRoleBinding"}
     apply(kube, bindings, steps.ns)
     try:
-        step = steps.launch("runner", epochs=3, service_account="pipeline-runner", style="kfp")
+        step = steps.launch("runner", "--audit", epochs=3, service_account="pipeline-runner", style="kfp")
         assert steps.wait_done(step) == 0, steps.log_tail()
-        assert steps.summary(step)["status"] == "succeeded"
+        s = steps.summary(step)
+        assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+        assert s["audited_samples_per_epoch"] == [1438] * 3  # digits' training split, once per epoch
+        assert "lost 0, duplicated 0" in steps.log(step)
         steps.wait_gone("runner")
     finally:
         for o in bindings:
             if o["kind"] == "ClusterRoleBinding":
                 rbac.delete_cluster_role_binding(o["metadata"]["name"])
-
-
-def test_audit_on_the_cluster_counts_every_sample_from_the_checkpoint_store(steps):
-    """The trainers' pods write the audit log under the job's checkpoint prefix on MinIO; the launcher
-    reads it at the end (with the S3 Secret's keys) and reports lost and duplicated samples."""
-    step = steps.launch("audited", "--audit", epochs=3)
-    assert steps.wait_done(step) == 0, steps.log_tail()
-    s = steps.summary(step)
-    assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0
-    assert s["audited_samples_per_epoch"] == [1438] * 3  # digits' training split, once per epoch
-    assert "lost 0, duplicated 0" in steps.log(step)
 
 
 # ------------------------------------------------------------ a lost node

@@ -9,6 +9,7 @@ from edl.api.cluster import PodPhase, TrainerExit
 from edl.api.spec import JobSpec, K8sOptions
 from edl.cluster.kube_cluster import KubeCluster
 from edl.errors import KubeForbiddenError, PermanentError, UserError
+from tests.clock import FakeClock
 
 SPEC = JobSpec(job="mnist", model_def="m", data="s3://d/x", epochs=1, batch_size=1, min_trainers=1,
                max_trainers=2, trainers=1, checkpoint_uri="s3://c/mnist")
@@ -120,15 +121,6 @@ class DyingKube(MemoryKube):
         return pod, True
 
 
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += s
 
 def node(name: str, ready: str) -> dict:
     return {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
@@ -145,7 +137,7 @@ def trainer(name: str, node_name: str) -> dict:
             "status": {"phase": "Running"}}
 
 
-def lost_node_cluster(pods: list[dict], clock: Clock, forbidden: bool = False) -> tuple[KubeCluster, MemoryKube]:
+def lost_node_cluster(pods: list[dict], clock: FakeClock, forbidden: bool = False) -> tuple[KubeCluster, MemoryKube]:
     kube = MemoryKube({p["metadata"]["name"]: p for p in pods}, {"good": node("good", "True"),
                                                                    "bad": node("bad", "Unknown")})
     if forbidden:
@@ -158,7 +150,7 @@ def lost_node_cluster(pods: list[dict], clock: Clock, forbidden: bool = False) -
 
 
 def test_trainers_on_a_node_unknown_past_the_deadline_are_lost_and_deleted_by_force():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     c, kube = lost_node_cluster([trainer("edl-mnist-trainer-1", "good"), trainer("edl-mnist-trainer-2", "bad")],
                                 clock)
     assert [t.phase for t in c.trainers()] == [PodPhase.RUNNING, PodPhase.RUNNING]  # the clock starts now
@@ -175,7 +167,7 @@ def test_trainers_on_a_node_unknown_past_the_deadline_are_lost_and_deleted_by_fo
 
 
 def test_a_master_on_a_lost_node_is_deleted_by_force_and_reported_not_alive():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     c, kube = lost_node_cluster([on(master({"name": "master", "restartCount": 0, "state": {"running": {}}}),
                                     "bad")], clock)
     assert c.master_alive()
@@ -185,7 +177,7 @@ def test_a_master_on_a_lost_node_is_deleted_by_force_and_reported_not_alive():
 
 
 def test_without_permission_to_read_nodes_pods_are_judged_as_before():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     c, _ = lost_node_cluster([trainer("edl-mnist-trainer-2", "bad")], clock, forbidden=True)
     c.trainers()
     clock.t += 600
@@ -193,12 +185,12 @@ def test_without_permission_to_read_nodes_pods_are_judged_as_before():
     assert t.phase is PodPhase.RUNNING and not c.nodes_readable
 
 
-def dying_cluster(kube: DyingKube, clock: Clock) -> KubeCluster:
+def dying_cluster(kube: DyingKube, clock: FakeClock) -> KubeCluster:
     return KubeCluster(kube, SPEC, K8sOptions(namespace="ml"), clock=clock, sleep=clock.sleep)
 
 
 def test_a_lost_master_is_deleted_gracefully_and_its_successor_created_only_once_it_is_gone():
-    clock = Clock(0.0)
+    clock = FakeClock(0.0)
     kube = DyingKube(clock, grace_s=12.0, away=lambda t: 3 <= t < 8)  # the API away meanwhile: held
     dying_cluster(kube, clock).recreate_master()
     (delete, t_delete), (create, t_create) = kube.log
@@ -210,7 +202,7 @@ def test_a_lost_master_is_deleted_gracefully_and_its_successor_created_only_once
 def test_a_master_that_never_goes_is_not_adopted_back():
     from edl.errors import TemporaryError
 
-    clock = Clock()
+    clock = FakeClock(1000.0)
     kube = DyingKube(clock, grace_s=10_000.0)
     with pytest.raises(TemporaryError, match="still terminating"):
         dying_cluster(kube, clock).recreate_master()

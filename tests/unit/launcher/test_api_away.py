@@ -14,27 +14,19 @@ from edl.api.master import JobStatus, JobView, Phase, TrainerState, TrainerView
 from edl.api.spec import JobSpec
 from edl.errors import KubeForbiddenError, KubeUnavailableError, PermanentError
 from edl.launcher.core import Launcher
+from tests.clock import FakeClock
 
 SPEC = JobSpec(job="j", model_def="m", data="d", epochs=1, batch_size=1, min_trainers=1, max_trainers=4,
                trainers=2, checkpoint_uri="c")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += s
 
 
 class FlakyCluster:
     """Trainer pods in memory; every call raises ``KubeUnavailableError`` while ``away(t)``, then
     ``KubeForbiddenError`` while ``forbidden(t)``."""
 
-    def __init__(self, clock: Clock, away=lambda t: False, created_at: float = 0.0, forbidden=lambda t: False) -> None:
+    def __init__(self, clock: FakeClock, away=lambda t: False, created_at: float = 0.0, forbidden=lambda t: False) -> None:
         self.clock, self.away, self.created_at, self.forbidden = clock, away, created_at, forbidden
         self.pods: dict[str, PodPhase] = {}
         self.created: list[str] = []
@@ -89,7 +81,7 @@ def view(desired: int, status: JobStatus = JobStatus.RUNNING, trainers: tuple[st
 class Master:
     """Wants ``desired`` trainers; the job ends at ``ends_at``."""
 
-    def __init__(self, clock: Clock, desired: int = 2, ends_at: float = float("inf")) -> None:
+    def __init__(self, clock: FakeClock, desired: int = 2, ends_at: float = float("inf")) -> None:
         self.clock, self.desired, self.ends_at = clock, desired, ends_at
         self.known: tuple[str, ...] = ()
         self.beats: list[float] = []  # when the launcher said it is alive (the dead-man switch)
@@ -114,7 +106,7 @@ class Master:
         pass
 
 
-def launcher(cluster: FlakyCluster, master: Master, clock: Clock, **kw) -> tuple[Launcher, io.StringIO]:
+def launcher(cluster: FlakyCluster, master: Master, clock: FakeClock, **kw) -> tuple[Launcher, io.StringIO]:
     out = io.StringIO()
     la = Launcher(SPEC, cluster, console=Console(file=out, width=200), clock=clock, sleep=clock.sleep,
                   master_factory=lambda endpoint: master, trainer_prefix="j-t", **kw)
@@ -123,7 +115,7 @@ def launcher(cluster: FlakyCluster, master: Master, clock: Clock, **kw) -> tuple
 
 
 def test_the_plan_is_held_while_the_api_is_away_and_the_job_carries_on_when_it_is_back():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     cluster = FlakyCluster(clock, away=lambda t: 1010 <= t < 1030)
     master = Master(clock, desired=2, ends_at=1060)
     la, out = launcher(cluster, master, clock)
@@ -144,14 +136,14 @@ def test_the_plan_is_held_while_the_api_is_away_and_the_job_carries_on_when_it_i
 
 
 def test_an_apiserver_just_back_that_refuses_until_its_rbac_caches_fill_is_still_away():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     cluster = FlakyCluster(clock, away=lambda t: 1010 <= t < 1030, forbidden=lambda t: 1030 <= t < 1034)
     la, out = launcher(cluster, Master(clock, ends_at=1060), clock)
     clock.t = 1009.0
     assert la.run(poll_s=2.0).status is JobStatus.SUCCEEDED
     assert out.getvalue().count("API away") == 1 and "after 2" in out.getvalue()
     # Refused without an outage before it: a real RBAC problem, the job fails at once.
-    clock = Clock()
+    clock = FakeClock(1000.0)
     la, _ = launcher(FlakyCluster(clock, forbidden=lambda t: t >= 1010), Master(clock), clock)
     clock.t = 1010.0
     with pytest.raises(KubeForbiddenError, match="403"):
@@ -159,7 +151,7 @@ def test_an_apiserver_just_back_that_refuses_until_its_rbac_caches_fill_is_still
 
 
 def test_an_api_away_past_its_limit_fails_the_job():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     cluster = FlakyCluster(clock, away=lambda t: t >= 1010)
     la, _ = launcher(cluster, Master(clock), clock, api_away_limit_s=60)
     clock.t = 1010.0
@@ -169,7 +161,7 @@ def test_an_api_away_past_its_limit_fails_the_job():
 
 
 def test_trainer_names_are_never_reused_after_a_scale_down_and_a_new_launcher():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     cluster = FlakyCluster(clock)
     master = Master(clock, desired=3)
     la, _ = launcher(cluster, master, clock)
@@ -187,7 +179,7 @@ def test_trainer_names_are_never_reused_after_a_scale_down_and_a_new_launcher():
 
 
 def test_pending_time_counts_from_first_sight_on_the_launcher_s_clock():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     # The apiserver's clock is an hour ahead... or behind: its creationTimestamp is not used.
     for skewed in (clock.t - 3600, clock.t + 3600):
         cluster = FlakyCluster(clock, created_at=skewed)
@@ -205,7 +197,7 @@ def test_pending_time_counts_from_first_sight_on_the_launcher_s_clock():
 
 def test_the_launcher_beats_the_master_every_round_even_while_the_api_is_away():
     """The dead-man switch must not trip while the launcher lives: it reaches the master without the API."""
-    clock = Clock()
+    clock = FakeClock(1000.0)
     master = Master(clock, desired=2, ends_at=1060)
     la, _ = launcher(FlakyCluster(clock, away=lambda t: 1010 <= t < 1040), master, clock)
     la.run(poll_s=2.0)

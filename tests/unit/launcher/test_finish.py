@@ -11,6 +11,7 @@ from edl.api.cluster import PodPhase, TrainerPod
 from edl.api.spec import JobSpec
 from edl.errors import PermanentError
 from edl.launcher.core import Launcher
+from tests.clock import FakeClock
 
 SPEC = JobSpec(job="j", model_def="m", data="d", epochs=1, batch_size=1, min_trainers=1, max_trainers=4,
                trainers=1, checkpoint_uri="c")
@@ -19,19 +20,10 @@ SUCCEEDED = {"job": "j", "status": "succeeded", "error": None, "epochs_completed
              "lost_samples": None, "duplicate_samples": None}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += s
 
 
 class Cluster:
-    def __init__(self, clock: Clock, exits_at: float) -> None:
+    def __init__(self, clock: FakeClock, exits_at: float) -> None:
         self.clock, self.exits_at = clock, exits_at
 
     def trainers(self) -> list[TrainerPod]:
@@ -50,8 +42,8 @@ class Master:
         pass
 
 
-def launcher(summary: dict | None, exits_at: float = 0.0) -> tuple[Launcher, Clock]:
-    clock = Clock()
+def launcher(summary: dict | None, exits_at: float = 0.0) -> tuple[Launcher, FakeClock]:
+    clock = FakeClock()
     la = Launcher(SPEC, Cluster(clock, exits_at), console=Console(quiet=True), clock=clock, sleep=clock.sleep)
     la.master = Master(summary)
     la.failures, la.relaunches, la.unschedulable, la.master_restarts = 1, 2, 3, 4

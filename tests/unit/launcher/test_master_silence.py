@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from edl.api.master import JobStatus
-from tests.unit.launcher.test_api_away import Clock, FlakyCluster, Master, launcher
+from tests.clock import FakeClock
+from tests.unit.launcher.test_api_away import FlakyCluster, Master, launcher
 
 
 class SilentMaster(Master):
     """Answers except while ``silent(t)``."""
 
-    def __init__(self, clock: Clock, silent, **kw) -> None:
+    def __init__(self, clock: FakeClock, silent, **kw) -> None:
         super().__init__(clock, **kw)
         self.silent = silent
 
@@ -21,7 +22,7 @@ class SilentMaster(Master):
 
 
 class RecreatingCluster(FlakyCluster):
-    def __init__(self, clock: Clock, master: SilentMaster) -> None:
+    def __init__(self, clock: FakeClock, master: SilentMaster) -> None:
         super().__init__(clock)
         self.master, self.recreated = master, []
 
@@ -31,7 +32,7 @@ class RecreatingCluster(FlakyCluster):
 
 
 def test_a_master_silent_past_the_limit_is_replaced_and_the_job_carries_on():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     master = SilentMaster(clock, silent=lambda t: t >= 1010, ends_at=1200)
     cluster = RecreatingCluster(clock, master)
     la, out = launcher(cluster, master, clock, master_silence_limit_s=60)
@@ -42,7 +43,7 @@ def test_a_master_silent_past_the_limit_is_replaced_and_the_job_carries_on():
 
 
 def test_a_master_silent_for_less_than_the_limit_is_kept():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     master = SilentMaster(clock, silent=lambda t: 1010 <= t < 1060, ends_at=1200)
     cluster = RecreatingCluster(clock, master)
     la, _ = launcher(cluster, master, clock, master_silence_limit_s=60)

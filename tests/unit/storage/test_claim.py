@@ -16,6 +16,7 @@ from edl.storage.claim import (LOCK_KEY, OWNER_KEY, Holder, LockRecord, PrefixCl
                                holder_dead, lock_verdict, owner_problem, owner_record, pid_namespace,
                                resume_fields)
 from edl.storage.store import open_store
+from tests.clock import FakeClock
 
 
 def spec(job: str = "a", **kw) -> JobSpec:
@@ -47,22 +48,6 @@ def lock(holder_id: str) -> LockRecord:
     return LockRecord(Holder(holder_id, 1, "ns", "h"), "a", ttl_s=20.0)
 
 
-class Clock:
-    """A monotonic clock that moves only when the code under test sleeps; ``on_sleep`` plays the
-    other run (a live holder renewing its lock)."""
-
-    def __init__(self, on_sleep=lambda: None) -> None:
-        self.now = 1000.0
-        self.slept = 0.0
-        self.on_sleep = on_sleep
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, s: float) -> None:
-        self.now += s
-        self.slept += s
-        self.on_sleep()
 
 
 def test_lock_decision():
@@ -85,7 +70,7 @@ def test_staleness_is_judged_on_the_readers_clock_not_the_holders(tmp_path):
     store = open_store(str(tmp_path / "ckpt"))
     skewed = b'{"holder": {"id": "x", "pid": 1, "pidns": "elsewhere", "host": "h"}, "job": "a", "expires_at": 1e12}'
     store.put_if(LOCK_KEY, skewed, None)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).acquire(Holder.of_this_process("t"))
     assert 20.0 <= clock.slept <= 22.0
 
@@ -110,7 +95,7 @@ def test_one_live_run_and_its_restarts(tmp_path):
     store = open_store(str(tmp_path / "ckpt"))
     running = PrefixClaim(store, spec())
     running.acquire(Holder.of_this_process("token-1"))
-    clock = Clock(on_sleep=lambda: running.renew() if clock.now % 5 < 1 else None)  # renews every 5 s
+    clock = FakeClock(1000.0, on_sleep=lambda: running.renew() if clock.t % 5 < 1 else None)  # renews every 5 s
     with pytest.raises(UserError, match=r"job 'a' is already running .*run [0-9a-f]{16} \(pid"):
         PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).acquire(Holder.of_this_process("token-2"))
     assert clock.slept <= 6.0  # refused as soon as it was seen renewed
@@ -130,7 +115,7 @@ def test_a_stale_lock_is_taken_over(tmp_path):
     store = open_store(str(tmp_path / "ckpt"))
     abandoned = LockRecord(Holder("deadbeef", 1, "elsewhere", "h"), "a")
     store.put_if(LOCK_KEY, abandoned.to_bytes(), None)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     asking = PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep)
     asking.check_not_running()  # not seen renewed: the launcher leaves it to the master
     assert clock.slept < 20.0
@@ -144,7 +129,7 @@ def test_a_lock_of_a_dead_process_on_this_machine_is_taken_over_before_it_expire
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = LockRecord(Holder("deadbeef", int(gone.stdout), pid_namespace(), "h"), "a")
     store.put_if(LOCK_KEY, dead.to_bytes(), None)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).check_not_running()
     PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).acquire(Holder.of_this_process("t"))
     assert clock.slept == 0.0  # no waiting for the TTL

@@ -6,23 +6,15 @@ from edl.api.master import HeartbeatAnswer, JobStatus, TrainerState
 from edl.errors import TemporaryError
 from edl.trainer.heartbeat import Control, Heartbeat, master_lost, master_lost_after_s
 from edl.trainer.progress import Progress
+from tests.clock import FakeClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += s
 
 
 class Link:
     """Answers until ``down_at``, then the master is unreachable."""
 
-    def __init__(self, clock: Clock, down_at: float) -> None:
+    def __init__(self, clock: FakeClock, down_at: float) -> None:
         self.clock, self.down_at = clock, down_at
 
     def heartbeat(self, trainer: str, **kw) -> HeartbeatAnswer:
@@ -38,7 +30,7 @@ def test_the_rule_and_its_limit():
 
 
 def test_a_trainer_ends_itself_once_the_master_has_not_answered_for_the_limit():
-    clock = Clock()
+    clock = FakeClock()
     lost: list[float] = []
     hb = Heartbeat(Link(clock, down_at=10.0), "t1", Progress(), Control("1"), on_stuck=lambda: None, clock=clock,
                    sleep=clock.sleep, on_master_lost=lambda: lost.append(clock.t), master_lost_s=60.0)
