@@ -59,7 +59,13 @@ class Control:
     def learn(self, answer: HeartbeatAnswer) -> None:
         with self._lock:
             if self._master_uid is not None and answer.master_uid != self._master_uid:
-                self._master_changed = True
+                # Another master answered. One that does not know us is ours, restarted: stop and join
+                # it afresh. One that knows us is a stale master still running beside the one we joined
+                # (a lost node's processes live on until the run lock fences them; a kept-alive
+                # connection still reaches them): nothing it says is ours.
+                if not answer.known:
+                    self._master_changed = True
+                return
             if answer.stop:
                 self._stop_generation = answer.generation
             if answer.job_status is not JobStatus.RUNNING or answer.abandoned:

@@ -46,7 +46,9 @@ def test_a_stop_applies_to_its_generation_only():
 
 def test_a_restarted_master_or_an_ended_job_stops_any_generation():
     c = Control("1")
-    c.learn(answer(uid="2"))
+    c.learn(answer(uid="2"))  # another master that knows us: a stale one beside ours, not a restart
+    assert not c.stops(5)
+    c.learn(answer(uid="2", known=False))  # ours restarted and lost us
     assert c.stops(5)
     c.reset("2")
     assert not c.stops(5)

@@ -44,3 +44,20 @@ def test_an_abandoned_answer_stops_the_generation_at_the_next_step():
     assert not control.stops(1)
     control.learn(HeartbeatAnswer("1", True, TrainerState.ACTIVE, 1, True, JobStatus.RUNNING, False, abandoned=True))
     assert control.stops(1) and control.stops(2)  # whatever generation it is in
+
+
+def test_answers_of_a_stale_master_that_still_knows_us_are_ignored_a_restarted_one_is_not():
+    """A lost node's old master lives on beside its successor, and a kept-alive connection may still
+    reach it: after joining the new master, one late answer from the old one must not stop every
+    generation to come (it did: 'generation N: 2 -> 2 trainers (resume)' without end)."""
+    control = Control()
+    control.reset("new")
+    stale = HeartbeatAnswer("old", True, TrainerState.ACTIVE, 7, True, JobStatus.FAILED, True, abandoned=True)
+    control.learn(stale)
+    assert not control.stops(3) and not control.checkpoint_requested  # nothing it says is ours
+    control.learn(HeartbeatAnswer("new", True, TrainerState.ACTIVE, 3, False, JobStatus.RUNNING, False))
+    assert not control.stops(3)
+    control.learn(HeartbeatAnswer("newer", False, None, 0, False, JobStatus.RUNNING, False))  # ours restarted
+    assert control.stops(3)
+    control.reset("newer")  # joined it afresh
+    assert not control.stops(1)
