@@ -339,64 +339,50 @@ def lost_node(steps):
 
 
 @pytest.mark.timeout(480)
-def test_a_trainer_on_a_lost_node_is_replaced_under_a_new_id_and_the_job_succeeds(steps, lost_node):
+def test_a_lost_node_loses_a_trainer_and_the_master_both_replaced_elsewhere_and_the_job_succeeds(steps, lost_node):
+    """Review #12: a node's kubelet stops; its pods stay Running in the API, their processes run on
+    (and stay reachable). Past --node-lost-timeout the launcher counts them lost: the trainer is
+    replaced under a new id (not a failure), the master deleted by force and recreated on a live node;
+    the old master's late answers do not disturb the new generations (they once did, without end);
+    the job succeeds."""
     job = "lostnode"
     step = steps.launch(job, "--node-lost-timeout", "10", epochs=120, max_t=2, trainers=2)
     steps.wait(lambda: len(steps.trainers(job)) == 2, 120, "two running trainers")
     steps.wait(lambda: "2 trainers" in steps.log(step), 120, "training with two")
     first = {t.metadata.name for t in steps.trainers(job)}
-    grown = steps.log(step).count("→ 2 trainers")
-    # Move one trainer to node-lost: the others take no new pods, one trainer goes, its successor lands there.
+    master = f"edl-{job}-master"
+    # Move one trainer and the master to node-lost: the others take no new pods while their successors land.
     hold_nodes(steps.core, lost_node, True)
     steps.core.delete_namespaced_pod(sorted(first)[-1], steps.ns)
+    steps.core.delete_namespaced_pod(master, steps.ns)
     moved = steps.wait(lambda: [t for t in steps.trainers(job) if t.spec.node_name == "node-lost"], 120,
                        "a trainer on node-lost")[0]
+    moved_master = steps.wait(lambda: (p := steps.pod(master)) is not None and p.spec.node_name == "node-lost"
+                              and p.status.phase == "Running" and not p.metadata.deletion_timestamp and p, 120,
+                              "the master on node-lost")
     victim = moved.metadata.name
-    pid = pid_of(steps, moved, "trainer")
-    steps.wait(lambda: steps.log(step).count("→ 2 trainers") > grown, 120, "training with the moved trainer")
+    pids = [pid_of(steps, moved, "trainer"), pid_of(steps, moved_master, "master")]
+    steps.wait(lambda: "· 2 trainers · step" in steps.log(step).rsplit("master lost", 1)[-1], 120,
+               "training with the moved trainer and master")
     hold_nodes(steps.core, lost_node, False)
-    steps.plane.lose_node("node-lost")  # its kubelet stops: the pod stays Running, its process runs on
+    steps.plane.lose_node("node-lost")  # its kubelet stops: the pods stay Running, their processes run on
     steps.wait(lambda: steps.pod(victim) is None, 90, "the lost trainer's pod removed")
     replacement = steps.wait(lambda: [t for t in steps.trainers(job) if t.metadata.name not in first | {victim}],
                              90, "a replacement trainer")[0]
     assert replacement.spec.node_name in lost_node
-    assert steps.wait_done(step, 300) == 0, steps.log_tail()
-    s = steps.summary(step)
-    assert s["status"] == "succeeded" and s["epochs_completed"] == 120, s
-    assert s["trainer_failures"] == 0 and s["trainer_relaunches"] >= 1 and s["master_restarts"] == 0, s
-    log = steps.log(step)
-    assert f"trainer {victim} node_lost (its node node-lost is not Ready" in log, log
-    assert len(first | {victim, replacement.metadata.name}) == 4  # four trainers, four names: none reused
-    steps.wait_gone(job, 60, "cleanup")
-    steps.plane.restore_node("node-lost")  # it answers again: its kubelet ends what the API no longer has
-    steps.wait(lambda: not alive(pid), 30, "the lost trainer's process to end")
-
-
-@pytest.mark.timeout(480)
-def test_a_master_on_a_lost_node_is_recreated_elsewhere_and_the_job_succeeds(steps, lost_node):
-    job = "lostmaster"
-    step = steps.launch(job, "--node-lost-timeout", "10", epochs=120, max_t=1, trainers=1)
-    steps.wait(lambda: steps.trainers(job), 120, "a running trainer")
-    steps.wait(lambda: "generation 1" in steps.log(step), 120, "training")
-    master = f"edl-{job}-master"
-    hold_nodes(steps.core, lost_node, True)
-    steps.core.delete_namespaced_pod(master, steps.ns)  # its successor lands on node-lost
-    moved = steps.wait(lambda: (p := steps.pod(master)) is not None and p.spec.node_name == "node-lost"
-                       and p.status.phase == "Running" and not p.metadata.deletion_timestamp and p, 120,
-                       "the master on node-lost")
-    pid = pid_of(steps, moved, "master")
-    steps.wait(lambda: "epoch " in steps.log(step).rsplit("master lost", 1)[-1], 120, "training with the moved master")
-    hold_nodes(steps.core, lost_node, False)
-    steps.plane.lose_node("node-lost")
-    steps.wait(lambda: (p := steps.pod(master)) is not None and p.metadata.uid != moved.metadata.uid
+    steps.wait(lambda: (p := steps.pod(master)) is not None and p.metadata.uid != moved_master.metadata.uid
                and p.spec.node_name in lost_node, 90, "a new master elsewhere")
     assert steps.wait_done(step, 300) == 0, steps.log_tail()
     s = steps.summary(step)
-    assert s["status"] == "succeeded" and s["epochs_completed"] == 120 and s["master_restarts"] >= 2, s
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 120, s
+    assert s["trainer_failures"] == 0 and s["trainer_relaunches"] >= 1 and s["master_restarts"] >= 2, s
+    log = steps.log(step)
+    assert f"trainer {victim} node_lost (its node node-lost is not Ready" in log, log
     assert "MasterNodeLost" in steps.events(step)
+    assert len(first | {victim, replacement.metadata.name}) == 4  # four trainers, four names: none reused
     steps.wait_gone(job, 60, "cleanup")
-    steps.plane.restore_node("node-lost")
-    steps.wait(lambda: not alive(pid), 30, "the lost master's process to end")
+    steps.plane.restore_node("node-lost")  # it answers again: its kubelet ends what the API no longer has
+    steps.wait(lambda: not any(alive(pid) for pid in pids), 30, "the lost pods' processes to end")
 
 
 # ------------------------------------------------------------ two jobs in one namespace
