@@ -75,6 +75,7 @@ class Dataset:
         self._cache_bytes = cache_bytes
         self._lock = threading.Lock()  # guards the dicts below; reads run outside it
         self._meta: dict[str, pq.FileMetaData] = {}
+        self._sizes: dict[str, int] = {}  # of the shards opened through the store: no HEAD per row group
         self._starts: dict[str, list[int]] = {}
         self._groups: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._held = 0  # bytes of the cached groups
@@ -87,7 +88,15 @@ class Dataset:
     def _open(self, name: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
         """A reader of shard ``name``; with ``metadata`` (its footer, read before) nothing is read yet.
         ``pre_buffer`` turns the column chunks of a row group into one ranged read."""
-        source = str(self.store.root / name) if isinstance(self.store, FileStore) else self.store.open_ranged(name)
+        if isinstance(self.store, FileStore):
+            source = str(self.store.root / name)
+        else:
+            with self._lock:
+                size = self._sizes.get(name)
+            source = self.store.open_ranged(name, size)
+            if size is None and hasattr(source, "size"):
+                with self._lock:
+                    self._sizes[name] = source.size()
         try:
             return pq.ParquetFile(source, metadata=metadata, pre_buffer=True)
         except EdlError:

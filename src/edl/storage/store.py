@@ -67,9 +67,10 @@ class ObjectStore(ABC):
         version, or ``None`` when the condition failed (another writer got there first)."""
 
     @abstractmethod
-    def open_ranged(self, key: str) -> BinaryIO:
+    def open_ranged(self, key: str, size: int | None = None) -> BinaryIO:
         """``key`` as a read-only, seekable file that reads only the bytes asked for (a local file, or
-        ranged GETs of the object): a Parquet reader takes the footer and the row groups it needs."""
+        ranged GETs of the object): a Parquet reader takes the footer and the row groups it needs.
+        ``size``: the object's, known from an earlier open (saves asking the store again)."""
 
 
 class FileStore(ObjectStore):
@@ -124,7 +125,7 @@ class FileStore(ObjectStore):
     def exists(self, key: str) -> bool:
         return self._path(key).exists()
 
-    def open_ranged(self, key: str) -> BinaryIO:
+    def open_ranged(self, key: str, size: int | None = None) -> BinaryIO:
         try:
             return self._path(key).open("rb")
         except FileNotFoundError as e:
@@ -303,11 +304,12 @@ class S3Store(ObjectStore):
     def _get_range(self, key: str, offset: int, length: int) -> bytes:
         return self._call(self.child(key), lambda: self._read(key, offset=offset, length=length))
 
-    def open_ranged(self, key: str) -> BinaryIO:
-        try:
-            size = self._size(key)
-        except FileNotFoundError as e:
-            raise StorageError(f"{self.child(key)} does not exist") from e
+    def open_ranged(self, key: str, size: int | None = None) -> BinaryIO:
+        if size is None:
+            try:
+                size = self._size(key)
+            except FileNotFoundError as e:
+                raise StorageError(f"{self.child(key)} does not exist") from e
 
         def read_range(offset: int, length: int) -> bytes:
             try:
