@@ -34,6 +34,16 @@ NODE_CPU = "4"
 NODE_MEMORY = "16Gi"
 
 
+def worker_index() -> int:
+    """This pytest-xdist worker's number (``gw3`` is 3); 0 without xdist."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+
+
+def plane_ip_base() -> int:
+    """Each worker's plane its own pod addresses (``./dev cluster`` keeps 127.20.*, the test of it 127.200.*)."""
+    return 40 + 20 * worker_index()
+
+
 @pytest.fixture(scope="session")
 def plane():
     try:
@@ -42,7 +52,7 @@ def plane():
         pytest.fail(f"the control plane cannot be built: {e}")
     PLANES.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="test-", dir=PLANES))
-    p = ControlPlane(root)
+    p = ControlPlane(root, ip_base=plane_ip_base())
     try:
         p.start()
         for i in range(NODES):

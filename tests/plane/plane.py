@@ -113,8 +113,11 @@ def stop_pid(pid: int, grace_s: float = 10.0) -> None:
 
 
 class ControlPlane:
-    def __init__(self, root: Path, bin_dir: Path | None = None) -> None:
+    def __init__(self, root: Path, bin_dir: Path | None = None, ip_base: int | None = None) -> None:
         self.root = root.resolve()
+        # Node i's pods get 127.(ip_base + i).X.Y. Planes running side by side (one per pytest-xdist
+        # worker, and ``./dev cluster``) need disjoint bases: pods share the machine's network.
+        self.ip_base = ip_base if ip_base is not None else int(os.environ.get("EDL_PLANE_IP_BASE", "20"))
         self.bin = bin_dir or build.KUBEPLANE.out_dir()
         self.state = PlaneState(str(self.root))
         self.procs: dict[str, subprocess.Popen] = {}
@@ -315,7 +318,7 @@ class ControlPlane:
     # ------------------------------------------------------------ nodes
     def add_node(self, name: str, cpu: str = "4", memory: str = "16Gi", wait_s: float = 60) -> NodeInfo:
         index = len(self.state.nodes)
-        node = NodeInfo(name, cpu, memory, free_port(), f"127.{20 + index}")
+        node = NodeInfo(name, cpu, memory, free_port(), f"127.{self.ip_base + index}")
         cfg = self._kubeconfig(f"kubelet-{name}", f"system:node:{name}", ("system:nodes",))
         serving = self._authority.issue(f"kubelet-{name}-serving", f"system:node:{name}", server=True,
                                         ips=("127.0.0.1",))

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.timeout(240)
 
 def cluster(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tests.plane.cluster", "--root", str(root), *args],
-                          capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[3])
+                          capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[3],
+                          env={**os.environ, "EDL_PLANE_IP_BASE": "200"})  # clear of the test planes' pods
 
 
 def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
