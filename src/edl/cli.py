@@ -8,10 +8,16 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edl.api.spec import JobSpec, K8sOptions
 from edl.errors import EdlError, TemporaryError, UserError
 from edl.jobargs import FLAG_NAMES
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from edl.api.master import JobView
 
 # The flags that only ``edl train`` and ``edl sidecar`` have, by the field they set.
 TRAIN_FLAGS = FLAG_NAMES.with_names(autoscale_slots="--autoscale-slots", capacity_schedule="--capacity-schedule")
@@ -72,18 +78,25 @@ def cmd_status(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(st.to_json(), indent=2))
         return 0
-    from rich.console import Console
+    from edl.console import plain_console
+
+    show_status(plain_console(), st)
+    return 0
+
+
+def show_status(console: Console, st: JobView) -> None:
+    """``edl status``: one line about the job, then a table of its trainers."""
     from rich.table import Table
 
-    c = Console()
-    c.print(f"[bold]{st.job}[/] {st.status.value} · phase {st.phase.value} · generation {st.generation} · "
-            f"{st.world_size} trainers (desired {st.desired_trainers}, {st.min_trainers}..{st.max_trainers}) · "
-            f"epoch {st.epoch + 1}/{st.epochs} · step {st.step}")
+    from edl.console import add_row, say
+
+    say(console, (st.job, "bold"), f" {st.status.value} · phase {st.phase.value} · generation {st.generation} · "
+        f"{st.world_size} trainers (desired {st.desired_trainers}, {st.min_trainers}..{st.max_trainers}) · "
+        f"epoch {st.epoch + 1}/{st.epochs} · step {st.step}")
     t = Table("trainer", "rank", "pid", "state", "step")
     for tr in st.trainers:
-        t.add_row(tr.id, str(tr.rank), str(tr.pid), tr.state.value, str(tr.step))
-    c.print(t)
-    return 0
+        add_row(t, tr.id, str(tr.rank), str(tr.pid), tr.state.value, str(tr.step))
+    console.print(t)
 
 
 def cmd_scale(a: argparse.Namespace) -> int:
@@ -118,9 +131,7 @@ def _pct(v: float | None, bound: float | None) -> str:
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+    from edl.console import plain_console
     from edl.files import write_json_atomic
     from edl.sim.report import plot, simulate
     from edl.sim.scenario import load
@@ -142,21 +153,30 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             if len(policies) > 1:
                 path = path.with_name(f"{path.stem}-{p}{path.suffix}")
             plot(sim, path, f"{scenario.name} · policy {p}")
-    t = Table(title=f"{scenario.name}: {a.runs} run(s) per policy")
+    show_simulation(plain_console(), scenario.name, a.runs, reports)
+    if a.out:
+        write_json_atomic(Path(a.out), reports[0] if len(reports) == 1 else {"compare": reports})
+    return 0
+
+
+def show_simulation(console: Console, scenario: str, runs: int, reports: list[dict]) -> None:
+    """``edl simulate``: one row per policy."""
+    from rich.table import Table
+
+    from edl.console import add_row, text
+
+    t = Table(title=text(f"{scenario}: {runs} run(s) per policy"))
     for c in ("policy", "util % (bound)", "off-peak % (bound)", "pending s", "JCT s", "Jain", "svc lag s",
               "rescales"):
         t.add_column(c, justify="right")
     for r in reports:
         u = r["utilization"]
-        t.add_row(r["policy"], _pct(u["mean"], u["bound_mean"]), _pct(u["offpeak_mean"], u["bound_offpeak_mean"]),
-                  f"{r['pending_s_mean']:.1f}", "-" if r["jct_s_mean"] is None else f"{r['jct_s_mean']:.0f}",
-                  f"{r['fairness_jain']:.2f}",
-                  "-" if not r["services"] else f"{max(s['lag_s_max'] for s in r['services']):.0f}",
-                  f"{r['rescale_events']:.0f}")
-    Console().print(t)
-    if a.out:
-        write_json_atomic(Path(a.out), reports[0] if len(reports) == 1 else {"compare": reports})
-    return 0
+        add_row(t, r["policy"], _pct(u["mean"], u["bound_mean"]), _pct(u["offpeak_mean"], u["bound_offpeak_mean"]),
+                f"{r['pending_s_mean']:.1f}", "-" if r["jct_s_mean"] is None else f"{r['jct_s_mean']:.0f}",
+                f"{r['fairness_jain']:.2f}",
+                "-" if not r["services"] else f"{max(s['lag_s_max'] for s in r['services']):.0f}",
+                f"{r['rescale_events']:.0f}")
+    console.print(t)
 
 
 def cmd_sidecar(a: argparse.Namespace) -> int:

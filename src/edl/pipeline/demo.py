@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from edl.console import add_row, plain_console, say, text
 from edl.errors import PermanentError
 
 # Other tenants on this 2-core machine: both trainer slots free, then one taken, then free again.
@@ -41,13 +42,13 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
 
     from edl.pipeline.retrain import retrain
 
-    console = console or Console()
+    console = console or plain_console()
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     root = out / "kfp"
     root.mkdir(exist_ok=True)
     registry = out / "registry"
-    console.print(f"[bold]edl demo[/]: the retraining pipeline through kfp.local; artifacts in {root}")
+    say(console, ("edl demo", "bold"), f": the retraining pipeline through kfp.local; artifacts in {root}")
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
     started = time.monotonic()
     try:
@@ -75,18 +76,18 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
 
 def _table(console: Console, s: dict, out: Path) -> None:
     gens = s.get("generations") or []
-    t = Table(title=f"edl demo: {s['job']} {s['status']} in {s['pipeline_wall_s']:.0f} s (pipeline)")
+    t = Table(title=text(f"edl demo: {s['job']} {s['status']} in {s['pipeline_wall_s']:.0f} s (pipeline)"))
     t.add_column("what")
     t.add_column("value", justify="right")
     ev = s.get("evaluation") or {}
-    t.add_row("held-out accuracy (evaluate step)", f"{ev.get('accuracy', float('nan')):.4f}")
-    t.add_row("epochs", str(s.get("epochs_completed")))
-    t.add_row("scale events", str(max(0, len(gens) - 1)))
+    add_row(t, "held-out accuracy (evaluate step)", f"{ev.get('accuracy', float('nan')):.4f}")
+    add_row(t, "epochs", str(s.get("epochs_completed")))
+    add_row(t, "scale events", str(max(0, len(gens) - 1)))
     for g in gens[1:]:
-        t.add_row(f"  generation {g['id']}: {g['world_size']} trainers ({g['reason']})",
+        add_row(t, f"  generation {g['id']}: {g['world_size']} trainers ({g['reason']})",
                   "-" if g["pause_s"] is None else f"pause {g['pause_s']:.2f} s")
     lost, dup = s.get("lost_samples"), s.get("duplicate_samples")
-    t.add_row("exactly-once (lost / duplicated samples)", f"{lost} / {dup}")
-    t.add_row("published as the current model", "yes" if s.get("published") else "no (not better)")
+    add_row(t, "exactly-once (lost / duplicated samples)", f"{lost} / {dup}")
+    add_row(t, "published as the current model", "yes" if s.get("published") else "no (not better)")
     console.print(t)
-    console.print(f"written: {out / 'summary.json'}, {out / 'timeline.png'}")
+    say(console, f"written: {out / 'summary.json'}, {out / 'timeline.png'}")
