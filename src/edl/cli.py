@@ -33,13 +33,13 @@ def _token_from_env() -> str:
 
 
 def cmd_train(a: argparse.Namespace) -> int:
-    from edl.api.spec import local_autoscale_problems
+    from edl.api.spec import launcher_problems, local_autoscale_problems
     from edl.jobargs import spec_from_args
     from edl.launcher.local import LocalLauncher
 
     spec = spec_from_args(a)
     TRAIN_FLAGS.check(local_autoscale_problems(a.autoscale_slots, a.capacity_schedule, a.sidecar_period,
-                                               spec.min_trainers))
+                                               spec.min_trainers), launcher_problems(a.max_trainer_failures))
     autoscale = None
     if a.autoscale_slots is not None:
         from edl.autoscale.local_view import CapacitySchedule
@@ -54,6 +54,8 @@ def cmd_master(a: argparse.Namespace) -> int:
     from edl.jobargs import spec_from_args
     from edl.master.main import run_master
 
+    if not 0 < a.port < 65536:
+        raise UserError(f"--port must be in 1..65535 (got {a.port})")
     return run_master(spec_from_args(a), a.host, a.port, _token_from_env())
 
 
@@ -206,9 +208,11 @@ def _kubernetes_job(a: argparse.Namespace) -> tuple[JobSpec, K8sOptions]:
 
 
 def cmd_launch(a: argparse.Namespace) -> int:
+    from edl.api.spec import launcher_problems
     from edl.launcher.kube import launch
 
     spec, opts = _kubernetes_job(a)
+    FLAG_NAMES.check(launcher_problems(a.max_trainer_failures))
     return launch(spec, opts, kubeconfig=a.kubeconfig,
                   max_trainer_failures=a.max_trainer_failures,
                   summary_out=Path(a.summary_out) if a.summary_out else None, master_via=a.master_via)
@@ -287,14 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_arguments(t)
     t.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
     t.add_argument("--max-trainer-failures", type=int, default=5,
-                   help="fail the job after this many trainer crashes (default 5)")
+                   help="fail the job when trainers crash more often than this; 0: at the first crash (default 5)")
     t.add_argument("--autoscale-slots", type=int, default=None,
                    help="run the autoscale sidecar locally: this machine holds this many trainers (default: off)")
     t.add_argument("--capacity-schedule", default="",
                    help="other tenants taking slots over time, TIME:SLOTS pairs, e.g. 0:0,30:2,60:1 "
                         "(with --autoscale-slots)")
     t.add_argument("--sidecar-period", type=float, default=2.0,
-                   help="seconds between the local sidecar's decisions (default 2)")
+                   help="seconds between the local sidecar's decisions, positive (default 2)")
     t.set_defaults(fn=cmd_train)
 
     m = sub.add_parser("master", help="run the job master (token from EDL_TOKEN)",
@@ -345,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_arguments(la)
     add_k8s_arguments(la, POLICY_NAMES)
     la.add_argument("--max-trainer-failures", type=int, default=5,
-                    help="fail the job after this many trainer crashes; preemptions do not count (default 5)")
+                    help="fail the job when trainers crash more often than this, preemptions not counted; 0: at "
+                         "the first crash (default 5)")
     la.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
     _add_kubeconfig(la)
     la.add_argument("--master-via", choices=["service", "pod-ip"], default="service",
@@ -360,14 +365,15 @@ def build_parser() -> argparse.ArgumentParser:
     sc2.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"),
                      help="namespace of the job and its demand Lease (default: $POD_NAMESPACE or default)")
     sc2.add_argument("--policy", default="edl", help=f"scaling policy: {' or '.join(POLICY_NAMES)} (default edl)")
-    sc2.add_argument("--period", type=float, default=10.0, help="seconds between decisions (default 10)")
+    sc2.add_argument("--period", type=float, default=10.0, help="seconds between decisions, positive (default 10)")
     sc2.add_argument("--jitter", type=float, default=2.0,
-                     help="each job acts at a fixed offset in [0, jitter) seconds into the period (default 2)")
+                     help="each job acts at a fixed offset in [0, jitter) seconds into the period, jitter below "
+                          "--period; 0: no offset (default 2)")
     sc2.add_argument("--min-trainers", type=int, required=True, help="never below this many trainers")
     sc2.add_argument("--max-trainers", type=int, required=True, help="never above this many trainers")
     sc2.add_argument("--trainer-cpu", default="1", help="CPU request of one trainer pod (default 1)")
     sc2.add_argument("--trainer-memory", default="1Gi", help="memory request of one trainer pod (default 1Gi)")
-    sc2.add_argument("--trainer-gpu", type=int, default=0, help="GPUs of one trainer pod (default 0)")
+    sc2.add_argument("--trainer-gpu", type=int, default=0, help="GPUs of one trainer pod; 0: CPU (default 0)")
     _add_kubeconfig(sc2)
     sc2.set_defaults(fn=cmd_sidecar)
 
@@ -416,11 +422,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "8x8 digits) or synthetic (labelled by a fixed random teacher).")
     dp.add_argument("kind", choices=["digits", "synthetic"], help="which data set")
     dp.add_argument("--out", required=True, help="destination: a path, file:///dir or s3://bucket/prefix")
-    dp.add_argument("--rows", type=int, default=20000, help="synthetic: number of rows (default 20000)")
-    dp.add_argument("--features", type=int, default=256, help="synthetic: input width (default 256)")
-    dp.add_argument("--classes", type=int, default=10, help="synthetic: number of classes (default 10)")
-    dp.add_argument("--shards", type=int, default=4, help="Parquet files in train/ (default 4)")
-    dp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    dp.add_argument("--rows", type=int, default=20000, help="synthetic: number of rows, at least 10 (default 20000)")
+    dp.add_argument("--features", type=int, default=256, help="synthetic: input width, at least 1 (default 256)")
+    dp.add_argument("--classes", type=int, default=10, help="synthetic: number of classes, at least 2 (default 10)")
+    dp.add_argument("--shards", type=int, default=4,
+                    help="Parquet files in train/, at least 1 and at most the training rows (default 4)")
+    dp.add_argument("--seed", type=int, default=0, help="random seed, 0..2**32-1 (default 0)")
     dp.set_defaults(fn=cmd_data_prepare)
     return p
 

@@ -85,11 +85,19 @@ def test_corrupt_parquet_shard(tmp_path, digits):
     ({"--trainers": "5"}, "--trainers 5 is outside"),
     ({"--checkpoint-uri": "gs://bucket/x"}, "unknown URI scheme 'gs'"),
     ({"--data": "ftp://host/x"}, "unknown URI scheme 'ftp'"),
+    # Once accepted: every trainer crash-looped ("learning_rate is not set"), or nothing was said at all.
+    ({"--learning-rate": "nan"}, "--learning-rate must be a positive number (got nan)"),
+    ({"--learning-rate": "inf"}, "--learning-rate must be a positive number (got inf)"),
+    ({"--checkpoint-interval": "-1"}, "--checkpoint-interval must be a positive number of seconds"),
+    ({"--rows-per-task": "-4"}, "--rows-per-task must be at least 1, or 0 for 4 x --batch-size"),
+    ({"--max-trainer-failures": "-1"}, "--max-trainer-failures must be 0 or more"),
+    ({"--max-task-failures": "0"}, "--max-task-failures must be at least 1"),
 ])
 def test_bad_flags(tmp_path, digits, over, needle):
     r = train(tmp_path, digits, **over)
     assert_one_line_error(r, needle)
     assert r.returncode == 2
+    assert not (tmp_path / "ckpt").exists() and not (tmp_path / "edl-home").exists()
 
 
 def test_unreachable_s3_endpoint_at_start(tmp_path, digits):
@@ -127,3 +135,20 @@ def test_wrong_token_is_refused(tmp_path, digits, job_runner, edl_home):
     assert_one_line_error(r, "refused our job token (401)")
     r = run_edl("status", "tok", "--json")
     assert_one_line_error(r, "401")
+
+
+BRACKETED = ("[/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:576] Read error [127.0.0.1]:41235: "
+             "Connection reset by peer [bold]x[/] [link=x]y :smile:")
+
+
+def test_a_trainer_dying_with_brackets_in_its_last_line_is_reported_verbatim(tmp_path, digits):
+    """Its last line once raised rich's MarkupError inside ``edl train``: a traceback and no summary."""
+    f = tmp_path / "bracket_model.py"
+    f.write_text(
+        "from edl.zoo.digits import model, optimizer, collate\n"
+        "def loss(outputs, labels):\n"
+        f"    raise RuntimeError({BRACKETED!r})\n"
+    )
+    r = train(tmp_path, digits, "--max-trainer-failures", "0", **{"--model-def": str(f)})
+    assert "MarkupError" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert_one_line_error(r, BRACKETED)
