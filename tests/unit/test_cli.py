@@ -9,7 +9,7 @@ import pytest
 from edl.cli import build_parser, main
 
 JOB = ["--job-name", "j", "--model-def", "edl.zoo.digits", "--data", "d", "--epochs", "1", "--batch-size", "4"]
-S3_JOB = [*JOB[:4], "--data", "s3://b/d", *JOB[6:], "--checkpoint-uri", "s3://b/ck", "--s3-secret", "s3"]
+S3_JOB = [*JOB[:4], "--data", "s3://bkt/d", *JOB[6:], "--checkpoint-uri", "s3://bkt/ck", "--s3-secret", "s3"]
 SIDECAR = ["sidecar", "--job-name", "j", "--master", "m:1", "--min-trainers", "1", "--max-trainers", "2"]
 
 # (command line, what the error line must say): each flag of each command with a value that must be refused.
