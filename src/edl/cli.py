@@ -60,10 +60,13 @@ def cmd_master(a: argparse.Namespace) -> int:
 
 
 def cmd_trainer(a: argparse.Namespace) -> int:
-    from edl.trainer.worker import run_trainer
+    from edl.modeldef import require_paddle
 
     if not a.id:
         raise UserError("--id is required (or set EDL_TRAINER_ID)")
+    require_paddle("a trainer needs it (on Kubernetes: run trainers from a trainer image, --trainer-image)")
+    from edl.trainer.worker import run_trainer
+
     return run_trainer(a.id, a.master, _token_from_env(), a.backend)
 
 
@@ -223,6 +226,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
     if a.epochs < 1:
         raise UserError(f"--epochs must be at least 1 (got {a.epochs})")
+    from edl.modeldef import require_paddle
+
+    require_paddle("edl demo trains on this machine")
     return run_demo(Path(a.out), a.epochs)
 
 

@@ -30,6 +30,7 @@ from edl.api.spec import JobSpec
 from edl.launcher.core import JobResult, Launcher, ProgressView, audit_summary
 from edl.master.client import HttpMaster
 from edl.master.main import prepare_job
+from edl.modeldef import require_paddle
 
 
 def edl_home() -> Path:
@@ -111,6 +112,7 @@ class LocalLauncher:
         return thread
 
     def run(self) -> int:
+        require_paddle("edl train runs its trainers on this machine")  # before anything is started or written
         self.spec, _, ckpts, claim = prepare_job(self.spec)  # fail fast on bad data, storage or a foreign prefix
         claim.check_not_running()  # before this job's directory is touched: it may be the running one's
         self.dir.mkdir(parents=True, exist_ok=True)
