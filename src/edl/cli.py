@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -289,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     from edl.jobargs import add_job_arguments, add_k8s_arguments
 
     p = argparse.ArgumentParser(prog="edl", description="Elastic deep learning for PaddlePaddle.")
+    p.add_argument("--verbose", action="store_true",
+                   help="also show the libraries' own logs: every HTTP request to the master, S3 and Kubernetes "
+                        "(as EDL_VERBOSE=1 does); EDL_LOG_LEVEL=DEBUG shows edl's debug logs")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     t = sub.add_parser("train", help="run an elastic training job on this machine",
@@ -439,11 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("EDL_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    for noisy in ("httpx", "httpcore", "uvicorn.error"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from edl.console import VERBOSE_ENV, configure_logging
+
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # for the processes this one starts (master, trainers, pipeline steps)
+    configure_logging()
     try:
         return int(args.fn(args) or 0)
     except EdlError as e:

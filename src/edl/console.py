@@ -10,9 +10,17 @@ it goes to (the caller's own included); styles come as ``(text, style)`` parts, 
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+# Libraries that log a line per request at INFO (httpx: every status poll, 277 lines in one `edl demo`).
+THIRD_PARTY_LOGGERS = ("httpx", "httpcore", "urllib3", "kubernetes", "minio", "uvicorn.error", "uvicorn.access")
+VERBOSE_ENV = "EDL_VERBOSE"  # "1": keep them (`edl --verbose` sets it, for the processes it starts too)
 
 Part = str | tuple[str, str]  # plain text, or text and its rich style ("bold", "green")
 
@@ -35,3 +43,19 @@ def add_row(table: Table, *cells: str) -> None:
 def plain_console(**kwargs) -> Console:
     """edl's own console: nothing that reaches it as a string is read as markup or emoji codes either."""
     return Console(markup=False, emoji=False, **kwargs)
+
+
+def configure_logging() -> None:
+    """edl's logging, in every edl process (and a pipeline step's): ``EDL_LOG_LEVEL`` (default INFO) to
+    stderr, the third-party request logs at WARNING unless ``EDL_VERBOSE=1``."""
+    logging.basicConfig(level=os.environ.get("EDL_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    quiet_third_party_logs()
+
+
+def quiet_third_party_logs() -> None:
+    """Third-party loggers at WARNING (a process whose logging someone else set up, a KFP executor)."""
+    if os.environ.get(VERBOSE_ENV) == "1":
+        return
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
