@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -165,6 +166,22 @@ class DemoView:
         return max(files, key=lambda f: f.stat().st_mtime).parent.name if files else None
 
 
+@contextlib.contextmanager
+def _root_logging_to(stream: io.TextIOBase):
+    """The root logger's records into ``stream`` meanwhile: a handler set up before (``edl``'s, to the
+    real stderr) holds its own stream, which redirecting ``sys.stderr`` does not reach (kfp.local logs
+    its workspace clean-up there)."""
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    root.handlers[:] = [handler]
+    try:
+        yield
+    finally:
+        root.handlers[:] = saved
+
+
 def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int:
     from kfp import local
 
@@ -186,7 +203,7 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
     started = time.monotonic()
     with DemoView(console, home, time.time() - 1.0) as view, PipelineLog(log_path, view.event) as log:
         try:
-            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), _root_logging_to(log):
                 retrain(registry_uri=str(registry), checkpoint_uri=str(out / "checkpoints"), data_kind="digits",
                         epochs=epochs, batch_size=16, learning_rate=0.003, min_trainers=1, max_trainers=DEMO_SLOTS,
                         capacity_slots=DEMO_SLOTS, capacity_schedule=DEMO_SCHEDULE, sidecar_period_s=2.0,

@@ -38,6 +38,7 @@ def test_edl_demo_runs_the_pipeline_and_writes_summary_and_timeline(tmp_path):
     text = log.read_text()
     assert "Got executor_input:" in text and "'elastic-train'" in text  # the executors' dumps, kfp's task lines
     assert "Got executor_input:" not in everything and "HTTP Request:" not in text
+    assert "Cleaned up workspace" in text and not r.stderr.strip(), r.stderr  # kfp's logs too, none on stderr
     assert len(r.stdout.splitlines()) < 80, r.stdout
 
 
