@@ -56,3 +56,14 @@ def test_third_party_request_logs_are_off_unless_asked_for(monkeypatch):
     quiet_third_party_logs()
     assert all(logging.getLogger(n).level == logging.WARNING for n in THIRD_PARTY_LOGGERS)
     assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+
+
+def test_on_a_terminal_the_events_print_above_a_bar_that_stops_cleanly(tmp_path):
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=True)
+    with DemoView(console, tmp_path, 0.0) as view:  # no job under tmp_path yet: the poller finds none
+        view.event("started", "elastic-train")
+        view.event("event", "generation 1: 0 → 2 trainers (start), pause 0.43 s")
+        assert view.poller.is_alive()
+    assert not view.poller.is_alive()
+    assert "step elastic-train started" in out.getvalue() and "generation 1: 0 → 2 trainers" in out.getvalue()
