@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edl.api.spec import JobSpec, K8sOptions
 from edl.errors import EdlError, TemporaryError, UserError
 from edl.jobargs import FLAG_NAMES
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from edl.api.master import JobView
 
 # The flags that only ``edl train`` and ``edl sidecar`` have, by the field they set.
 TRAIN_FLAGS = FLAG_NAMES.with_names(autoscale_slots="--autoscale-slots", capacity_schedule="--capacity-schedule")
@@ -27,13 +32,13 @@ def _token_from_env() -> str:
 
 
 def cmd_train(a: argparse.Namespace) -> int:
-    from edl.api.spec import local_autoscale_problems
+    from edl.api.spec import launcher_problems, local_autoscale_problems
     from edl.jobargs import spec_from_args
     from edl.launcher.local import LocalLauncher
 
     spec = spec_from_args(a)
     TRAIN_FLAGS.check(local_autoscale_problems(a.autoscale_slots, a.capacity_schedule, a.sidecar_period,
-                                               spec.min_trainers))
+                                               spec.min_trainers), launcher_problems(a.max_trainer_failures))
     autoscale = None
     if a.autoscale_slots is not None:
         from edl.autoscale.local_view import CapacitySchedule
@@ -48,14 +53,19 @@ def cmd_master(a: argparse.Namespace) -> int:
     from edl.jobargs import spec_from_args
     from edl.master.main import run_master
 
+    if not 0 < a.port < 65536:
+        raise UserError(f"--port must be in 1..65535 (got {a.port})")
     return run_master(spec_from_args(a), a.host, a.port, _token_from_env())
 
 
 def cmd_trainer(a: argparse.Namespace) -> int:
-    from edl.trainer.worker import run_trainer
+    from edl.modeldef import require_paddle
 
     if not a.id:
         raise UserError("--id is required (or set EDL_TRAINER_ID)")
+    require_paddle("a trainer needs it (on Kubernetes: run trainers from a trainer image, --trainer-image)")
+    from edl.trainer.worker import run_trainer
+
     return run_trainer(a.id, a.master, _token_from_env(), a.backend)
 
 
@@ -72,18 +82,25 @@ def cmd_status(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(st.to_json(), indent=2))
         return 0
-    from rich.console import Console
+    from edl.console import plain_console
+
+    show_status(plain_console(), st)
+    return 0
+
+
+def show_status(console: Console, st: JobView) -> None:
+    """``edl status``: one line about the job, then a table of its trainers."""
     from rich.table import Table
 
-    c = Console()
-    c.print(f"[bold]{st.job}[/] {st.status.value} · phase {st.phase.value} · generation {st.generation} · "
-            f"{st.world_size} trainers (desired {st.desired_trainers}, {st.min_trainers}..{st.max_trainers}) · "
-            f"epoch {st.epoch + 1}/{st.epochs} · step {st.step}")
+    from edl.console import add_row, say
+
+    say(console, (st.job, "bold"), f" {st.status.value} · phase {st.phase.value} · generation {st.generation} · "
+        f"{st.world_size} trainers (desired {st.desired_trainers}, {st.min_trainers}..{st.max_trainers}) · "
+        f"epoch {st.epoch + 1}/{st.epochs} · step {st.step}")
     t = Table("trainer", "rank", "pid", "state", "step")
     for tr in st.trainers:
-        t.add_row(tr.id, str(tr.rank), str(tr.pid), tr.state.value, str(tr.step))
-    c.print(t)
-    return 0
+        add_row(t, tr.id, str(tr.rank), str(tr.pid), tr.state.value, str(tr.step))
+    console.print(t)
 
 
 def cmd_scale(a: argparse.Namespace) -> int:
@@ -118,9 +135,7 @@ def _pct(v: float | None, bound: float | None) -> str:
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+    from edl.console import plain_console
     from edl.files import write_json_atomic
     from edl.sim.report import plot, simulate
     from edl.sim.scenario import load
@@ -142,21 +157,30 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             if len(policies) > 1:
                 path = path.with_name(f"{path.stem}-{p}{path.suffix}")
             plot(sim, path, f"{scenario.name} · policy {p}")
-    t = Table(title=f"{scenario.name}: {a.runs} run(s) per policy")
+    show_simulation(plain_console(), scenario.name, a.runs, reports)
+    if a.out:
+        write_json_atomic(Path(a.out), reports[0] if len(reports) == 1 else {"compare": reports})
+    return 0
+
+
+def show_simulation(console: Console, scenario: str, runs: int, reports: list[dict]) -> None:
+    """``edl simulate``: one row per policy."""
+    from rich.table import Table
+
+    from edl.console import add_row, text
+
+    t = Table(title=text(f"{scenario}: {runs} run(s) per policy"))
     for c in ("policy", "util % (bound)", "off-peak % (bound)", "pending s", "JCT s", "Jain", "svc lag s",
               "rescales"):
         t.add_column(c, justify="right")
     for r in reports:
         u = r["utilization"]
-        t.add_row(r["policy"], _pct(u["mean"], u["bound_mean"]), _pct(u["offpeak_mean"], u["bound_offpeak_mean"]),
-                  f"{r['pending_s_mean']:.1f}", "-" if r["jct_s_mean"] is None else f"{r['jct_s_mean']:.0f}",
-                  f"{r['fairness_jain']:.2f}",
-                  "-" if not r["services"] else f"{max(s['lag_s_max'] for s in r['services']):.0f}",
-                  f"{r['rescale_events']:.0f}")
-    Console().print(t)
-    if a.out:
-        write_json_atomic(Path(a.out), reports[0] if len(reports) == 1 else {"compare": reports})
-    return 0
+        add_row(t, r["policy"], _pct(u["mean"], u["bound_mean"]), _pct(u["offpeak_mean"], u["bound_offpeak_mean"]),
+                f"{r['pending_s_mean']:.1f}", "-" if r["jct_s_mean"] is None else f"{r['jct_s_mean']:.0f}",
+                f"{r['fairness_jain']:.2f}",
+                "-" if not r["services"] else f"{max(s['lag_s_max'] for s in r['services']):.0f}",
+                f"{r['rescale_events']:.0f}")
+    console.print(t)
 
 
 def cmd_sidecar(a: argparse.Namespace) -> int:
@@ -186,9 +210,11 @@ def _kubernetes_job(a: argparse.Namespace) -> tuple[JobSpec, K8sOptions]:
 
 
 def cmd_launch(a: argparse.Namespace) -> int:
+    from edl.api.spec import launcher_problems
     from edl.launcher.kube import launch
 
     spec, opts = _kubernetes_job(a)
+    FLAG_NAMES.check(launcher_problems(a.max_trainer_failures))
     return launch(spec, opts, kubeconfig=a.kubeconfig,
                   max_trainer_failures=a.max_trainer_failures,
                   summary_out=Path(a.summary_out) if a.summary_out else None, master_via=a.master_via)
@@ -199,6 +225,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
     if a.epochs < 1:
         raise UserError(f"--epochs must be at least 1 (got {a.epochs})")
+    from edl.modeldef import require_paddle
+
+    require_paddle("edl demo trains on this machine")
     return run_demo(Path(a.out), a.epochs)
 
 
@@ -259,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     from edl.jobargs import add_job_arguments, add_k8s_arguments
 
     p = argparse.ArgumentParser(prog="edl", description="Elastic deep learning for PaddlePaddle.")
+    p.add_argument("--verbose", action="store_true",
+                   help="also show the libraries' own logs: every HTTP request to the master, S3 and Kubernetes "
+                        "(as EDL_VERBOSE=1 does); EDL_LOG_LEVEL=DEBUG shows edl's debug logs")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     t = sub.add_parser("train", help="run an elastic training job on this machine",
@@ -267,14 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_arguments(t)
     t.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
     t.add_argument("--max-trainer-failures", type=int, default=5,
-                   help="fail the job after this many trainer crashes (default 5)")
+                   help="fail the job when trainers crash more often than this; 0: at the first crash (default 5)")
     t.add_argument("--autoscale-slots", type=int, default=None,
                    help="run the autoscale sidecar locally: this machine holds this many trainers (default: off)")
     t.add_argument("--capacity-schedule", default="",
                    help="other tenants taking slots over time, TIME:SLOTS pairs, e.g. 0:0,30:2,60:1 "
                         "(with --autoscale-slots)")
     t.add_argument("--sidecar-period", type=float, default=2.0,
-                   help="seconds between the local sidecar's decisions (default 2)")
+                   help="seconds between the local sidecar's decisions, positive (default 2)")
     t.set_defaults(fn=cmd_train)
 
     m = sub.add_parser("master", help="run the job master (token from EDL_TOKEN)",
@@ -325,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_arguments(la)
     add_k8s_arguments(la, POLICY_NAMES)
     la.add_argument("--max-trainer-failures", type=int, default=5,
-                    help="fail the job after this many trainer crashes; preemptions do not count (default 5)")
+                    help="fail the job when trainers crash more often than this, preemptions not counted; 0: at "
+                         "the first crash (default 5)")
     la.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
     _add_kubeconfig(la)
     la.add_argument("--master-via", choices=["service", "pod-ip"], default="service",
@@ -340,14 +373,15 @@ def build_parser() -> argparse.ArgumentParser:
     sc2.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"),
                      help="namespace of the job and its demand Lease (default: $POD_NAMESPACE or default)")
     sc2.add_argument("--policy", default="edl", help=f"scaling policy: {' or '.join(POLICY_NAMES)} (default edl)")
-    sc2.add_argument("--period", type=float, default=10.0, help="seconds between decisions (default 10)")
+    sc2.add_argument("--period", type=float, default=10.0, help="seconds between decisions, positive (default 10)")
     sc2.add_argument("--jitter", type=float, default=2.0,
-                     help="each job acts at a fixed offset in [0, jitter) seconds into the period (default 2)")
+                     help="each job acts at a fixed offset in [0, jitter) seconds into the period, jitter below "
+                          "--period; 0: no offset (default 2)")
     sc2.add_argument("--min-trainers", type=int, required=True, help="never below this many trainers")
     sc2.add_argument("--max-trainers", type=int, required=True, help="never above this many trainers")
     sc2.add_argument("--trainer-cpu", default="1", help="CPU request of one trainer pod (default 1)")
     sc2.add_argument("--trainer-memory", default="1Gi", help="memory request of one trainer pod (default 1Gi)")
-    sc2.add_argument("--trainer-gpu", type=int, default=0, help="GPUs of one trainer pod (default 0)")
+    sc2.add_argument("--trainer-gpu", type=int, default=0, help="GPUs of one trainer pod; 0: CPU (default 0)")
     _add_kubeconfig(sc2)
     sc2.set_defaults(fn=cmd_sidecar)
 
@@ -396,21 +430,23 @@ def build_parser() -> argparse.ArgumentParser:
                                      "8x8 digits) or synthetic (labelled by a fixed random teacher).")
     dp.add_argument("kind", choices=["digits", "synthetic"], help="which data set")
     dp.add_argument("--out", required=True, help="destination: a path, file:///dir or s3://bucket/prefix")
-    dp.add_argument("--rows", type=int, default=20000, help="synthetic: number of rows (default 20000)")
-    dp.add_argument("--features", type=int, default=256, help="synthetic: input width (default 256)")
-    dp.add_argument("--classes", type=int, default=10, help="synthetic: number of classes (default 10)")
-    dp.add_argument("--shards", type=int, default=4, help="Parquet files in train/ (default 4)")
-    dp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    dp.add_argument("--rows", type=int, default=20000, help="synthetic: number of rows, at least 10 (default 20000)")
+    dp.add_argument("--features", type=int, default=256, help="synthetic: input width, at least 1 (default 256)")
+    dp.add_argument("--classes", type=int, default=10, help="synthetic: number of classes, at least 2 (default 10)")
+    dp.add_argument("--shards", type=int, default=4,
+                    help="Parquet files in train/, at least 1 and at most the training rows (default 4)")
+    dp.add_argument("--seed", type=int, default=0, help="random seed, 0..2**32-1 (default 0)")
     dp.set_defaults(fn=cmd_data_prepare)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("EDL_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    for noisy in ("httpx", "httpcore", "uvicorn.error"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from edl.console import VERBOSE_ENV, configure_logging
+
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # for the processes this one starts (master, trainers, pipeline steps)
+    configure_logging()
     try:
         return int(args.fn(args) or 0)
     except EdlError as e:

@@ -36,19 +36,22 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--eval-data", "eval_data", str, "held-out data for the final metrics (default: DATA/test when DATA has one)"),
     Flag("--epochs", "epochs", int, "passes over the training data", required=True),
     Flag("--batch-size", "batch_size", int, "records per trainer per step", required=True),
-    Flag("--learning-rate", "learning_rate", float, "passed to the model's optimizer() (default 0.01)", 0.01),
+    Flag("--learning-rate", "learning_rate", float,
+         "passed to the model's optimizer(), a positive number (default 0.01)", 0.01),
     Flag("--min-trainers", "min_trainers", int, "never scale below this (default 1)", 1),
     Flag("--max-trainers", "max_trainers", int, "never scale above this (default 4)", 4),
     Flag("--trainers", "trainers", int, "initial desired trainer count (default: --min-trainers)"),
     Flag("--checkpoint-uri", "checkpoint_uri", str,
          "file:///dir, a path, or s3://bucket/prefix (S3 endpoint and keys from AWS_ENDPOINT_URL, "
          "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)", required=True),
-    Flag("--checkpoint-interval", "checkpoint_interval_s", float, "seconds between checkpoints (default 30)", 30.0),
+    Flag("--checkpoint-interval", "checkpoint_interval_s", float,
+         "seconds between checkpoints, positive (default 30)", 30.0),
     Flag("--keep-checkpoints", "keep_checkpoints", int, "committed checkpoints to keep (default 3)", 3),
-    Flag("--rows-per-task", "rows_per_task", int, "rows per data task (default: 4 x batch size)", 0),
+    Flag("--rows-per-task", "rows_per_task", int, "rows per data task; 0: 4 x --batch-size (default 0)", 0),
     Flag("--max-task-failures", "max_task_failures", int,
-         "fail the job when one data task fails more often than this (default 3)", 3),
-    Flag("--seed", "seed", int, "seed for model initialisation and task order (default 0)", 0),
+         "fail the job when one data task fails more often than this, at least 1; a trainer that dies counts "
+         "one failure of the task it held (default 3)", 3),
+    Flag("--seed", "seed", int, "seed for model initialisation and task order, 0..2**32-1 (default 0)", 0),
     Flag("--init-model", "init_model", str,
          "warm start from this model (a previous run's CHECKPOINT_URI/model, with params.npz); default: seeded init"),
     Flag("--launcher-timeout", "launcher_timeout_s", float,
@@ -67,14 +70,15 @@ K8S_FLAGS: tuple[Flag, ...] = (
          "image of the trainers when --trainer-gpu is above 0 (default {trainer_gpu_image})"),
     Flag("--trainer-cpu", "trainer_cpu", str, "CPU request and limit per trainer, a Kubernetes quantity (default 2)"),
     Flag("--trainer-memory", "trainer_memory", str, "memory request and limit per trainer (default 4Gi)"),
-    Flag("--trainer-gpu", "trainer_gpu", int, "GPUs per trainer, nvidia.com/gpu (default 0)"),
+    Flag("--trainer-gpu", "trainer_gpu", int, "GPUs per trainer, nvidia.com/gpu; 0: CPU trainers (default 0)"),
     Flag("--priority-class", "priority_class", str, "PriorityClass of the trainer pods (default: none)"),
     Flag("--s3-secret", "s3_secret", str,
          "Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL for s3:// URIs"),
     Flag("--sidecar-policy", "sidecar_policy", str, "scaling policy the sidecar runs: {policies} (default edl)"),
     Flag("--sidecar-period", "sidecar_period_s", float, "seconds between the sidecar's decisions (default 10)"),
     Flag("--sidecar-jitter", "sidecar_jitter_s", float,
-         "random delay up to this many seconds so that sidecars do not act at once (default 2)"),
+         "random delay up to this many seconds so that sidecars do not act at once, below --sidecar-period; "
+         "0: no delay (default 2)"),
     Flag("--pending-timeout", "pending_timeout_s", float,
          "seconds a trainer pod may stay Pending before it is reported unschedulable and removed (default 120)"),
     Flag("--scratch-size", "scratch_size", str,
@@ -91,7 +95,8 @@ K8S_FLAGS: tuple[Flag, ...] = (
          "a master there is recreated, both deleted by force (default 60)"),
 )
 
-FLAG_NAMES = Naming({**{f.field: f.flag for f in (*FLAGS, *K8S_FLAGS)}, "audit": "--audit"})
+FLAG_NAMES = Naming({**{f.field: f.flag for f in (*FLAGS, *K8S_FLAGS)}, "audit": "--audit",
+                     "max_trainer_failures": "--max-trainer-failures"})  # edl train's and edl launch's own
 
 
 def add_job_arguments(p: argparse.ArgumentParser) -> None:

@@ -27,6 +27,20 @@ from typing import Any, Callable
 from edl.errors import UserError
 
 REQUIRED = ("model", "loss", "optimizer", "collate")
+TRAINER_EXTRA = "pip install 'edl[trainer]'"  # pyproject's extra with PaddlePaddle (CPU) for the trainers
+
+
+def require_paddle(where: str) -> None:
+    """A ``UserError`` naming the extra to install when PaddlePaddle cannot be found in this Python;
+    ``where`` says why it is needed here. Found without importing it (seconds of a launcher's start):
+    a Paddle that is there but broken fails in the trainer, with its own message."""
+    try:
+        found = importlib.util.find_spec("paddle") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a half-removed package
+        found = False
+    if not found:
+        raise UserError(f"PaddlePaddle is not installed in this Python ({sys.executable}), and {where}: "
+                        f"{TRAINER_EXTRA} (GPU: Paddle's CUDA wheel and 'edl[trainer-gpu]')")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ rules speak of ``--min-trainers`` on the command line and of ``min_trainers`` in
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -161,6 +162,15 @@ def tolerations(text: str) -> list[dict[str, str]]:
     return result
 
 
+MAX_SEED = 2 ** 32 - 1  # numpy's and Paddle's seeds are unsigned 32-bit
+
+
+def _positive_seconds(name: str, value: float) -> Iterator[Problem]:
+    """A finite, positive duration (``nan`` and ``inf`` pass a plain ``<= 0`` test)."""
+    if not (math.isfinite(value) and value > 0):
+        yield Problem(name, f"must be a positive number of seconds (got {value:g})")
+
+
 MIN_LAUNCHER_TIMEOUT_S = 10.0  # several of the launcher's beats (one per poll: 2 s on Kubernetes)
 MAX_JOB_NAME = 40  # room for "edl-" + "-trainer-" + a 5-character suffix within 63
 
@@ -176,11 +186,23 @@ def job_problems(spec: JobSpec) -> Iterator[Problem]:
     if spec.batch_size < 1:
         yield Problem("batch_size", f"must be at least 1 (got {spec.batch_size})")
     yield from trainer_range_problems(spec.min_trainers, spec.max_trainers, spec.trainers)
-    if spec.learning_rate <= 0:
-        yield Problem("learning_rate", f"must be positive (got {spec.learning_rate})")
+    if not (math.isfinite(spec.learning_rate) and spec.learning_rate > 0):
+        yield Problem("learning_rate", f"must be a positive number (got {spec.learning_rate:g})")
+    yield from _positive_seconds("checkpoint_interval_s", spec.checkpoint_interval_s)
     if spec.keep_checkpoints < 1:
         yield Problem("keep_checkpoints", f"must be at least 1 (got {spec.keep_checkpoints})")
-    if spec.launcher_timeout_s < MIN_LAUNCHER_TIMEOUT_S:
+    if spec.rows_per_task < 0:
+        yield Problem("rows_per_task", lambda n: f"must be at least 1, or 0 for 4 x {n('batch_size')} "
+                                                 f"(got {spec.rows_per_task})")
+    if spec.max_task_failures < 1:
+        # A trainer that dies fails the task it holds once: 0 would end the job at the first crash.
+        yield Problem("max_task_failures", f"must be at least 1 (got {spec.max_task_failures}): a trainer that dies "
+                                           "counts one failure of the task it held")
+    if not 0 <= spec.seed <= MAX_SEED:
+        yield Problem("seed", f"must be in 0..{MAX_SEED} (got {spec.seed})")
+    if not math.isfinite(spec.launcher_timeout_s):
+        yield Problem("launcher_timeout_s", f"must be a number of seconds (got {spec.launcher_timeout_s:g})")
+    elif spec.launcher_timeout_s < MIN_LAUNCHER_TIMEOUT_S:
         yield Problem("launcher_timeout_s", f"must be at least {MIN_LAUNCHER_TIMEOUT_S:.0f} seconds (got "
                                             f"{spec.launcher_timeout_s:g}): the launcher beats every few seconds")
 
@@ -200,8 +222,7 @@ def sidecar_problems(policy: str, period_s: float, jitter_s: float, policies: Co
     """The autoscale sidecar's settings; ``policies``: the names the policy registry knows."""
     if policy not in policies:
         yield Problem("sidecar_policy", f"{policy!r}: choose {' or '.join(policies)}")
-    if period_s <= 0:
-        yield Problem("sidecar_period_s", f"must be positive (got {period_s})")
+    yield from _positive_seconds("sidecar_period_s", period_s)
     if not 0 <= jitter_s < period_s:
         yield Problem("sidecar_jitter_s", lambda n: f"must be in [0, {n('sidecar_period_s')}) (got {jitter_s})")
 
@@ -229,12 +250,10 @@ def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Proble
     if opts.s3_secret is not None and not _DNS_LABEL.match(opts.s3_secret):
         yield Problem("s3_secret", f"{opts.s3_secret!r}: must be a Secret name")
     yield from sidecar_problems(opts.sidecar_policy, opts.sidecar_period_s, opts.sidecar_jitter_s, policies)
-    if opts.pending_timeout_s <= 0:
-        yield Problem("pending_timeout_s", f"must be positive (got {opts.pending_timeout_s})")
+    yield from _positive_seconds("pending_timeout_s", opts.pending_timeout_s)
     if not _QUANTITY.match(opts.scratch_size) or float(re.sub(r"[A-Za-z]+$", "", opts.scratch_size)) <= 0:
         yield Problem("scratch_size", f"{opts.scratch_size!r}: must be a positive Kubernetes quantity (e.g. 1Gi, 500Mi)")
-    if opts.node_lost_timeout_s <= 0:
-        yield Problem("node_lost_timeout_s", f"must be positive (got {opts.node_lost_timeout_s})")
+    yield from _positive_seconds("node_lost_timeout_s", opts.node_lost_timeout_s)
     for name, parse in (("trainer_node_selector", node_selector), ("trainer_tolerations", tolerations)):
         try:
             parse(getattr(opts, name))
@@ -265,5 +284,11 @@ def local_autoscale_problems(slots: int | None, schedule: str, period_s: float,
         return
     if slots < min_trainers:
         yield Problem("autoscale_slots", lambda n: f"{slots} is below {n('min_trainers')} {min_trainers}")
-    if period_s <= 0:
-        yield Problem("sidecar_period_s", f"must be positive (got {period_s})")
+    yield from _positive_seconds("sidecar_period_s", period_s)
+
+
+def launcher_problems(max_trainer_failures: int) -> Iterator[Problem]:
+    """The launcher's own settings (``edl train``, ``edl launch``)."""
+    if max_trainer_failures < 0:
+        yield Problem("max_trainer_failures", f"must be 0 or more (got {max_trainer_failures}); 0 fails the job at "
+                                              "the first trainer crash")

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from edl.api.spec import MAX_SEED
 from edl.errors import UserError
 from edl.storage.store import open_store
 
@@ -44,7 +45,19 @@ def _write(uri: str, split: str, ids: np.ndarray, x: np.ndarray, y: np.ndarray, 
     return n
 
 
+def _check_layout(shards: int, seed: int) -> None:
+    """Before anything is generated or written."""
+    if shards < 1:
+        raise UserError(f"--shards must be at least 1 (got {shards})")
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"--seed must be in 0..{MAX_SEED} (got {seed})")
+
+
 def split_and_write(uri: str, x: np.ndarray, y: np.ndarray, test_fraction: float, shards: int, seed: int) -> dict:
+    _check_layout(shards, seed)
+    if shards > len(x) - int(round(len(x) * test_fraction)):
+        raise UserError(f"--shards {shards} is more than the {len(x) - int(round(len(x) * test_fraction))} "
+                        "training rows: every shard needs at least one")
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(x))
     n_test = int(round(len(x) * test_fraction))
@@ -59,6 +72,7 @@ def prepare_digits(uri: str, shards: int = 4, seed: int = 0) -> dict:
     """scikit-learn's bundled 8x8 digits (1,797 images), scaled to [0, 1]."""
     from sklearn.datasets import load_digits
 
+    _check_layout(shards, seed)
     d = load_digits()
     x = (d.data / 16.0).astype(np.float32)
     return split_and_write(uri, x, d.target, 0.2, shards, seed)
@@ -72,6 +86,7 @@ def prepare_synthetic(uri: str, rows: int, features: int, classes: int, shards: 
         raise UserError(f"--features must be at least 1 (got {features})")
     if classes < 2:
         raise UserError(f"--classes must be at least 2 (got {classes})")
+    _check_layout(shards, seed)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, features)).astype(np.float32)
     w1 = rng.standard_normal((features, 64)) / np.sqrt(features)

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit, TrainerPod
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.spec import JobSpec
+from edl.console import plain_console, say
 from edl.errors import KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.reconcile import plan_trainers
@@ -45,8 +46,8 @@ class ProgressView:
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
+        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn(), console=console,
                                  transient=False, disable=not console.is_terminal)
         self.bars: dict[int, int] = {}
         self.shown_generations = 0
@@ -75,15 +76,14 @@ class ProgressView:
             prev = gens[self.shown_generations - 1].world_size if self.shown_generations else 0
             pause = "" if g.pause_s is None else f", pause {g.pause_s:.2f} s"
             back = f", rolled back {g.rolled_back_steps} steps" if g.rolled_back_steps else ""
-            self.progress.console.print(
+            say(self.progress.console,
                 f"generation {g.id}: {prev} → {g.world_size} trainers ({g.reason.value}){pause}{back}")
             self.shown_generations += 1
         if not self.console.is_terminal and time.monotonic() - self.last_line > 10:
             self.last_line = time.monotonic()
             e = min(st.epoch, st.epochs - 1)
             pct = 100.0 * st.done_rows[e] / max(1, st.rows_per_epoch)
-            self.console.print(f"epoch {e + 1}/{st.epochs}: {pct:5.1f} % · {st.world_size} trainers · "
-                               f"step {st.step}")
+            say(self.console, f"epoch {e + 1}/{st.epochs}: {pct:5.1f} % · {st.world_size} trainers · step {st.step}")
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class Launcher:
         self.pending_timeout_s = pending_timeout_s
         self.drain_timeout_s = drain_timeout_s
         self.prefix = trainer_prefix or f"{spec.job}-t"
-        self.console = console or Console()
+        self.console = console or plain_console()
         self.clock = clock
         self.sleep = sleep
         self.max_master_restarts = max_master_restarts
@@ -202,7 +202,7 @@ class Launcher:
             raise PermanentError(f"master of job {self.spec.job} keeps dying ({self.master_restarts} restarts)")
         self.cluster.record("MasterLost", "master lost; recreating it (it resumes from the last checkpoint)",
                             warning=True)
-        self.console.print("master lost; recreating it (it resumes from the last checkpoint)")
+        say(self.console, "master lost; recreating it (it resumes from the last checkpoint)")
         self.cluster.recreate_master()
 
     # ---------------------------------------------------------------- loop
@@ -247,8 +247,8 @@ class Launcher:
             self.master_silent_since = now
         elif now - self.master_silent_since > self.master_silence_limit_s:
             self.master_silent_since = None
-            self.console.print(f"master of job {self.spec.job} has not answered for over "
-                               f"{self.master_silence_limit_s:.0f} s")
+            say(self.console, f"master of job {self.spec.job} has not answered for over "
+                              f"{self.master_silence_limit_s:.0f} s")
             self._master_lost()
             self.wait_for_master()
 
@@ -265,11 +265,11 @@ class Launcher:
             self.relaunches += 1
             t = by_name[name]
             self.cluster.record("TrainerReplaced", f"trainer {name} {t.exit.value}: {t.message}; replacing it")
-            self.console.print(f"trainer {name} {t.exit.value} ({t.message}); replacing it")
+            say(self.console, f"trainer {name} {t.exit.value} ({t.message}); replacing it")
         for name, message in plan.failures:
             self.failures += 1
             self.cluster.record("TrainerFailed", f"{name}: {message}", warning=True)
-            self.console.print(f"trainer {name} failed: {message[:200]}")
+            say(self.console, f"trainer {name} failed: {message[:200]}")
             if self.failures > self.max_trainer_failures:
                 raise PermanentError(f"{self.failures} trainer failures (limit {self.max_trainer_failures}); "
                                      f"last: {message[:200]}")
@@ -284,7 +284,7 @@ class Launcher:
             msg = (f"{len(plan.unschedulable)} trainer pod(s) Pending for over {self.pending_timeout_s:.0f} s: "
                    "removed and reported unschedulable")
             self.cluster.record("TrainersUnschedulable", msg, warning=True)
-            self.console.print(msg)
+            say(self.console, msg)
             self._tell(lambda: self.master.report_unschedulable(len(plan.unschedulable)))
         for name in plan.delete:
             self.cluster.delete_trainer(name)
@@ -343,7 +343,8 @@ class Launcher:
         now = self.clock()
         if self.api_away_since is None:
             self.api_away_since = now
-            self.console.print(f"cluster API away ({str(e).splitlines()[0][:200]}); holding the plan")
+            say(self.console, f"cluster API away ({(str(e).splitlines() or [type(e).__name__])[0][:200]}); "
+                              "holding the plan")
         elif now - self.api_away_since > self.api_away_limit_s:
             raise PermanentError(f"cluster API away for over {self.api_away_limit_s:.0f} s: {e}") from e
 
@@ -351,7 +352,7 @@ class Launcher:
         if self.api_away_since is not None:
             away = self.clock() - self.api_away_since
             self.api_away_since = None
-            self.console.print(f"cluster API back after {away:.0f} s; carrying on")
+            say(self.console, f"cluster API back after {away:.0f} s; carrying on")
 
     # ----------------------------------------------------------- endings
     def finish(self, summary_out: Path | None = None,

@@ -18,6 +18,7 @@ from rich.console import Console
 from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
 from edl.cluster.kube_api import KubeApi, load_api_client
+from edl.console import plain_console, say
 from edl.errors import PermanentError, UserError
 from edl.launcher.core import Cancelled, Launcher, ProgressView, audit_summary
 from edl.api.spec import JobSpec, K8sOptions, Naming, Problem
@@ -57,7 +58,7 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
            naming: Naming = FLAG_NAMES) -> int:
     """Run the job to its end. ``spec`` and ``opts`` come validated (``edl.api.spec.kubernetes_problems``);
     what only the cluster can tell is reported in the caller's ``naming``."""
-    console = console or Console(soft_wrap=True)  # a pod log: one event per line, never wrapped
+    console = console or plain_console(soft_wrap=True)  # a pod log: one event per line, never wrapped
     kube = KubeApi(load_api_client(kubeconfig), opts.namespace)
     s3_secret = kube.get("secrets", opts.s3_secret) if opts.s3_secret else None
     if opts.s3_secret and s3_secret is None:
@@ -71,16 +72,16 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
     # task's pod; Argo steps (and the CronWorkflow) pass POD_NAME/POD_UID.
     owner = m.pod_from_env(("KFP_", ""))
     if owner is None:
-        console.print("KFP_POD_NAME/KFP_POD_UID or POD_NAME/POD_UID not set (not in a pod?): the job's objects "
-                      "get no owner; they are removed when this launcher ends")
+        say(console, "KFP_POD_NAME/KFP_POD_UID or POD_NAME/POD_UID not set (not in a pod?): the job's objects "
+                     "get no owner; they are removed when this launcher ends")
     grace_s = None
     if owner is not None and (me := kube.get("pods", owner["name"])) is not None:
         grace_s = (me.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
     budget_s = final_checkpoint_budget(grace_s)
     if budget_s < FINAL_CHECKPOINT_S:
-        console.print(f"this pod's grace period is {grace_s} s: a cancelled job gets {budget_s:.0f} s for its "
-                      f"last checkpoint (give the step {FINAL_CHECKPOINT_S + CLEANUP_S:.0f} s for the full "
-                      f"{FINAL_CHECKPOINT_S:.0f} s)")
+        say(console, f"this pod's grace period is {grace_s} s: a cancelled job gets {budget_s:.0f} s for its "
+                     f"last checkpoint (give the step {FINAL_CHECKPOINT_S + CLEANUP_S:.0f} s for the full "
+                     f"{FINAL_CHECKPOINT_S:.0f} s)")
     cluster = KubeCluster(kube, spec, opts, owner, master_via)
     launcher = Launcher(spec, cluster, max_trainer_failures=max_trainer_failures,
                         pending_timeout_s=opts.pending_timeout_s, trainer_prefix=cluster.trainer_prefix,
@@ -88,21 +89,21 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
     previous = {sig: signal.signal(sig, _cancel) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         endpoint = launcher.start()
-        console.print(f"[bold]job {spec.job}[/] in namespace {opts.namespace}: master at {endpoint.address}, "
-                      f"trainers {spec.min_trainers}..{spec.max_trainers}"
-                      + (" (adopted the existing job)" if endpoint.adopted else ""))
+        say(console, (f"job {spec.job}", "bold"), f" in namespace {opts.namespace}: master at {endpoint.address}, "
+                     f"trainers {spec.min_trainers}..{spec.max_trainers}"
+                     + (" (adopted the existing job)" if endpoint.adopted else ""))
         with ProgressView(console) as view:
             final = launcher.run(view, poll_s=POLL_S)
             view.show(final)
         result = launcher.finish(summary_out, (lambda s: audit_summary(spec, s)) if spec.audit else None)
         audited = f", lost {result.lost_samples}, duplicated {result.duplicate_samples}" if spec.audit else ""
         cluster.record("JobSucceeded", f"{result.epochs_completed} epochs{audited}; model at {result.final_model_uri}")
-        console.print(f"[green]job {spec.job} succeeded[/]: {result.epochs_completed} epochs, "
-                      f"{result.steps} steps{audited}; model at {result.final_model_uri}")
+        say(console, (f"job {spec.job} succeeded", "green"), f": {result.epochs_completed} epochs, "
+                     f"{result.steps} steps{audited}; model at {result.final_model_uri}")
         return 0
     except Cancelled as why:
-        console.print(f"cancelled ({why}): asking for a last checkpoint (up to {budget_s:.0f} s), "
-                      "then removing the job's objects")
+        say(console, f"cancelled ({why}): asking for a last checkpoint (up to {budget_s:.0f} s), "
+                     "then removing the job's objects")
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # a second SIGTERM must not interrupt the cleanup
         saved = launcher.final_checkpoint(budget_s) if budget_s > 0 else False

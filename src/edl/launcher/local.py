@@ -20,6 +20,7 @@ from typing import Callable
 from rich.console import Console
 
 from edl.api.master import JobView
+from edl.console import plain_console, say
 from edl.autoscale.local_view import SLOT, CapacitySchedule, LocalClusterView
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
@@ -29,6 +30,7 @@ from edl.api.spec import JobSpec
 from edl.launcher.core import JobResult, Launcher, ProgressView, audit_summary
 from edl.master.client import HttpMaster
 from edl.master.main import prepare_job
+from edl.modeldef import require_paddle
 
 
 def edl_home() -> Path:
@@ -90,7 +92,7 @@ class LocalLauncher:
         self.spec = spec
         self.summary_out = summary_out
         self.max_trainer_failures = max_trainer_failures
-        self.console = console or Console()
+        self.console = console or plain_console()
         self.dir = job_dir(spec.job)
         self.autoscale = autoscale
         self.on_status = on_status
@@ -110,6 +112,7 @@ class LocalLauncher:
         return thread
 
     def run(self) -> int:
+        require_paddle("edl train runs its trainers on this machine")  # before anything is started or written
         self.spec, _, ckpts, claim = prepare_job(self.spec)  # fail fast on bad data, storage or a foreign prefix
         claim.check_not_running()  # before this job's directory is touched: it may be the running one's
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -125,15 +128,13 @@ class LocalLauncher:
         stop_sidecar = threading.Event()
         try:
             launcher.start()
-            self.console.print(
-                f"[bold]job {self.spec.job}[/]: master at {cluster.address}, trainers "
-                f"{self.spec.min_trainers}..{self.spec.max_trainers}, logs in {self.dir / 'logs'}"
-                + (" (resuming from checkpoint)" if resuming else "")
-            )
+            say(self.console, (f"job {self.spec.job}", "bold"),
+                f": master at {cluster.address}, trainers {self.spec.min_trainers}..{self.spec.max_trainers}, "
+                f"logs in {self.dir / 'logs'}" + (" (resuming from checkpoint)" if resuming else ""))
             if self.autoscale is not None:
                 self._start_sidecar(cluster, stop_sidecar)
-                self.console.print(f"autoscale sidecar: {self.autoscale.slots} trainer slots on this machine, "
-                                   f"policy {self.autoscale.policy}, every {self.autoscale.period_s:g} s")
+                say(self.console, f"autoscale sidecar: {self.autoscale.slots} trainer slots on this machine, "
+                                  f"policy {self.autoscale.policy}, every {self.autoscale.period_s:g} s")
             record = self._record if self.on_status is not None else None
             view = RecordingView(self.console, record) if record else ProgressView(self.console)
             with view:
@@ -154,10 +155,9 @@ class LocalLauncher:
     def _succeeded(self, result: JobResult) -> None:
         acc = f", held-out accuracy {result.metrics['accuracy']:.3f}" if "accuracy" in result.metrics else ""
         audit_txt = f", lost {result.lost_samples}, duplicated {result.duplicate_samples}" if self.spec.audit else ""
-        self.console.print(
-            f"[green]job {self.spec.job} succeeded[/]: {result.epochs_completed} epochs, {result.steps} steps, "
-            f"{result.throughput_samples_per_s:.0f} samples/s{acc}{audit_txt}; model at {result.final_model_uri}"
-        )
+        say(self.console, (f"job {self.spec.job} succeeded", "green"),
+            f": {result.epochs_completed} epochs, {result.steps} steps, "
+            f"{result.throughput_samples_per_s:.0f} samples/s{acc}{audit_txt}; model at {result.final_model_uri}")
 
     def _audit(self, summary: dict) -> None:
         audit_summary(self.spec, summary)

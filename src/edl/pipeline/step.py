@@ -34,6 +34,7 @@ from edl.api.spec import (
     pod_problems,
 )
 from edl.autoscale.policy import POLICY_NAMES
+from edl.console import quiet_third_party_logs
 from edl.errors import UserError
 from edl.pipeline.components import TRAIN_DEFAULTS, TRAIN_PARAMETERS
 
@@ -144,6 +145,7 @@ def in_cluster() -> bool:
 def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: Any = None, warm_start: Any = None,
                   **parameters: Any) -> None:
     """The elastic_train component: its artifacts (KFP's ``Output``/``Input`` objects) and parameters."""
+    quiet_third_party_logs()  # KFP's executor set up logging at INFO: one line per status poll otherwise
     if data is not None:
         parameters["data_uri"] = artifact_uri(data.uri, data.path)
     if warm_start is not None:

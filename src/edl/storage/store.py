@@ -265,10 +265,13 @@ class S3Store(ObjectStore):
             if e.code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
                 raise UserError(f"S3 refused {what}: {e.code} (check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)") from e
             raise StorageError(f"S3 error on {what}: {e.code}") from e
-        except (OSError, Exception) as e:  # urllib3 connection errors and friends
-            if isinstance(e, (UserError, FileNotFoundError)):
-                raise
-            raise StorageError(f"cannot reach S3 endpoint {self.endpoint} for {what}: {type(e).__name__}") from e
+        except (UserError, FileNotFoundError):
+            raise
+        except Exception as e:  # noqa: BLE001 - urllib3's connection errors and friends, mapped below
+            reason = _connection_failure(e)
+            if reason is None:  # not the network: the request itself (the URI was checked by open_store)
+                raise StorageError(f"S3 request for {what} failed: {type(e).__name__}: {e}") from e
+            raise StorageError(f"cannot reach S3 endpoint {self.endpoint} for {what}: {reason}") from e
 
     @_transient
     def put(self, key: str, data: bytes) -> None:
@@ -398,6 +401,47 @@ class S3Store(ObjectStore):
         probe()
 
 
+def _connection_failure(e: BaseException) -> str | None:
+    """Why the endpoint could not be reached (``connection refused``, a timeout), or ``None`` when
+    ``e`` is not a connection failure. urllib3 wraps the socket's error: the first ``OSError`` with
+    a ``strerror`` in the chain says it in the system's words."""
+    import urllib3.exceptions
+
+    if not isinstance(e, (OSError, urllib3.exceptions.HTTPError)):
+        return None
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__ or getattr(seen, "reason", None)
+    return type(e).__name__
+
+
+def s3_uri_problem(uri: str) -> str | None:
+    """What is wrong with the ``s3://BUCKET/prefix`` URI ``uri``, or ``None``. The bucket name is held
+    to S3's rules by minio's own check (the strict one a new bucket must pass): a name S3 refuses
+    would otherwise only fail later, inside a request, looking like an unreachable endpoint."""
+    from minio.helpers import check_bucket_name
+
+    parsed = urlparse(uri)
+    bucket = parsed.netloc
+    if not bucket:
+        return "names no bucket (s3://BUCKET/prefix)"
+    try:
+        check_bucket_name(bucket, strict=True)
+    except ValueError as e:
+        if not 3 <= len(bucket) <= 63:
+            why = f"it has {len(bucket)} characters, S3 allows 3 to 63"
+        elif str(e).startswith("invalid bucket name"):  # minio's words for a character S3 does not allow
+            why = "S3 allows lowercase letters, digits, '.' and '-', starting and ending with a letter or digit"
+        else:  # its own reason: an IP address, '..', a reserved prefix or suffix
+            why = str(e).replace(f"bucket name {bucket} ", "")
+        return f"bucket name {bucket!r} is not allowed by S3: {why}"
+    if parsed.query or parsed.fragment or parsed.params:
+        return "an S3 URI here is s3://BUCKET/prefix, without '?', '#' or ';'"
+    return None
+
+
 def open_store(uri: str, what: str = "URI") -> ObjectStore:
     """Open the store for ``uri``; a bad URI is a ``UserError`` naming ``what``."""
     if not uri:
@@ -413,8 +457,9 @@ def open_store(uri: str, what: str = "URI") -> ObjectStore:
         path = Path(parsed.path)
         return FileStore(f"file://{parsed.path.rstrip('/')}", path)
     if scheme == "s3":
-        if not parsed.netloc:
-            raise UserError(f"{what} {uri!r} names no bucket (s3://BUCKET/prefix)")
+        problem = s3_uri_problem(uri)
+        if problem is not None:
+            raise UserError(f"{what} {uri!r}: {problem}")
         return S3Store(uri, parsed.netloc, parsed.path)
     raise UserError(f"{what} {uri!r} has unknown URI scheme {scheme!r}; use one of: file://, s3://, or a path")
 

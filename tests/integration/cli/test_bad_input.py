@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -85,17 +88,27 @@ def test_corrupt_parquet_shard(tmp_path, digits):
     ({"--trainers": "5"}, "--trainers 5 is outside"),
     ({"--checkpoint-uri": "gs://bucket/x"}, "unknown URI scheme 'gs'"),
     ({"--data": "ftp://host/x"}, "unknown URI scheme 'ftp'"),
+    # Once accepted: every trainer crash-looped ("learning_rate is not set"), or nothing was said at all.
+    ({"--learning-rate": "nan"}, "--learning-rate must be a positive number (got nan)"),
+    ({"--learning-rate": "inf"}, "--learning-rate must be a positive number (got inf)"),
+    ({"--checkpoint-interval": "-1"}, "--checkpoint-interval must be a positive number of seconds"),
+    ({"--rows-per-task": "-4"}, "--rows-per-task must be at least 1, or 0 for 4 x --batch-size"),
+    ({"--max-trainer-failures": "-1"}, "--max-trainer-failures must be 0 or more"),
+    ({"--max-task-failures": "0"}, "--max-task-failures must be at least 1"),
+    # Once "cannot reach S3 endpoint ...: ValueError": minio refused the name inside the first request.
+    ({"--checkpoint-uri": "s3://ck/x"}, "--checkpoint-uri 's3://ck/x': bucket name 'ck' is not allowed by S3"),
 ])
 def test_bad_flags(tmp_path, digits, over, needle):
     r = train(tmp_path, digits, **over)
     assert_one_line_error(r, needle)
     assert r.returncode == 2
+    assert not (tmp_path / "ckpt").exists() and not (tmp_path / "edl-home").exists()
 
 
 def test_unreachable_s3_endpoint_at_start(tmp_path, digits):
     env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
     r = train(tmp_path, digits, env=env, **{"--checkpoint-uri": "s3://bucket/ckpt"})
-    assert_one_line_error(r, "cannot reach S3 endpoint http://127.0.0.1:9")
+    assert_one_line_error(r, "cannot reach S3 endpoint http://127.0.0.1:9", "Connection refused")
 
 
 def test_nan_loss_stops_the_job_naming_the_step(tmp_path, digits):
@@ -127,3 +140,73 @@ def test_wrong_token_is_refused(tmp_path, digits, job_runner, edl_home):
     assert_one_line_error(r, "refused our job token (401)")
     r = run_edl("status", "tok", "--json")
     assert_one_line_error(r, "401")
+
+
+BRACKETED = ("[/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:576] Read error [127.0.0.1]:41235: "
+             "Connection reset by peer [bold]x[/] [link=x]y :smile:")
+
+
+def test_a_trainer_dying_with_brackets_in_its_last_line_is_reported_verbatim(tmp_path, digits):
+    """Its last line once raised rich's MarkupError inside ``edl train``: a traceback and no summary."""
+    f = tmp_path / "bracket_model.py"
+    f.write_text(
+        "from edl.zoo.digits import model, optimizer, collate\n"
+        "def loss(outputs, labels):\n"
+        f"    raise RuntimeError({BRACKETED!r})\n"
+    )
+    r = train(tmp_path, digits, "--max-trainer-failures", "0", **{"--model-def": str(f)})
+    assert "MarkupError" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert_one_line_error(r, BRACKETED)
+
+
+# PaddlePaddle absent, simulated: a meta-path finder that answers for `paddle` as Python does for a
+# package that is not installed (ModuleNotFoundError), from `import paddle` and from
+# importlib.util.find_spec alike. PYTHONPATH puts it in edl train and in every process it would start.
+NO_PADDLE = """
+import sys
+
+
+class NoPaddle:
+    def find_spec(self, name, path=None, target=None):
+        if name == "paddle" or name.startswith("paddle."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoPaddle())
+"""
+
+
+def no_paddle_env(tmp_path) -> dict[str, str]:
+    site = tmp_path / "no-paddle"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_PADDLE)
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+    probe = subprocess.run([sys.executable, "-c", "import paddle"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **env})
+    assert probe.returncode == 1 and "No module named 'paddle'" in probe.stderr, probe.stderr  # the simulation holds
+    return env
+
+
+def test_edl_train_without_paddlepaddle_refuses_before_starting_anything(tmp_path, digits, edl_home):
+    r = train(tmp_path, digits, env=no_paddle_env(tmp_path))
+    assert_one_line_error(r, "PaddlePaddle is not installed", "pip install 'edl[trainer]'")
+    assert r.returncode == 2
+    assert not (edl_home / "jobs").exists()  # no job directory: no master, no trainer, no log was started
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_edl_launch_does_not_need_paddlepaddle_here(tmp_path):
+    """On Kubernetes the trainers run in the trainer image: the launcher goes on to the cluster."""
+    r = run_edl("launch", "--job-name", "nopaddle", "--model-def", "edl.zoo.digits", "--data", "s3://data/d",
+                "--epochs", "1", "--batch-size", "8", "--checkpoint-uri", "s3://ckpt/x", "--s3-secret", "s3",
+                "--kubeconfig", str(tmp_path / "no-kubeconfig"), env=no_paddle_env(tmp_path))
+    assert_one_line_error(r, "no Kubernetes configuration")
+    assert "edl[trainer]" not in r.stderr
+
+
+def test_a_trainer_without_paddlepaddle_is_a_user_error_naming_the_extra(tmp_path):
+    """Exit 2: the launcher fails the job at once instead of relaunching the trainer (a trainer image without Paddle)."""
+    r = run_edl("trainer", "--id", "t1", "--master", "127.0.0.1:9", env={**no_paddle_env(tmp_path), "EDL_TOKEN": "t"})
+    assert_one_line_error(r, "PaddlePaddle is not installed", "pip install 'edl[trainer]'")
+    assert r.returncode == 2

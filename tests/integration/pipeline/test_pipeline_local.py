@@ -25,6 +25,21 @@ def test_edl_demo_runs_the_pipeline_and_writes_summary_and_timeline(tmp_path):
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "registry" / "current" / "params.npz").exists()
     assert "exactly-once" in r.stdout and "held-out accuracy" in r.stdout
+    # Logs for people: no third-party request lines (there were 277 `HTTP Request: GET .../v1/status`),
+    # a line per step and per training event; kfp.local's dumps in the log file whose path it prints.
+    everything = r.stdout + r.stderr
+    assert "HTTP Request:" not in everything
+    assert "step elastic-train started" in r.stdout and "step elastic-train: success" in r.stdout
+    assert "generation 1: 0 → " in r.stdout
+    named = [ln for ln in r.stdout.splitlines() if ln.startswith("the steps' output")]
+    assert len(named) == 1, r.stdout
+    log = Path(named[0].rsplit(": ", 1)[1])
+    assert log.is_file() and log.parent == out
+    text = log.read_text()
+    assert "Got executor_input:" in text and "'elastic-train'" in text  # the executors' dumps, kfp's task lines
+    assert "Got executor_input:" not in everything and "HTTP Request:" not in text
+    assert "Cleaned up workspace" in text and not r.stderr.strip(), r.stderr  # kfp's logs too, none on stderr
+    assert len(r.stdout.splitlines()) < 80, r.stdout
 
 
 def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_better(tmp_path):

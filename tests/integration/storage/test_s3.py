@@ -85,7 +85,7 @@ def test_s3_errors_are_storage_errors(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     monkeypatch.setenv("EDL_STORAGE_RETRY_S", "0.5")
-    store = open_store("s3://b/p")
+    store = open_store("s3://bkt/p")
     with pytest.raises(StorageError, match="cannot reach S3 endpoint"):
         store.check()
 

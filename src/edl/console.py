@@ -1,0 +1,61 @@
+"""What edl prints for people: text printed as text, one event per line.
+
+Most of what edl prints holds text it does not control: a trainer's last log line, exception
+text, pod reasons, paths, job and trainer names. Rich parses ``[...]`` in a plain string as
+markup (a Gloo error, ``[/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:576] Read error``,
+raised ``MarkupError`` and took ``edl train`` down) and ``:name:`` as an emoji code. A ``Text``
+is never parsed, so every line and table cell edl prints is built here as one, whatever console
+it goes to (the caller's own included); styles come as ``(text, style)`` parts, never as markup.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# Libraries that log a line per request at INFO (httpx: every status poll, 277 lines in one `edl demo`).
+THIRD_PARTY_LOGGERS = ("httpx", "httpcore", "urllib3", "kubernetes", "minio", "uvicorn.error", "uvicorn.access")
+VERBOSE_ENV = "EDL_VERBOSE"  # "1": keep them (`edl --verbose` sets it, for the processes it starts too)
+
+Part = str | tuple[str, str]  # plain text, or text and its rich style ("bold", "green")
+
+
+def text(*parts: Part) -> Text:
+    """The parts as one ``Text``, each verbatim."""
+    return Text.assemble(*parts)
+
+
+def say(console: Console, *parts: Part) -> None:
+    """Print one line: the parts verbatim, never wrapped (a log read by a program keeps one event per line)."""
+    console.print(text(*parts), soft_wrap=True)
+
+
+def add_row(table: Table, *cells: str) -> None:
+    """A table row whose cells are shown verbatim."""
+    table.add_row(*(Text(c) for c in cells))
+
+
+def plain_console(**kwargs) -> Console:
+    """edl's own console: nothing that reaches it as a string is read as markup or emoji codes either."""
+    return Console(markup=False, emoji=False, **kwargs)
+
+
+def configure_logging() -> None:
+    """edl's logging, in every edl process (and a pipeline step's): ``EDL_LOG_LEVEL`` (default INFO) to
+    stderr, the third-party request logs at WARNING unless ``EDL_VERBOSE=1``."""
+    logging.basicConfig(level=os.environ.get("EDL_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    quiet_third_party_logs()
+
+
+def quiet_third_party_logs() -> None:
+    """Third-party loggers at WARNING (a process whose logging someone else set up, a KFP executor)."""
+    if os.environ.get(VERBOSE_ENV) == "1":
+        return
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
