@@ -209,3 +209,41 @@ def test_a_restarted_job_missing_a_member_rolls_back_and_says_how_far():
     assert gen is not None and gen.source is Source.CHECKPOINT and gen.base_step == 3
     assert gen.rolled_back_steps == 6
     assert job.resume_note is not None and "trainer b" in job.resume_note
+
+
+def test_heartbeats_tell_each_member_its_cursor_in_the_committed_checkpoint():
+    from edl.api.master import CheckpointRecord, HeartbeatAnswer, to_json
+
+    job = Job(_spec(), SHARDS, master_uid="333", now=0.0)
+    job.register("a", 1, "127.0.0.1", 1000, 0.0)
+    job.register("b", 2, "127.0.0.1", 2000, 0.0)
+    gen = job.membership.current
+    assert gen is not None and job.heartbeat_answer("a").committed_cursor is None
+    ta = job.next_task("a", "r1", None, 0.0)
+    assert isinstance(ta, Task)
+    state = job.checkpoint_cut(gen.id, 4, {"a": Cursor(ta.id, 5), "b": None}, 1.0)
+    assert state["cut"]["master_uid"] == "333" and state["cut"]["step"] == 4
+    assert job.heartbeat_answer("a").committed_cursor is None  # cut, not yet committed
+    assert job.checkpoint_committed(CheckpointRecord(4, "file:///ck/ckpt-4", 0.1, gen.id))
+    answer = job.heartbeat_answer("a")
+    assert answer.committed_cursor == Cursor(ta.id, 5)
+    assert HeartbeatAnswer.from_json(to_json(answer)) == answer
+    assert job.heartbeat_answer("b").committed_cursor is None
+
+
+def test_the_ledger_forgets_only_what_precedes_a_committed_cursor_of_its_own_generation():
+    t1, t2, t3 = Task(1, 0, "a", 0, 16), Task(2, 0, "a", 16, 32), Task(3, 0, "b", 0, 8)
+    b = TaskBuffer()
+    b.reposition(Cursor(1, 4), [t1], 4, ("u", 2))
+    b.add(t2)
+    b.add(t3)
+    b.add(t2)  # held already: not taken twice
+    assert b.ledger().tasks == (t1, t2, t3) and b.ledger().offset == 4
+    b.forget_before(("u", 1), Cursor(2, 3))  # another generation's checkpoint: nothing
+    b.forget_before(("v", 2), Cursor(2, 3))  # another master's: nothing
+    assert b.ledger().tasks == (t1, t2, t3)
+    b.forget_before(("u", 2), Cursor(2, 3))
+    lg = b.ledger()
+    assert lg.tasks == (t2, t3) and lg.start == Cursor(2, 3) and lg.offset == 3
+    b.clear(("u", 3))
+    assert b.ledger() == type(lg)(("u", 3), (), None, 0)
