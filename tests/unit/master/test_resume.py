@@ -162,6 +162,7 @@ def test_consumed_rows_follow_the_ledger_across_tasks():
     assert consumed_rows(r, Cursor(2, 3), Cursor(2, 3)) == []
     assert consumed_rows(r, Cursor(3, 1), Cursor(2, 3)) is None  # backwards
     assert consumed_rows(r, Cursor(9, 0), Cursor(2, 3)) is None  # a task the ledger never had
+    assert ResumeReport.from_json(r.to_json()) == r  # what a re-registration carries
 
 
 def _spec() -> JobSpec:
