@@ -287,7 +287,9 @@ def _trainer_routes(master: Master) -> APIRouter:
     async def heartbeat(trainer: str, body: HeartbeatBody) -> dict:
         answer = job.heartbeat(trainer, body.step, cursor_from_json(body.safe_cursor), master.clock(), body.loss)
         await master.notify()
-        if body.wait_s > 0 and not answer.stop:
+        # Wait for a reason to stop, but not when we do not know the trainer: it must learn at once that
+        # this master restarted, to stop and re-register with where it is (its pause starts here).
+        if body.wait_s > 0 and not answer.stop and answer.known:
             await master.wait_for(lambda: job.heartbeat_answer(trainer).stop, min(body.wait_s, 5.0))
             job.membership.heartbeat(trainer, body.step, master.clock())
             answer = job.heartbeat_answer(trainer)
