@@ -56,10 +56,12 @@ def edl_master_restart(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
             os.kill(job.info()["master_pid"], signal.SIGKILL)
             job.wait_for(lambda s: s["master_uid"] != old_uid, timeout=120)
             out["new_master_up_s"].append(time.monotonic() - t_kill)
-            st = job.wait_for(lambda s: s["master_uid"] != old_uid and s["generations"]
-                              and s["generations"][-1]["reason"] == "resume"
-                              and s["generations"][-1]["first_step_at"] is not None, timeout=120)
+            # The new master's first generation has stepped (the ones before it come from the checkpoint).
+            st = job.wait_for(lambda s: s["master_uid"] != old_uid and s["generation"] >= 1
+                              and s["generations"][-1]["first_step_at"] is not None
+                              and s["generations"][-1]["first_step_at"] > t_kill, timeout=120)
             g = st["generations"][-1]
+            assert g["reason"] == "resume" and g["master_generation"] == 1, g
             out["pause_s"].append(g["pause_s"])
             out["kill_to_next_step_s"].append(g["first_step_at"] - t_kill)  # the master's clock is monotonic too
             out["rolled_back"].append(max(0, before - g["base_step"]))
