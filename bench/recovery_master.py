@@ -47,8 +47,10 @@ def edl_master_restart(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
 
         local_job_master(job.name, job.home).request_checkpoint()  # one checkpoint, then far past it
         for _ in range(rounds):
-            n = len(st["checkpoints"])
-            st = job.wait_for(lambda s, n=n: len(s["checkpoints"]) > n and s["phase"] == "running")
+            # A checkpoint of the current generation (the one asked for above, or the one a restarted
+            # master asks for): the ledgers reach back to it.
+            st = job.wait_for(lambda s: s["phase"] == "running" and s["checkpoints"]
+                              and s["checkpoints"][-1]["step"] >= s["generations"][-1]["base_step"])
             ckpt = st["checkpoints"][-1]["step"]
             st = job.wait_for(lambda s, c=ckpt: s["step"] > c + 40 and s["phase"] == "running")
             old_uid, before = st["master_uid"], st["step"]
