@@ -225,12 +225,15 @@ class HeartbeatAnswer:
     job_status: JobStatus
     checkpoint: bool  # a checkpoint was asked for: rank 0 takes one at the next step
     abandoned: bool = False  # the launcher went silent: stop, then leave (``Unassigned.ABANDONED``)
+    # This trainer's cursor in the newest committed checkpoint of ``generation``: what its task ledger
+    # (``ResumeReport``) may forget up to. None: no checkpoint of this generation has committed.
+    committed_cursor: Cursor | None = None
 
     @classmethod
     def from_json(cls, d: dict) -> HeartbeatAnswer:
         state = None if d["state"] is None else TrainerState(d["state"])
         return cls(d["master_uid"], d["known"], state, d["generation"], d["stop"], JobStatus(d["job_status"]),
-                   d["checkpoint"], d.get("abandoned", False))
+                   d["checkpoint"], d.get("abandoned", False), cursor_from_json(d.get("committed_cursor")))
 
 
 @dataclass(frozen=True)
@@ -302,6 +305,40 @@ class SyncReport:
     failed: bool = False  # the step after ``step`` raised (a peer died)
 
 
+@dataclass(frozen=True)
+class ResumeReport:
+    """What a trainer carries into its registration with a restarted master: where it stopped, so that
+    the new master can go on from there instead of rolling back to the checkpoint (``edl.master.resume``).
+
+    ``ledger`` is every task this trainer took into its buffer since ``ledger_start`` (its cursor where
+    the ledger begins: its generation's start, or the newest committed checkpoint of the generation),
+    in the order it consumes them; ``ledger_offset`` rows of ``ledger[0]`` were consumed before that.
+    With every member's ledger and cursors the master knows every row consumed since the checkpoint.
+    """
+
+    master_uid: str  # the master of the generation it stopped in
+    generation: int
+    base_step: int  # where that generation started, and from what
+    source: Source
+    checkpoint_uri: str | None  # with ``Source.CHECKPOINT``
+    step: int  # the last step it completed (its replica's step)
+    members: tuple[str, ...]  # that generation's members, in rank order
+    cursors: dict[str, Cursor | None]  # every member's cursor at ``step``
+    ledger: tuple[Task, ...]
+    ledger_start: Cursor | None
+    ledger_offset: int
+
+    def to_json(self) -> dict:
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> ResumeReport:
+        return cls(str(d["master_uid"]), int(d["generation"]), int(d["base_step"]), Source(d["source"]),
+                   d["checkpoint_uri"], int(d["step"]), tuple(d["members"]), cursors_from_json(d["cursors"]),
+                   tuple(task_from_json(t) for t in d["ledger"]), cursor_from_json(d["ledger_start"]),
+                   int(d["ledger_offset"]))
+
+
 def cursors_to_json(cursors: dict[str, Cursor | None]) -> dict[str, CursorJSON]:
     return {k: cursor_to_json(c) for k, c in cursors.items()}
 
@@ -363,7 +400,10 @@ class TrainerLink(Protocol):
 
     def spec(self) -> JobSpec: ...
 
-    def register(self, trainer: str, pid: int, host: str, store_port: int) -> Registration: ...
+    def register(self, trainer: str, pid: int, host: str, store_port: int,
+                 resume: ResumeReport | None = None) -> Registration:
+        """Join the job; ``resume``: where this trainer stopped under the master that restarted."""
+        ...
 
     def assignment(self, trainer: str, after: int, wait_s: float) -> Assignment | NoAssignment:
         """Long poll (up to ``wait_s``) for a generation newer than ``after``."""

@@ -22,6 +22,7 @@ from edl.api.master import (
     Next,
     NoAssignment,
     Registration,
+    ResumeReport,
     SyncReport,
     assignment_from_json,
     cursors_to_json,
@@ -147,8 +148,11 @@ class HttpMaster:
     def spec(self) -> JobSpec:
         return JobSpec(**self._call("GET", "/v1/spec"))
 
-    def register(self, trainer: str, pid: int, host: str, store_port: int) -> Registration:
-        body = {"pid": pid, "host": host, "store_port": store_port}
+    def register(self, trainer: str, pid: int, host: str, store_port: int,
+                 resume: ResumeReport | None = None) -> Registration:
+        body: dict[str, Any] = {"pid": pid, "host": host, "store_port": store_port}
+        if resume is not None:
+            body["resume"] = resume.to_json()
         return Registration.from_json(self._call("POST", f"/v1/trainers/{trainer}/register", body))
 
     def assignment(self, trainer: str, after: int, wait_s: float) -> Assignment | NoAssignment:

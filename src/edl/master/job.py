@@ -26,6 +26,7 @@ from edl.api.master import (
     NoAssignment,
     Phase,
     Reason,
+    ResumeReport,
     Source,
     SyncReport,
     TrainerState,
@@ -37,6 +38,7 @@ from edl.api.spec import JobSpec
 from edl.errors import PermanentError, StaleError, UserError
 from edl.master.deadman import DeadMan, LauncherState
 from edl.master.membership import Formation, Membership, MembershipConfig
+from edl.master.resume import CutRecord, Restored, plan_resume
 from edl.master.tasks import TaskQueue
 from edl.master.transitions import Transitions
 
@@ -109,6 +111,14 @@ class Job:
         # The queue as of the last committed checkpoint (or the start): where a job
         # whose every trainer is gone rolls back to.
         self.restore_queue_state = self.queue.to_state()
+        # What a restarted master started from, and where its re-registering trainers say they
+        # stopped (``edl.master.resume``): the first generation goes on from there when it can.
+        cut = restored.get("cut") if restored is not None else None
+        self.restored = Restored(self.restore_step, self.restore_uri, None if cut is None else CutRecord.from_json(cut),
+                                 self.restore_queue_state)
+        self.resume_reports: dict[str, ResumeReport] = {}
+        self.resume_note: str | None = None  # how the first generation of a restarted master was decided
+        self.committed_cut: CutRecord | None = None  # the newest checkpoint this master committed
         self.membership = Membership(MembershipConfig(
             spec.min_trainers, spec.max_trainers, desired,
             lease_s=timeouts.lease_s, sync_timeout_s=timeouts.sync_timeout_s,
@@ -152,8 +162,11 @@ class Job:
             raise UserError(f"--trainers {n} is outside this job's range {lo}..{hi}")
         self.membership.config.desired = n
 
-    def register(self, trainer: str, pid: int, host: str, store_port: int, now: float) -> None:
+    def register(self, trainer: str, pid: int, host: str, store_port: int, now: float,
+                 resume: ResumeReport | None = None) -> None:
         m = self.membership
+        if resume is not None and m.phase is Phase.FORMING:
+            self.resume_reports[trainer] = resume
         old = m.trainers.get(trainer)
         if old is not None:
             if old.state is not TrainerState.WAITING:
@@ -190,7 +203,14 @@ class Job:
             job_status=self.status,
             checkpoint=self.checkpoint_requested,
             abandoned=self.abandoned,
+            committed_cursor=self._committed_cursor(trainer),
         )
+
+    def _committed_cursor(self, trainer: str) -> Cursor | None:
+        cut, gen = self.committed_cut, self.membership.current
+        if cut is None or gen is None or cut.generation != gen.id:
+            return None
+        return cut.cursors.get(trainer)
 
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None, now: float) -> Task | Next:
         t = self.membership.trainers.get(trainer)
@@ -260,6 +280,8 @@ class Job:
             "checkpoints": to_json(self.checkpoints),
             "elapsed_s": self.elapsed_s(now),
             "spec": self.spec.to_dict(),
+            # Whose cut this is: a restarted master walks its trainers' ledgers from these cursors.
+            "cut": CutRecord(self.master_uid, generation, step, dict(cursors)).to_json(),
         }
         self.pending_cuts[(generation, step)] = state
         return state
@@ -286,6 +308,8 @@ class Job:
         self.restore_step = record.step
         self.restore_source = Source.CHECKPOINT
         self.restore_uri = record.uri
+        if "cut" in state:
+            self.committed_cut = CutRecord.from_json(state["cut"])
         return True
 
     # --------------------------------------------------------------- the clock
@@ -296,6 +320,8 @@ class Job:
             return None  # finishing: rank 0 writes the last checkpoint; nothing may re-form
         m = self.membership
         m.expire(now)
+        if m.phase is Phase.FORMING and self.resume_reports:
+            return self._resume(now)
         if not m.ready_to_form(now):
             return None
         formation = m.form(now, self.restore_step, self.restore_source)
@@ -309,6 +335,35 @@ class Job:
                     return formation
             for trainer in formation.generation.members:
                 self.queue.commit(trainer, formation.generation.cursors.get(trainer))
+        return formation
+
+    def _resume(self, now: float) -> Formation | None:
+        """The first generation of a restarted master whose trainers re-registered with where they stopped:
+        from their step when every member of their generation is back, else from the checkpoint."""
+        m = self.membership
+        waiting = [t.id for t in m.waiting()]
+        first = m.first_registration_at if m.first_registration_at is not None else now
+        reports = {k: r for k, r in self.resume_reports.items() if k in waiting}
+        plan = plan_resume(self.restored, reports, waiting, now - first)
+        if plan.wait:
+            return None
+        m.resume_reason = Reason.RESUME
+        if plan.rebuild:
+            assert plan.queue_state is not None
+            self.queue = TaskQueue.from_state(plan.queue_state)
+            formation = m.form(now, plan.step, Source.PEER, lead=plan.lead, triggered_at=first)
+            self.last_step_seen = max(self.last_step_seen, plan.step)
+            self.resume_note = f"going on from the trainers' step {plan.step} (checkpoint at step {self.restore_step})"
+            # The next restart should find a checkpoint of this master's generations: its trainers'
+            # ledgers reach back only to their own generation.
+            self.checkpoint_requested = True
+        else:
+            if not m.ready_to_form(now):
+                return None
+            formation = m.form(now, self.restore_step, self.restore_source, triggered_at=first)
+            self.resume_note = f"back to the checkpoint at step {self.restore_step}: {plan.why}"
+        formation.generation.rolled_back_steps = max(0, plan.reported_step - formation.generation.base_step)
+        self.resume_reports = {}
         return formation
 
     def _release(self, trainer: str, cursor: Cursor | None, failed: bool, now: float) -> bool:

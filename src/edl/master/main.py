@@ -89,9 +89,10 @@ async def serve(master: Master, host: str, port: int) -> None:
 
 def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
     spec, shards, ckpts, claim = prepare_job(spec)
-    claim.acquire(Holder.of_this_process(token))  # one live run per job; the holder id is the same for its restarts
+    # One live run per job; the holder id is the same for its restarts.
+    restarted = claim.acquire(Holder.of_this_process(token))
     try:
-        return _serve_job(spec, shards, ckpts, claim, host, port, token)
+        return _serve_job(spec, shards, ckpts, claim, host, port, token, restarted)
     finally:
         claim.release()
 
@@ -103,11 +104,13 @@ def _lost_lock() -> None:
 
 
 def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim: PrefixClaim, host: str,
-               port: int, token: str) -> int:
+               port: int, token: str, restarted: bool = False) -> int:
     claim.keep_renewing(_lost_lock)
     state, uri = restore(ckpts)
-    if state is None and spec.audit:
-        clear_audit(ckpts.store)  # a start from scratch: the records of an earlier start are not this run's
+    if state is None and spec.audit and not restarted:
+        # A start from scratch: the records of an earlier start are not this run's. A restarted master's
+        # are: its trainers go on from where they stopped.
+        clear_audit(ckpts.store)
     # The job's clock measures durations only (membership, timeouts, the dead-man switch): monotonic,
     # so a wall-clock step (NTP) neither trips the switch nor drops trainers.
     job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.monotonic(), restored=state, restored_uri=uri,

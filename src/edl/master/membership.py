@@ -245,8 +245,13 @@ class Membership:
             return bool(survivors) or bool(self.waiting())
         return False
 
-    def form(self, now: float, restore_step: int, restore_source: Source) -> Formation:
-        """Form the next generation. ``restore_*`` apply when no survivor holds model state."""
+    def form(self, now: float, restore_step: int, restore_source: Source, *, lead: str | None = None,
+             triggered_at: float | None = None) -> Formation:
+        """Form the next generation. ``restore_*`` apply when no survivor holds model state.
+
+        The first generation of a restarted master may name its ``lead`` (rank 0: the state source) and
+        when its change began (``triggered_at``: the first re-registration), so that its pause is measured.
+        """
         cfg = self.config
         old = self.current
         survivors = [m for m in self.members() if self.trainers[m].state is TrainerState.ACTIVE]
@@ -282,12 +287,14 @@ class Membership:
             source = restore_source
             rollback = old is not None
             ordered = joiners
+            if lead is not None and lead in ordered:
+                ordered = [lead] + [j for j in ordered if j != lead]
             if old is not None:
                 reason = Reason.FAILURE if reason is not Reason.RESUME else reason
         lead_t = self.trainers[ordered[0]]
         triggered = self.pending_since if (old is not None and self.pending_since is not None) else now
         if old is None and self.first_registration_at is not None:
-            triggered = now  # start-up is not a pause
+            triggered = now if triggered_at is None else triggered_at  # start-up is not a pause; a restart is
         gen = Generation(
             id=self.next_generation,
             members=tuple(ordered),

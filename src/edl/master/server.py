@@ -32,6 +32,7 @@ from edl.api.master import (
     JobStatus,
     NoAssignment,
     Reason,
+    ResumeReport,
     SyncReport,
     Unassigned,
     assignment_to_json,
@@ -50,6 +51,7 @@ class RegisterBody(BaseModel):
     pid: int
     host: str
     store_port: int
+    resume: dict | None = None  # ``ResumeReport``: where the trainer stopped under the master that restarted
 
 
 class HeartbeatBody(BaseModel):
@@ -190,6 +192,8 @@ class Master:
         while self._logged_generations < len(hist):
             g = hist[self._logged_generations]
             self._logged_generations += 1
+            if self._logged_generations == 1 and self.job.resume_note is not None:
+                log.info("restarted master: %s", self.job.resume_note)
             log.info(
                 "generation %d formed: world size %d (%s), base step %d, state from %s, rank 0 %s",
                 g.id, g.world_size, g.reason.value, g.base_step, g.source.value, g.members[0],
@@ -269,8 +273,13 @@ def _trainer_routes(master: Master) -> APIRouter:
     @routes.post("/register")
     async def register(trainer: str, body: RegisterBody) -> dict:
         if job.status is JobStatus.RUNNING:
-            job.register(trainer, body.pid, body.host, body.store_port, master.clock())
-            log.info("trainer %s registered (pid %d)", trainer, body.pid)
+            resume = None if body.resume is None else ResumeReport.from_json(body.resume)
+            job.register(trainer, body.pid, body.host, body.store_port, master.clock(), resume)
+            if resume is None:
+                log.info("trainer %s registered (pid %d)", trainer, body.pid)
+            else:
+                log.info("trainer %s registered (pid %d), stopped at step %d of generation %d", trainer, body.pid,
+                         resume.step, resume.generation)
             await master.notify()
         return {"master_uid": job.master_uid, "job_status": job.status.value}
 
@@ -278,7 +287,9 @@ def _trainer_routes(master: Master) -> APIRouter:
     async def heartbeat(trainer: str, body: HeartbeatBody) -> dict:
         answer = job.heartbeat(trainer, body.step, cursor_from_json(body.safe_cursor), master.clock(), body.loss)
         await master.notify()
-        if body.wait_s > 0 and not answer.stop:
+        # Wait for a reason to stop, but not when we do not know the trainer: it must learn at once that
+        # this master restarted, to stop and re-register with where it is (its pause starts here).
+        if body.wait_s > 0 and not answer.stop and answer.known:
             await master.wait_for(lambda: job.heartbeat_answer(trainer).stop, min(body.wait_s, 5.0))
             job.membership.heartbeat(trainer, body.step, master.clock())
             answer = job.heartbeat_answer(trainer)

@@ -196,6 +196,36 @@ class TaskQueue:
         self.todo.appendleft(Task(self.next_id, t.epoch, t.shard, start, t.end, failures))
         self.next_id += 1
 
+    def remove_consumed(self, epoch: int, shard: str, start: int, end: int) -> bool:
+        """Rows ``[start, end)`` of ``shard`` in ``epoch`` were consumed where this queue cannot see it
+        (under a master that died): mark them done and cut them out of the tasks to do.
+
+        ``False``, changing nothing, unless every one of those rows is still to do here: a row consumed
+        twice, or one this queue never had, means the report does not fit this queue.
+        """
+        if end <= start:
+            return True
+        while self.materialized_epochs <= epoch < self.epochs:
+            self._materialize(self.materialized_epochs)
+        overlap = 0
+        for t in self.todo:
+            if t.epoch == epoch and t.shard == shard:
+                overlap += max(0, min(t.end, end) - max(t.start, start))
+        if overlap != end - start:
+            return False
+        kept: deque[Task] = deque()
+        for t in self.todo:
+            if t.epoch != epoch or t.shard != shard or t.end <= start or t.start >= end:
+                kept.append(t)
+                continue
+            for lo, hi in ((t.start, min(t.end, start)), (max(t.start, end), t.end)):
+                if hi > lo:  # a piece left on either side of the consumed rows: a task of its own
+                    kept.append(Task(self.next_id, t.epoch, t.shard, lo, hi, t.failures))
+                    self.next_id += 1
+        self.todo = kept
+        self.done_rows[epoch] += end - start
+        return True
+
     # ------------------------------------------------------------ persistence
     def cut(self, cursors: dict[str, Cursor | None]) -> dict:
         """The queue as it stands if every holder stopped at ``cursors``: a checkpoint's view.

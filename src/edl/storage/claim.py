@@ -214,9 +214,10 @@ class PrefixClaim:
         return (f"job {current.job!r} is already running on {self.store.uri}: {current.describe()}; "
                 "wait for it to end or stop it")
 
-    def acquire(self, holder: Holder) -> None:
+    def acquire(self, holder: Holder) -> bool:
         """Take the lock (free, ours, or stale) and record the owner if none is; ``UserError`` if a
-        live run holds it, or if a racing run won the conditional write."""
+        live run holds it, or if a racing run won the conditional write. ``True`` when the lock was
+        already this holder's: a restart within the same run (its master died and came back)."""
         verdict, current, version = self._watch(holder.id, LOCK_TTL_S * 2)
         if verdict is not Verdict.TAKE and current is not None:
             raise UserError(self._running(current))
@@ -231,6 +232,7 @@ class PrefixClaim:
         self.version, self.record = new, record
         if self.store.get_versioned(OWNER_KEY) is None:
             self.store.put_if(OWNER_KEY, json.dumps(owner_record(self.spec)).encode(), None)
+        return current is not None and current.holder.id == holder.id
 
     def renew(self) -> bool:
         """Extend our lock; ``False`` if it is no longer ours (a run took it over)."""

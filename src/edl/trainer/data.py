@@ -18,14 +18,31 @@ class Slice:
     end: int
 
 
+@dataclass(frozen=True)
+class Ledger:
+    """Every task taken into the buffer since ``start`` (the cursor where the ledger begins), in
+    consumption order, ``offset`` rows of the first consumed before: what a restarted master needs to
+    know which rows this trainer consumed since its checkpoint (``edl.master.resume``)."""
+
+    key: tuple[str, int]  # (master uid, generation) the ledger belongs to
+    tasks: tuple[Task, ...]
+    start: Cursor | None
+    offset: int
+
+
 class TaskBuffer:
-    """Held tasks in order, with rows consumed of the first. Thread-safe appends."""
+    """Held tasks in order, with rows consumed of the first, and the ledger of the tasks taken. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.tasks: list[Task] = []
         self.offset = 0  # rows consumed of tasks[0]
         self.cursor: Cursor | None = None  # position after the last taken batch
+        # The ledger (see ``Ledger``): a list here, as it grows by a task at a time.
+        self._key: tuple[str, int] = ("", 0)
+        self._taken: list[Task] = []
+        self._start: Cursor | None = None
+        self._start_offset = 0
 
     def add(self, task: Task) -> bool:
         """Hold ``task`` unless it is held already; whether it was new."""
@@ -33,6 +50,7 @@ class TaskBuffer:
             if any(t.id == task.id for t in self.tasks):
                 return False
             self.tasks.append(task)
+            self._taken.append(task)
             return True
 
     def remaining(self) -> int:
@@ -56,16 +74,36 @@ class TaskBuffer:
                     self.offset = 0
         return out
 
-    def reposition(self, cursor: Cursor | None, held: list[Task], offset: int) -> None:
-        """Adopt the master's view at a generation start: ``held`` with ``offset`` rows of the first consumed."""
+    def reposition(self, cursor: Cursor | None, held: list[Task], offset: int, key: tuple[str, int] = ("", 0)) -> None:
+        """Adopt the master's view at the start of generation ``key``: ``held`` with ``offset`` rows of the
+        first consumed; the ledger starts there."""
         with self._lock:
             self.tasks = list(held)
             self.offset = offset if self.tasks else 0
             self.cursor = cursor
+            self._key, self._taken, self._start, self._start_offset = key, list(held), cursor, self.offset
 
-    def clear(self) -> None:
+    def clear(self, key: tuple[str, int] = ("", 0)) -> None:
+        """Hold nothing: generation ``key`` starts from the master's queue; so does the ledger."""
         with self._lock:
             self.tasks, self.offset, self.cursor = [], 0, None
+            self._key, self._taken, self._start, self._start_offset = key, [], None, 0
+
+    def ledger(self) -> Ledger:
+        with self._lock:
+            return Ledger(self._key, tuple(self._taken), self._start, self._start_offset)
+
+    def forget_before(self, key: tuple[str, int], cursor: Cursor | None) -> None:
+        """A checkpoint of generation ``key`` committed with this trainer at ``cursor``: the ledger need
+        not reach back further (a restarted master walks it from there)."""
+        with self._lock:
+            if cursor is None or key != self._key or cursor == self._start:
+                return
+            for i, t in enumerate(self._taken):
+                if t.id == cursor.task_id:
+                    del self._taken[:i]
+                    self._start, self._start_offset = cursor, cursor.offset
+                    return
 
 
 def read_slices(dataset: Dataset, slices: list[Slice]) -> pa.Table:

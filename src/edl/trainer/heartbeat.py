@@ -100,7 +100,8 @@ class Heartbeat:
                  on_stuck: Callable[[], None], deadline_s: float = COLLECTIVE_DEADLINE_S,
                  hang_s: float = COLLECTIVE_HANG_S, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, on_master_lost: Callable[[], None] | None = None,
-                 master_lost_s: float = MASTER_LOST_S) -> None:
+                 master_lost_s: float = MASTER_LOST_S,
+                 on_answer: Callable[[HeartbeatAnswer], None] = lambda answer: None) -> None:
         self.link = link
         self.id = trainer_id
         self.progress = progress
@@ -112,6 +113,7 @@ class Heartbeat:
         self.sleep = sleep
         self.on_master_lost = on_master_lost or on_stuck  # exits the process
         self.master_lost_s = master_lost_s
+        self.on_answer = on_answer  # what else the loop keeps from each answer (its task ledger's trim)
         self.last_answer = clock()  # the master's last answer (or the start)
 
     def run(self, alive: Callable[[], bool]) -> None:
@@ -138,5 +140,6 @@ class Heartbeat:
             self.on_stuck()
             return
         self.control.learn(r)
+        self.on_answer(r)
         if not r.known:
             self.sleep(0.1)

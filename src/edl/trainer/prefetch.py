@@ -31,9 +31,9 @@ class Prefetcher:
         self.finished = False  # the master has handed out every task of every epoch
         self._request_id = new_id()
 
-    def restart(self) -> None:
-        """Drop the tasks held: the generation starts from the master's queue (checkpoint or fresh)."""
-        self.buffer.clear()
+    def restart(self, key: tuple[str, int] = ("", 0)) -> None:
+        """Drop the tasks held: generation ``key`` starts from the master's queue (checkpoint or fresh)."""
+        self.buffer.clear(key)
         self.finished = False
 
     def out_of_data(self) -> bool:

@@ -25,7 +25,7 @@ import zlib
 from typing import Callable
 
 from edl.api.data import Cursor, Task
-from edl.api.master import Assignment, JobStatus, SyncReport, Unassigned
+from edl.api.master import Assignment, HeartbeatAnswer, JobStatus, ResumeReport, SyncReport, Unassigned
 from edl.data.dataset import Dataset
 from edl.errors import CollectiveError, EdlError, TemporaryError, UserError
 from edl.master.client import HttpMaster, MasterUnavailable
@@ -79,11 +79,18 @@ class Trainer:
                                    self.control, on_stuck=lambda: os._exit(EXIT_EXCLUDED),
                                    deadline_s=collective_deadline_s, clock=clock,
                                    # Nobody is left to replace it or wait for it: end cleanly.
-                                   on_master_lost=lambda: os._exit(EXIT_OK), master_lost_s=self.master_lost_s)
+                                   on_master_lost=lambda: os._exit(EXIT_OK), master_lost_s=self.master_lost_s,
+                                   on_answer=self._forget_committed)
         self.store_port = free_port(host)
         self.audit = AuditLog(job_store, trainer_id) if self.spec.audit else None  # under the checkpoints
         self._alive = True
         self.flush_s = 60.0  # how long the end waits for rank 0's last checkpoint write
+        # Where this trainer last stopped, for a restarted master to go on from (``ResumeReport``).
+        self.stopped: tuple[Assignment, int, dict[str, Cursor | None]] | None = None
+
+    def _forget_committed(self, answer: HeartbeatAnswer) -> None:
+        """A checkpoint of our generation committed: our task ledger need not reach back before it."""
+        self.prefetch.buffer.forget_before((answer.master_uid, answer.generation), answer.committed_cursor)
 
     def _read_ahead(self, task: Task) -> None:
         """The prefetch reads a new task's row groups while the loop trains on the ones before."""
@@ -135,13 +142,27 @@ class Trainer:
             self.checkpoints.flush(self.flush_s)
 
     def _reregister(self) -> None:
-        """The master restarted and lost us: join it afresh."""
+        """The master restarted and lost us: join it afresh, telling it where we stopped (our replica
+        stays as it is: the new master may go on from its step)."""
         self.store_port = free_port(self.host)
         self.progress.generation = 0
+        self.progress.safe_cursor = None  # a cursor of the old master's tasks means nothing to the new one
+        resume = self._resume_report()
         self.prefetch.restart()
-        r = self.client.register(self.id, os.getpid(), self.host, self.store_port)
+        r = self.client.register(self.id, os.getpid(), self.host, self.store_port, resume)
         self.control.reset(r.master_uid)
-        log.info("trainer %s re-registered with restarted master", self.id)
+        log.info("trainer %s re-registered with restarted master%s", self.id,
+                 "" if resume is None else f" (stopped at step {resume.step} of generation {resume.generation})")
+
+    def _resume_report(self) -> ResumeReport | None:
+        if self.stopped is None or self.stopped[1] != self.progress.step:
+            return None  # never stopped at a step boundary, or stepped since: nothing to go on from
+        a, step, cursors = self.stopped
+        ledger = self.prefetch.buffer.ledger()
+        if ledger.key != (a.master_uid, a.generation):
+            return None
+        return ResumeReport(a.master_uid, a.generation, a.base_step, a.source, a.checkpoint_uri, step, a.members,
+                            dict(cursors), ledger.tasks, ledger.start, ledger.offset)
 
     # ------------------------------------------------------------ one generation
     def _run_generation(self, a: Assignment) -> bool:
@@ -152,11 +173,14 @@ class Trainer:
     def _join(self, a: Assignment) -> Group | None:
         """Form the generation's collective and take rank 0's state; ``None`` when it did not form (reported)."""
         plan = plan_start(a.source, a.rank, a.base_step, self.replica.trained)
-        if plan.keep_data:
-            self.prefetch.buffer.reposition(a.cursor, list(a.held), a.held_offset)
-        else:
-            self.prefetch.restart()
+        self.stopped = None
         p = self.progress
+        key = (a.master_uid, a.generation)
+        if plan.keep_data:
+            self.prefetch.buffer.reposition(a.cursor, list(a.held), a.held_offset, key)
+        else:
+            p.safe_cursor = None  # the old tasks are gone: committing a cursor into them would be wrong
+            self.prefetch.restart(key)
         p.generation = a.generation
         host, port = a.rendezvous
         t0 = self.clock()
@@ -195,6 +219,7 @@ class Trainer:
         while True:
             sums = self._step(a, group, key)
             if sums is None:
+                self.stopped = (a, p.step, cursors)
                 self._report(gen, p.step, cursors, failed=True)
                 return False
             d = decide_step(sums, StepContext(a.rank, p.step, first_step_pending, self.checkpoints.since_last_s(),
@@ -216,6 +241,7 @@ class Trainer:
                     self._finish(gen, cursors)
                 return True
             if d.then is Then.STOP:
+                self.stopped = (a, p.step, cursors)
                 self._report(gen, p.step, cursors, failed=False)
                 return False
 

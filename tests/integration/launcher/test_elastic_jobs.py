@@ -104,6 +104,61 @@ def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner):
     assert s["resumed_from"] and "ckpt-" in s["resumed_from"]
 
 
+@pytest.mark.parametrize("checkpointed", [True, False], ids=["checkpoint-far-behind", "no-checkpoint"])
+def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runner, checkpointed):
+    """The trainers know every cursor since the checkpoint: the new master rebuilds the queue from the
+    checkpoint (or the start) plus their reports, and the job goes on from their step, not the checkpoint's."""
+    epochs = 12
+    job = job_runner("mgo", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=1e9)).start()
+    st = job.wait_for(lambda s: s["world_size"] == 2 and s["step"] > 30, what="two trainers training")
+    info = job.info()
+    if checkpointed:
+        httpx.post(f"http://{info['address']}/v1/checkpoints/request",
+                   headers={"Authorization": f"Bearer {info['token']}"}).raise_for_status()
+        st = job.wait_for(lambda s: len(s["checkpoints"]) == 1, what="the requested checkpoint")
+    ckpt_step = st["checkpoints"][0]["step"] if checkpointed else 0
+    st = job.wait_for(lambda s: s["step"] > ckpt_step + 150, what="training far past the checkpoint")
+    before = st["step"]
+    os.kill(info["master_pid"], signal.SIGKILL)
+    job.wait_for(lambda s: s["master_uid"] != st["master_uid"] and s["world_size"] == 2 and s["phase"] == "running",
+                 what="a new master with both trainers")
+    assert job.wait() == 0, job.output()
+    s = summary(tmp_path)
+    assert_exactly_once(s, epochs)
+    assert s["master_restarts"] == 1
+    resumed = [g for g in s["generations"] if g["reason"] == "resume"]
+    assert len(resumed) == 1, s["generations"]
+    assert resumed[0]["rolled_back_steps"] == 0
+    assert resumed[0]["base_step"] >= before - 1 > ckpt_step + 100  # no step rolled back to the checkpoint
+    master_log = (job.home / "jobs" / "mgo" / "logs" / "master.log").read_text()
+    assert "restarted master: going on from the trainers' step" in master_log
+
+
+def test_master_and_a_trainer_killed_together_fall_back_to_the_checkpoint(digits, tmp_path, job_runner):
+    """Without every member's report the rows consumed since the checkpoint are not known: the new master
+    goes back to the checkpoint (exactly-once still holds) and says how many steps that cost."""
+    epochs = 8
+    job = job_runner("mboth", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=1e9)).start()
+    job.wait_for(lambda s: s["world_size"] == 2 and s["step"] > 30, what="two trainers training")
+    info = job.info()
+    httpx.post(f"http://{info['address']}/v1/checkpoints/request",
+               headers={"Authorization": f"Bearer {info['token']}"}).raise_for_status()
+    st = job.wait_for(lambda s: len(s["checkpoints"]) == 1, what="the requested checkpoint")
+    ckpt_step = st["checkpoints"][0]["step"]
+    st = job.wait_for(lambda s: s["step"] > ckpt_step + 100, what="training far past the checkpoint")
+    victim = next(t for t in st["trainers"] if t["rank"] == 1)
+    os.kill(info["master_pid"], signal.SIGKILL)
+    os.kill(victim["pid"], signal.SIGKILL)
+    assert job.wait() == 0, job.output()
+    s = summary(tmp_path)
+    assert_exactly_once(s, epochs)
+    resumed = [g for g in s["generations"] if g["reason"] == "resume"]
+    assert len(resumed) == 1 and resumed[0]["base_step"] == ckpt_step, s["generations"]
+    assert resumed[0]["rolled_back_steps"] >= 100
+    master_log = (job.home / "jobs" / "mboth" / "logs" / "master.log").read_text()
+    assert f"restarted master: back to the checkpoint at step {ckpt_step}" in master_log
+
+
 def test_everything_killed_then_the_same_command_resumes(digits, tmp_path, job_runner):
     args = job_args(digits, tmp_path, trainers=2, interval=0.5)
     first = job_runner("total", args).start()

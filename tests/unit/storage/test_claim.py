@@ -94,7 +94,7 @@ def test_a_second_job_on_a_prefix_is_refused_and_nothing_is_written(tmp_path):
 def test_one_live_run_and_its_restarts(tmp_path):
     store = open_store(str(tmp_path / "ckpt"))
     running = PrefixClaim(store, spec())
-    running.acquire(Holder.of_this_process("token-1"))
+    assert running.acquire(Holder.of_this_process("token-1")) is False  # a first start, not a restart
     clock = FakeClock(1000.0, on_sleep=lambda: running.renew() if clock.t % 5 < 1 else None)  # renews every 5 s
     with pytest.raises(UserError, match=r"job 'a' is already running .*run [0-9a-f]{16} \(pid"):
         PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).acquire(Holder.of_this_process("token-2"))
@@ -103,7 +103,7 @@ def test_one_live_run_and_its_restarts(tmp_path):
         PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep).check_not_running()
     assert b"token-1" not in store.get(LOCK_KEY)  # a hash of the token, never the token
     restarted = PrefixClaim(store, spec())
-    restarted.acquire(Holder.of_this_process("token-1"))  # the same run: takes it at once
+    assert restarted.acquire(Holder.of_this_process("token-1")) is True  # the same run: takes it at once
     assert not running.renew()  # the old master's version is gone
     assert restarted.renew()
     restarted.release()
