@@ -59,6 +59,7 @@ class UserCodeError(EdlError):
         self.part = part  # which of the user's calls raised, in words ("loss()", "the model's forward")
         self.cause = cause
         self.step = 0  # the training step it was computing; 0: before the first (building, warming up)
+        self.rows: tuple[tuple[str, int, int], ...] = ()  # that step's batch: (shard, first row, end row)
         super().__init__(f"--model-def {model_def}: {part} raised {self.fingerprint}")
 
     @property

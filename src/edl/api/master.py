@@ -312,10 +312,12 @@ class UserCodeFailure:
     part: str  # which of the user's calls raised, in words ("loss()", "the model's forward")
     fingerprint: str  # the exception's type and the first line of its message
     log: str  # where the full traceback is: the trainer's log file, or how to read it (``kubectl logs``)
+    rows: tuple[tuple[str, int, int], ...] = ()  # the step's batch: (shard, first row, end row) per slice
 
     @classmethod
     def from_json(cls, d: dict) -> UserCodeFailure:
-        return cls(d["trainer"], d["step"], d["part"], d["fingerprint"], d["log"])
+        return cls(d["trainer"], d["step"], d["part"], d["fingerprint"], d["log"],
+                   tuple((str(s), int(a), int(b)) for s, a, b in d.get("rows", ())))
 
 
 def cursors_to_json(cursors: dict[str, Cursor | None]) -> dict[str, CursorJSON]:

@@ -186,7 +186,8 @@ class HttpMaster:
         return bool(self._call("POST", "/v1/checkpoints/committed", body)["ok"])
 
     def user_code_failed(self, failure: UserCodeFailure) -> str | None:
-        body = {"step": failure.step, "part": failure.part, "fingerprint": failure.fingerprint, "log": failure.log}
+        body = {"step": failure.step, "part": failure.part, "fingerprint": failure.fingerprint, "log": failure.log,
+                "rows": [list(r) for r in failure.rows]}
         d = self._call("POST", f"/v1/trainers/{failure.trainer}/user-code-failed", body)
         return d["error"] if d["user_error"] else None
 

@@ -105,6 +105,7 @@ class UserCodeFailedBody(BaseModel):
     part: str
     fingerprint: str
     log: str
+    rows: list[tuple[str, int, int]] = []
 
 
 class CutBody(BaseModel):
@@ -328,7 +329,8 @@ def _trainer_routes(master: Master) -> APIRouter:
 
     @routes.post("/user-code-failed")
     async def user_code_failed(trainer: str, body: UserCodeFailedBody) -> dict:
-        failure = UserCodeFailure(trainer, body.step, body.part, body.fingerprint, body.log)
+        failure = UserCodeFailure(trainer, body.step, body.part, body.fingerprint, body.log,
+                                  tuple(tuple(r) for r in body.rows))
         log.warning("trainer %s: %s raised %s (step %d)", trainer, body.part, body.fingerprint, body.step)
         user_error = job.user_code_failed(failure, master.clock())
         await master.notify()

@@ -227,7 +227,8 @@ class Trainer:
         try:
             count, loss_sum = self._backward(slices, key) if slices else (0, 0.0)
         except UserCodeError as e:
-            e.step = self.progress.step + 1  # the step it was computing: what a replacement redoes
+            e.step = self.progress.step + 1  # the step it was computing, and its rows: what a replacement redoes
+            e.rows = tuple((s.task.shard, s.start, s.end) for s in slices)
             raise
         # Read the stop request as late as possible: it rides in this step's all-reduce.
         slots = own_slots(a.world_size, a.rank, buffer.cursor, count, loss_sum, self.control.stops(a.generation),
@@ -317,7 +318,7 @@ def _user_code_failed(trainer_id: str, master: str, token: str, e: UserCodeError
     where = os.environ.get("EDL_TRAINER_LOG") or f"the log of trainer {trainer_id}"
     try:
         error = HttpMaster(master, token, give_up_s=10.0).user_code_failed(
-            UserCodeFailure(trainer_id, e.step, e.part, e.fingerprint, where))
+            UserCodeFailure(trainer_id, e.step, e.part, e.fingerprint, where, e.rows))
     except (TemporaryError, UserError) as why:
         log.warning("trainer %s: could not report the failure (%s); exiting as a crash", trainer_id, why)
         return e

@@ -18,8 +18,9 @@ SHAPE = "ValueError: (InvalidArgument) In operator matmul, the [1] dimension of 
 FORWARD = "the model's forward"
 
 
-def failure(trainer: str, step: int = 0, fingerprint: str = SHAPE, part: str = FORWARD) -> UserCodeFailure:
-    return UserCodeFailure(trainer, step, part, fingerprint, f"/logs/{trainer}.log")
+def failure(trainer: str, step: int = 0, fingerprint: str = SHAPE, part: str = FORWARD,
+            rows: tuple[tuple[str, int, int], ...] = ()) -> UserCodeFailure:
+    return UserCodeFailure(trainer, step, part, fingerprint, f"/logs/{trainer}.log", rows)
 
 
 def test_one_failure_is_relaunched_the_same_from_a_second_trainer_is_the_user_s():
@@ -46,6 +47,17 @@ def test_another_step_another_exception_or_another_part_keeps_relaunching():
     assert judge.judge(failure("t4", 3, part="collate()")) is None
     error = judge.judge(failure("t5", 5))  # but the step-5 failure again: the code
     assert error is not None and "trainers t2 and t5, at step 5" in error
+
+
+def test_the_same_rows_at_another_step_are_the_same_place():
+    """A rollback, or a task handed to a peer, may batch the rows that raise one step apart."""
+    judge = UserCodeFailures("m")
+    bad = "ValueError: record 17: cannot decode"
+    assert judge.judge(failure("t1", 13, bad, "collate()", (("a.parquet", 96, 112),))) is None
+    assert judge.judge(failure("t2", 20, bad, "collate()", (("b.parquet", 96, 112),))) is None  # other rows
+    assert judge.judge(failure("t3", 21, bad, "collate()", (("a.parquet", 0, 10), ("a.parquet", 112, 118)))) is None
+    error = judge.judge(failure("t4", 14, bad, "collate()", (("a.parquet", 100, 116),)))
+    assert error is not None and "(trainers t1 and t4, at steps 13 and 14, on the same rows;" in error
 
 
 def test_with_nothing_left_to_retry_the_first_failure_fails_the_job():
