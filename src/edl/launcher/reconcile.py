@@ -2,8 +2,9 @@
 
 Input: the master's desired count, whether the job's data is all consumed, the
 trainer pods the cluster reports, which of them are being drained (since when)
-and the clock. Output: a ``Plan`` of effects. The launcher applies it; applying it twice does no harm (creates use
-fresh names only for the missing count, deletes are idempotent).
+and the clock. Output: a ``Plan`` of effects. The launcher applies it; applying
+it twice does no harm (creates use fresh names only for the missing count,
+deletes are idempotent).
 """
 
 from __future__ import annotations
