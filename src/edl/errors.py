@@ -45,6 +45,36 @@ class StorageError(TemporaryError):
     """An object store could not be reached or refused a request."""
 
 
+class UserCodeError(EdlError):
+    """An exception raised inside the user's model definition (``model()``, ``optimizer()``,
+    ``collate()``, the model's forward, ``loss()``, the backward pass, ``metrics()``).
+
+    Not a ``UserError`` by itself: one occurrence may be a fluke. The trainer reports it and the
+    master decides (``edl.master.usercode``): the same failure twice at one step is the user's
+    (the job fails, exit 2); anything else is relaunched like any crash.
+    """
+
+    def __init__(self, model_def: str, part: str, cause: Exception) -> None:
+        self.model_def = model_def
+        self.part = part  # which of the user's calls raised, in words ("loss()", "the model's forward")
+        self.cause = cause
+        self.step = 0  # the training step it was computing; 0: before the first (building, warming up)
+        self.rows: tuple[tuple[str, int, int], ...] = ()  # that step's batch: (shard, first row, end row)
+        super().__init__(f"--model-def {model_def}: {part} raised {self.fingerprint}")
+
+    @property
+    def fingerprint(self) -> str:
+        """The exception's type and the first line of its message: what repeats when the code is wrong."""
+        lines = [ln.strip() for ln in str(self.cause).splitlines() if ln.strip()]
+        first = lines[0] if lines else ""
+        if len(first) > FIRST_LINE_CHARS:
+            first = first[: FIRST_LINE_CHARS - 1].rstrip() + "…"
+        return f"{type(self.cause).__name__}: {first}" if first else type(self.cause).__name__
+
+
+FIRST_LINE_CHARS = 400  # of an exception's first line in a user-code failure (a repr can be huge)
+
+
 class TaskFailedError(PermanentError):
     """A data task failed more often than the retry limit allows."""
 

@@ -16,15 +16,18 @@ Inspired by ElasticDL's model-zoo contract, made plain Python. The module define
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from edl.errors import UserError
+from edl.errors import EdlError, UserCodeError, UserError
 
 REQUIRED = ("model", "loss", "optimizer", "collate")
 TRAINER_EXTRA = "pip install 'edl[trainer]'"  # pyproject's extra with PaddlePaddle (CPU) for the trainers
@@ -43,8 +46,35 @@ def require_paddle(where: str) -> None:
                         f"{TRAINER_EXTRA} (GPU: Paddle's CUDA wheel and 'edl[trainer-gpu]')")
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@contextmanager
+def user_code(model_def: str, part: str) -> Iterator[None]:
+    """Run a call into the user's code: what it raises becomes a ``UserCodeError`` naming ``part``.
+
+    edl's own errors and ``MemoryError`` (the machine, not the code) pass through unchanged."""
+    try:
+        yield
+    except (EdlError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's code can raise anything
+        raise UserCodeError(model_def, part, e) from e
+
+
+def _guarded(model_def: str, part: str, fn: F) -> F:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with user_code(model_def, part):
+            return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class ModelDef:
+    """The user's functions; each call raises ``UserCodeError`` for what the user's code raises."""
+
     name: str
     module: ModuleType
     model: Callable[[], Any]
@@ -52,6 +82,16 @@ class ModelDef:
     optimizer: Callable[[Any, float], Any]
     collate: Callable[[Any], tuple[Any, Any]]
     metrics: Callable[[Any, Any], dict] | None
+
+    def forward(self, model: Any, *inputs: Any) -> Any:
+        """The model's forward pass (the user's ``Layer.forward``)."""
+        with user_code(self.name, "the model's forward"):
+            return model(*inputs)
+
+    def backward(self, loss: Any) -> None:
+        """The backward pass through the user's graph."""
+        with user_code(self.name, "the backward pass"):
+            loss.backward()
 
 
 def _import(spec: str) -> ModuleType:
@@ -81,12 +121,13 @@ def load_model_def(spec: str) -> ModelDef:
     missing = [f for f in REQUIRED if not callable(getattr(module, f, None))]
     if missing:
         raise UserError(f"--model-def {spec!r} does not define {', '.join(missing)} (see `edl train --help`)")
+    metrics = getattr(module, "metrics", None)
     return ModelDef(
         name=spec,
         module=module,
-        model=module.model,
-        loss=module.loss,
-        optimizer=module.optimizer,
-        collate=module.collate,
-        metrics=getattr(module, "metrics", None),
+        model=_guarded(spec, "model()", module.model),
+        loss=_guarded(spec, "loss()", module.loss),
+        optimizer=_guarded(spec, "optimizer()", module.optimizer),
+        collate=_guarded(spec, "collate()", module.collate),
+        metrics=_guarded(spec, "metrics()", metrics) if callable(metrics) else None,
     )

@@ -182,6 +182,7 @@ class JobView:
     checkpoints: tuple[CheckpointRecord, ...]
     elapsed_s: float
     abandoned: bool = False  # the launcher went silent: the master is ending the job (``edl.master.deadman``)
+    user_error: bool = False  # failed because of the user's input (``error`` names it): a retry cannot help
 
     def to_json(self) -> dict:
         return to_json(self)
@@ -198,7 +199,7 @@ class JobView:
             trainers=tuple(TrainerView.from_json(t) for t in d["trainers"]),
             generations=tuple(GenerationSummary.from_json(g) for g in d["generations"]),
             checkpoints=tuple(CheckpointRecord.from_json(c) for c in d["checkpoints"]),
-            elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False),
+            elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False), user_error=d.get("user_error", False),
         )
 
 
@@ -339,6 +340,23 @@ class ResumeReport:
                    int(d["ledger_offset"]))
 
 
+@dataclass(frozen=True)
+class UserCodeFailure:
+    """A trainer's report: the user's code raised (``edl.errors.UserCodeError``); the trainer exits."""
+
+    trainer: str
+    step: int  # the training step it was computing; 0: before the first (building, warming up)
+    part: str  # which of the user's calls raised, in words ("loss()", "the model's forward")
+    fingerprint: str  # the exception's type and the first line of its message
+    log: str  # where the full traceback is: the trainer's log file, or how to read it (``kubectl logs``)
+    rows: tuple[tuple[str, int, int], ...] = ()  # the step's batch: (shard, first row, end row) per slice
+
+    @classmethod
+    def from_json(cls, d: dict) -> UserCodeFailure:
+        return cls(d["trainer"], d["step"], d["part"], d["fingerprint"], d["log"],
+                   tuple((str(s), int(a), int(b)) for s, a, b in d.get("rows", ())))
+
+
 def cursors_to_json(cursors: dict[str, Cursor | None]) -> dict[str, CursorJSON]:
     return {k: cursor_to_json(c) for k, c in cursors.items()}
 
@@ -384,7 +402,9 @@ class ControlLink(Protocol):
         """Have rank 0 take a checkpoint at its next step."""
         ...
 
-    def fail_job(self, message: str) -> None: ...
+    def fail_job(self, message: str, user: bool = False) -> None:
+        """Fail the job; ``user``: because of the user's input (the launcher exits 2)."""
+        ...
 
     def shutdown(self) -> None: ...
 
@@ -436,4 +456,11 @@ class TrainerLink(Protocol):
 
     def finish(self, step: int, final_model_uri: str | None, metrics: dict[str, float]) -> None: ...
 
-    def fail_job(self, message: str) -> None: ...
+    def user_code_failed(self, failure: UserCodeFailure) -> str | None:
+        """Report that the user's code raised; answers the job's error when the master judged it the
+        user's fault and failed the job (``edl.master.usercode``): a relaunch cannot help."""
+        ...
+
+    def fail_job(self, message: str, user: bool = False) -> None:
+        """Fail the job; ``user``: because of the user's input (the launcher exits 2)."""
+        ...

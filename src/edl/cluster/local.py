@@ -68,8 +68,11 @@ class LocalProcesses:
         self.env = env
         log_dir.mkdir(parents=True, exist_ok=True)
 
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
     def spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> Proc:
-        log_path = self.log_dir / f"{name}.log"
+        log_path = self.log_path(name)
         f = log_path.open("ab")
         env = dict(self.env)
         env.update(extra_env or {})
@@ -160,7 +163,9 @@ class LocalCluster:
 
     def create_trainer(self, name: str) -> None:
         args = ["trainer", "--id", name, "--master", self.address]  # --audit: the log goes under the checkpoints
-        self.procs_by_name[name] = self.procs.spawn(name, args, {"EDL_TOKEN": self.token})
+        # EDL_TRAINER_LOG: where a trainer whose user code raised says its traceback is (its output's file).
+        self.procs_by_name[name] = self.procs.spawn(name, args, {"EDL_TOKEN": self.token,
+                                                                 "EDL_TRAINER_LOG": str(self.procs.log_path(name))})
         self._save()
 
     def delete_trainer(self, name: str) -> None:

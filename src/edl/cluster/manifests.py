@@ -193,7 +193,9 @@ def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:
                  "--backend", "nccl" if opts.trainer_gpu else "gloo"],
         "env": [_token_env(spec.job), *_s3_env(opts),
                 {"name": "EDL_TRAINER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "EDL_TRAINER_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                {"name": "EDL_TRAINER_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                # Where a trainer whose user code raised says its traceback is ($(VAR): Kubernetes expands it).
+                {"name": "EDL_TRAINER_LOG", "value": f"kubectl logs -n {opts.namespace} $(EDL_TRAINER_ID)"}],
         # Requests equal limits: the scheduler's accounting is the truth the policy plans with.
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "securityContext": _security(), "volumeMounts": [mount],

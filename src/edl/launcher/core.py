@@ -257,7 +257,7 @@ class Launcher:
         trainers = self._observed_trainers(now)
         self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers])
         plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
-                             self.drain_timeout_s)
+                             self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs)
         by_name = {t.name: t for t in trainers}
         for name, code in plan.exited:
             self._tell(lambda: self.master.report_exit(name, code))
@@ -276,8 +276,8 @@ class Launcher:
         if plan.fatal is not None:
             why, message = plan.fatal
             self.cluster.record("TrainerFatal", message, warning=True)
-            self._tell(lambda: self.master.fail_job(message))
             user = why in (TrainerExit.USER_ERROR, TrainerExit.CANNOT_START)  # a bad image, a missing key
+            self._tell(lambda: self.master.fail_job(message, user))
             raise UserError(message) if user else PermanentError(message)
         if plan.unschedulable:
             self.unschedulable += len(plan.unschedulable)
@@ -359,7 +359,8 @@ class Launcher:
                extend: Callable[[dict[str, Any]], None] | None = None) -> JobResult:
         """After ``run``: wait for the trainers to exit, then the run summary, the master's with what
         only the launcher counted (and what ``extend`` adds), written to ``summary_out``.
-        Raises ``PermanentError`` with the job's error unless it succeeded."""
+        Raises with the job's error unless it succeeded: ``UserError`` (exit 2) when the master
+        failed it because of the user's input, else ``PermanentError``."""
         self.wait_for_trainers()
         summary = (self.master.summary() if self.master is not None else None) or {
             "job": self.spec.job, "status": JobStatus.FAILED.value, "error": "master lost"}
@@ -370,6 +371,8 @@ class Launcher:
         if summary_out is not None:
             write_json_atomic(summary_out, summary)
         if summary["status"] != JobStatus.SUCCEEDED.value:
+            if summary.get("user_error"):
+                raise UserError(summary["error"])  # it names the culprit
             raise PermanentError(f"job {self.spec.job} failed: {summary.get('error')}")
         return JobResult(summary)
 

@@ -1,9 +1,10 @@
 """What the launcher does about its trainers, decided as a pure function of what it sees.
 
-Input: the master's desired count, the trainer pods the cluster reports, which
-of them are being drained (since when) and the clock. Output: a ``Plan`` of
-effects. The launcher applies it; applying it twice does no harm (creates use
-fresh names only for the missing count, deletes are idempotent).
+Input: the master's desired count, whether the job's data is all consumed, the
+trainer pods the cluster reports, which of them are being drained (since when)
+and the clock. Output: a ``Plan`` of effects. The launcher applies it; applying
+it twice does no harm (creates use fresh names only for the missing count,
+deletes are idempotent).
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ def _code(t: TrainerPod) -> int:
 
 
 def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[str, float], now: float,
-                  pending_timeout_s: float, drain_timeout_s: float = 60.0) -> Plan:
+                  pending_timeout_s: float, drain_timeout_s: float = 60.0, data_done: bool = False) -> Plan:
+    """``data_done``: every epoch's data is consumed (the job is finishing: rank 0 writes the last
+    checkpoint and the model while its peers exit 0): nothing is started any more."""
     delete: list[str] = []
+    left_unasked = False  # a trainer exited 0 without being drained
     relaunched: list[str] = []
     failures: list[tuple[str, str]] = []
     exited: list[tuple[str, int]] = []
@@ -47,6 +51,7 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
             delete.append(t.name)
             exited.append((t.name, _code(t)))
             if t.exit is TrainerExit.SUCCEEDED or t.name in draining:
+                left_unasked |= t.name not in draining
                 continue  # drained or finished: its exit is expected whatever the code
             if t.exit in RELAUNCH:
                 relaunched.append(t.name)
@@ -63,7 +68,10 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
             unschedulable.append(t.name)
         else:
             live.append(t)
-    create = max(0, desired - len(live) - len(unschedulable))
+    # A trainer that left on its own says the job is ending (or its master went away): its place
+    # is filled only once a status read after its exit still asks for it (the next round), so the
+    # last second of a job starts no fresh trainers.
+    create = 0 if data_done or left_unasked else max(0, desired - len(live) - len(unschedulable))
     drain: list[str] = []
     if len(live) > desired:
         # Pods not yet running go first (nothing to drain), then the youngest: it holds the

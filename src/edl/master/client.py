@@ -24,6 +24,7 @@ from edl.api.master import (
     Registration,
     ResumeReport,
     SyncReport,
+    UserCodeFailure,
     assignment_from_json,
     cursors_to_json,
     next_task_from_json,
@@ -135,8 +136,8 @@ class HttpMaster:
     def request_checkpoint(self) -> None:
         self._call("POST", "/v1/checkpoints/request")
 
-    def fail_job(self, message: str) -> None:
-        self._call("POST", "/v1/fatal", {"message": message})
+    def fail_job(self, message: str, user: bool = False) -> None:
+        self._call("POST", "/v1/fatal", {"message": message, "user": user})
 
     def shutdown(self) -> None:
         self._call("POST", "/v1/shutdown")
@@ -187,6 +188,12 @@ class HttpMaster:
     def checkpoint_committed(self, generation: int, step: int, uri: str, write_s: float) -> bool:
         body = {"generation": generation, "step": step, "uri": uri, "write_s": write_s}
         return bool(self._call("POST", "/v1/checkpoints/committed", body)["ok"])
+
+    def user_code_failed(self, failure: UserCodeFailure) -> str | None:
+        body = {"step": failure.step, "part": failure.part, "fingerprint": failure.fingerprint, "log": failure.log,
+                "rows": [list(r) for r in failure.rows]}
+        d = self._call("POST", f"/v1/trainers/{failure.trainer}/user-code-failed", body)
+        return d["error"] if d["user_error"] else None
 
     def finish(self, step: int, final_model_uri: str | None, metrics: dict[str, float]) -> None:
         self._call("POST", "/v1/finish", {"step": step, "final_model_uri": final_model_uri, "metrics": metrics})

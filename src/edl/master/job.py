@@ -32,6 +32,7 @@ from edl.api.master import (
     TrainerState,
     TrainerView,
     Unassigned,
+    UserCodeFailure,
     to_json,
 )
 from edl.api.spec import JobSpec
@@ -41,6 +42,7 @@ from edl.master.membership import Formation, Membership, MembershipConfig
 from edl.master.resume import CutRecord, Restored, plan_resume
 from edl.master.tasks import TaskQueue
 from edl.master.transitions import Transitions
+from edl.master.usercode import UserCodeFailures
 
 STATUS_TRANSITIONS = Transitions("job status", {
     JobStatus.RUNNING: {JobStatus.SUCCEEDED, JobStatus.FAILED},
@@ -72,6 +74,8 @@ class Job:
         self.master_uid = master_uid
         self.status = JobStatus.RUNNING
         self.error: str | None = None
+        self.user_error = False  # failed because of the user's input: the launcher exits 2
+        self.user_code = UserCodeFailures(spec.model_def)
         self.started_at = now
         self.finished_at: float | None = None
         self.checkpoints: list[CheckpointRecord] = []
@@ -131,10 +135,11 @@ class Job:
     def desired(self) -> int:
         return self.membership.config.desired
 
-    def _fail(self, message: str, now: float) -> None:
+    def _fail(self, message: str, now: float, user: bool = False) -> None:
         if self.status is JobStatus.RUNNING:
             self.status = STATUS_TRANSITIONS.move(self.status, JobStatus.FAILED)
             self.error = message
+            self.user_error = user
             self.finished_at = now
 
     def _guard(self, fn, now: float):
@@ -250,8 +255,16 @@ class Job:
     def first_step(self, generation: int, now: float) -> None:
         self.membership.first_step(generation, now)
 
-    def fatal(self, message: str, now: float) -> None:
-        self._fail(message, now)
+    def fatal(self, message: str, now: float, user: bool = False) -> None:
+        self._fail(message, now, user)
+
+    def user_code_failed(self, failure: UserCodeFailure, now: float) -> bool:
+        """A trainer's user code raised; ``True`` when that fails the job as a user error
+        (``edl.master.usercode``). Once the data is all consumed nothing can redo the work."""
+        error = self.user_code.judge(failure, can_retry=not self.queue.finished)
+        if error is not None:
+            self._fail(error, now, user=True)
+        return self.status is JobStatus.FAILED and self.user_error
 
     def finish(self, step: int, final_model_uri: str | None, metrics: dict, now: float) -> None:
         if self.status is not JobStatus.RUNNING:
@@ -464,6 +477,7 @@ class Job:
             checkpoints=tuple(self.checkpoints),
             elapsed_s=round(self.elapsed_s(now), 3),
             abandoned=self.abandoned,
+            user_error=self.user_error,
         )
 
     def summary(self, now: float) -> dict[str, Any]:
@@ -475,6 +489,7 @@ class Job:
             "job": self.spec.job,
             "status": self.status.value,
             "error": self.error,
+            "user_error": self.user_error,
             "epochs_completed": q.epochs_completed,
             "steps": max(self.final_step, self.last_step_seen),
             "elapsed_s": round(elapsed, 3),

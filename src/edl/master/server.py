@@ -35,6 +35,7 @@ from edl.api.master import (
     ResumeReport,
     SyncReport,
     Unassigned,
+    UserCodeFailure,
     assignment_to_json,
     cursors_from_json,
     next_task_to_json,
@@ -98,6 +99,15 @@ class ExitBody(BaseModel):
 
 class FatalBody(BaseModel):
     message: str
+    user: bool = False  # because of the user's input: the launcher exits 2
+
+
+class UserCodeFailedBody(BaseModel):
+    step: int
+    part: str
+    fingerprint: str
+    log: str
+    rows: list[tuple[str, int, int]] = []
 
 
 class CutBody(BaseModel):
@@ -328,6 +338,15 @@ def _trainer_routes(master: Master) -> APIRouter:
         answer = job.next_task(trainer, body.request_id, cursor_from_json(body.safe_cursor), master.clock())
         return next_task_to_json(answer)
 
+    @routes.post("/user-code-failed")
+    async def user_code_failed(trainer: str, body: UserCodeFailedBody) -> dict:
+        failure = UserCodeFailure(trainer, body.step, body.part, body.fingerprint, body.log,
+                                  tuple(tuple(r) for r in body.rows))
+        log.warning("trainer %s: %s raised %s (step %d)", trainer, body.part, body.fingerprint, body.step)
+        user_error = job.user_code_failed(failure, master.clock())
+        await master.notify()
+        return {"user_error": user_error, "error": job.error if user_error else None}
+
     @routes.post("/task-failed")
     async def task_failed(trainer: str, body: TaskFailedBody) -> dict:
         log.warning("trainer %s could not process task %d: %s", trainer, body.task_id, body.reason)
@@ -366,7 +385,7 @@ def _checkpoint_routes(master: Master) -> APIRouter:
 
     @routes.post("/v1/fatal")
     async def fatal(body: FatalBody) -> dict:
-        job.fatal(body.message, master.clock())
+        job.fatal(body.message, master.clock(), body.user)
         await master.notify()
         return {"ok": True}
 

@@ -154,7 +154,7 @@ class SimMaster:
         self._reachable()
         self.checkpoints += 1  # the simulated job checkpoints at once
 
-    def fail_job(self, message: str) -> None:
+    def fail_job(self, message: str, user: bool = False) -> None:
         self._reachable()
 
     def shutdown(self) -> None:

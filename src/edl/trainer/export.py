@@ -63,7 +63,8 @@ def evaluate(md: ModelDef, model: paddle.nn.Layer, table: pa.Table) -> Evaluatio
     x, y = md.collate(table)
     model.eval()
     with paddle.no_grad():
-        out = paddle.concat([model(paddle.to_tensor(x[i : i + EVAL_BATCH])) for i in range(0, len(x), EVAL_BATCH)])
+        out = paddle.concat([md.forward(model, paddle.to_tensor(x[i : i + EVAL_BATCH]))
+                             for i in range(0, len(x), EVAL_BATCH)])
         loss = float(md.loss(out, paddle.to_tensor(y)))
     model.train()
     scores = out.numpy()

@@ -47,16 +47,17 @@ class Replica:
         """One forward/backward on real rows, so that Paddle's first-call costs (kernel selection,
         allocations) are paid now; the gradients are dropped."""
         self.sample_input = x[:1]
-        loss = self.md.loss(self.model(paddle.to_tensor(x)), paddle.to_tensor(y))
-        loss.backward()
+        loss = self.md.loss(self.md.forward(self.model, paddle.to_tensor(x)), paddle.to_tensor(y))
+        self.md.backward(loss)
         self.opt.clear_grad()
 
     def backward(self, x: np.ndarray, y: np.ndarray) -> float:
-        """Accumulate the batch's *summed* per-sample gradients; answers its loss sum."""
-        loss = self.md.loss(self.model(paddle.to_tensor(x)), paddle.to_tensor(y))
+        """Accumulate the batch's *summed* per-sample gradients; answers its loss sum.
+        What the user's code raises comes out as ``UserCodeError`` (``ModelDef``)."""
+        loss = self.md.loss(self.md.forward(self.model, paddle.to_tensor(x)), paddle.to_tensor(y))
         count = len(y)
         loss_sum = float(loss) * count
-        (loss * count).backward()
+        self.md.backward(loss * count)
         return loss_sum
 
     def all_reduce(self, group: Group, slots: np.ndarray) -> np.ndarray:

@@ -25,9 +25,9 @@ import zlib
 from typing import Callable
 
 from edl.api.data import Cursor, Task
-from edl.api.master import Assignment, HeartbeatAnswer, JobStatus, ResumeReport, SyncReport, Unassigned
+from edl.api.master import Assignment, HeartbeatAnswer, JobStatus, ResumeReport, SyncReport, Unassigned, UserCodeFailure
 from edl.data.dataset import Dataset
-from edl.errors import CollectiveError, EdlError, TemporaryError, UserError
+from edl.errors import CollectiveError, EdlError, TemporaryError, UserCodeError, UserError
 from edl.master.client import HttpMaster, MasterUnavailable
 from edl.modeldef import load_model_def
 from edl.net import free_port
@@ -250,7 +250,12 @@ class Trainer:
         buffer = self.prefetch.buffer
         slices = buffer.take(self.spec.batch_size)
         out_of_data = not slices and self.prefetch.out_of_data()
-        count, loss_sum = self._backward(slices, key) if slices else (0, 0.0)
+        try:
+            count, loss_sum = self._backward(slices, key) if slices else (0, 0.0)
+        except UserCodeError as e:
+            e.step = self.progress.step + 1  # the step it was computing, and its rows: what a replacement redoes
+            e.rows = tuple((s.task.shard, s.start, s.end) for s in slices)
+            raise
         # Read the stop request as late as possible: it rides in this step's all-reduce.
         slots = own_slots(a.world_size, a.rank, buffer.cursor, count, loss_sum, self.control.stops(a.generation),
                           out_of_data)
@@ -289,11 +294,12 @@ class Trainer:
     def _backward(self, slices: list[Slice], key: tuple[int, int]) -> tuple[int, float]:
         """Gradients of the rows in ``slices``; answers (rows, loss sum)."""
         try:
-            x, y = self.md.collate(read_slices(self.dataset, slices))
+            table = read_slices(self.dataset, slices)
         except UserError as e:
             # Unreadable rows: give the task back (counted) and leave; the job retries it.
             self.client.task_failed(self.id, slices[0].task.id, str(e))
             raise
+        x, y = self.md.collate(table)
         if self.audit:
             self.audit.step(key, self.progress.step + 1, record_ids(self.dataset, slices))
         return len(y), self.replica.backward(x, y)
@@ -330,6 +336,21 @@ class Trainer:
         log.info("trainer %s: training finished at step %d; metrics %s", self.id, step, metrics)
 
 
+def _user_code_failed(trainer_id: str, master: str, token: str, e: UserCodeError) -> UserError | UserCodeError:
+    """The user's code raised: its traceback into this trainer's log, one report to the master, which
+    judges (``edl.master.usercode``). Answers what to exit with: a ``UserError`` (exit 2) when the
+    master failed the job as the user's fault, else ``e`` itself (exit 1: relaunched as a crash)."""
+    log.error("trainer %s: %s", trainer_id, e, exc_info=e.cause)
+    where = os.environ.get("EDL_TRAINER_LOG") or f"the log of trainer {trainer_id}"
+    try:
+        error = HttpMaster(master, token, give_up_s=10.0).user_code_failed(
+            UserCodeFailure(trainer_id, e.step, e.part, e.fingerprint, where, e.rows))
+    except (TemporaryError, UserError) as why:
+        log.warning("trainer %s: could not report the failure (%s); exiting as a crash", trainer_id, why)
+        return e
+    return UserError(error) if error is not None else e
+
+
 def run_trainer(trainer_id: str, master: str, token: str, backend: str) -> int:
     host = os.environ.get("EDL_TRAINER_HOST") or socket.gethostbyname(socket.gethostname())
     if master.startswith(("127.", "localhost", "http://127.", "http://localhost")):
@@ -341,11 +362,13 @@ def run_trainer(trainer_id: str, master: str, token: str, backend: str) -> int:
         except UserError as e:
             # Tell the master so the job fails with the reason, not just an exit code.
             try:
-                HttpMaster(master, token, give_up_s=0.0).fail_job(str(e))
+                HttpMaster(master, token, give_up_s=0.0).fail_job(str(e), user=True)
             except TemporaryError:
                 pass  # the master is away: the launcher still sees the exit code
             raise
         return trainer.run()
+    except UserCodeError as e:
+        raise _user_code_failed(trainer_id, master, token, e) from None
     except MasterUnavailable as e:
         # Gone longer than a restart takes: the job ended without us (its launcher and master died).
         log.error("trainer %s: %s for too long; ending itself", trainer_id, e)

@@ -191,3 +191,12 @@ def test_owner_references_ask_for_no_block_owner_deletion_and_the_master_pod_com
     assert pod["spec"]["restartPolicy"] == "OnFailure"
     master = next(c for c in containers(pod) if c["name"] == "master")
     assert master["args"][master["args"].index("--launcher-timeout") + 1] == "30.0"
+
+
+def test_a_trainer_names_where_its_log_is_read_after_its_own_id():
+    """A trainer whose user code raised points at its traceback with this (``$(VAR)`` is expanded by
+    Kubernetes from variables defined before it)."""
+    env = [e["name"] for e in containers(m.trainer_pod(SPEC, OPTS, "edl-mnist-trainer-0", OWNER))[0]["env"]]
+    log = next(e for e in containers(m.trainer_pod(SPEC, OPTS, "t", OWNER))[0]["env"] if e["name"] == "EDL_TRAINER_LOG")
+    assert log["value"] == "kubectl logs -n ml $(EDL_TRAINER_ID)"
+    assert env.index("EDL_TRAINER_ID") < env.index("EDL_TRAINER_LOG")

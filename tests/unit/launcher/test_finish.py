@@ -9,7 +9,7 @@ from rich.console import Console
 
 from edl.api.cluster import PodPhase, TrainerPod
 from edl.api.spec import JobSpec
-from edl.errors import PermanentError
+from edl.errors import PermanentError, UserError
 from edl.launcher.core import Launcher
 from tests.clock import FakeClock
 
@@ -70,6 +70,15 @@ def test_a_failed_job_is_written_then_raised(tmp_path):
     with pytest.raises(PermanentError, match="job j failed: loss is nan at step 3"):
         la.finish(out)
     assert json.loads(out.read_text())["status"] == "failed"
+
+
+def test_a_job_failed_by_the_user_s_input_raises_its_one_line_as_a_user_error(tmp_path):
+    error = "--model-def m.py: loss() raised KeyError: 'y' (trainers j-t1 and j-t2, at step 3; ...)"
+    la, _ = launcher({**SUCCEEDED, "status": "failed", "error": error, "user_error": True})
+    with pytest.raises(UserError) as e:
+        la.finish(tmp_path / "summary.json")
+    assert str(e.value) == error and e.value.exit_code == 2
+    assert json.loads((tmp_path / "summary.json").read_text())["user_error"] is True
 
 
 def test_a_lost_master_ends_as_a_failed_job():

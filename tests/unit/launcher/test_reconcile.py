@@ -68,7 +68,13 @@ def test_after_the_plan_the_live_count_meets_the_desired_count(desired, specs):
     plan = plan_trainers(desired, pods, draining, 100.0, 60.0)
     removed = set(plan.delete) | set(plan.drain)
     live = [p for p in pods if not p.phase.terminated and p.name not in draining and p.name not in removed]
-    assert len(live) + plan.create + len(plan.unschedulable) >= desired  # unschedulable ones are reported
+    left_unasked = any(p.phase.terminated and p.exit is TrainerExit.SUCCEEDED and p.name not in draining
+                       for p in pods)
+    if left_unasked:
+        assert plan.create == 0  # the job may be ending: the next round, with a fresh status, decides
+    else:
+        assert len(live) + plan.create + len(plan.unschedulable) >= desired  # unschedulable ones are reported
+    assert plan_trainers(desired, pods, draining, 100.0, 60.0, data_done=True).create == 0
     assert len(live) + plan.create <= max(desired, len(live))
     for p in pods:
         if p.name in plan.delete:  # only what ended, what never got placed, or drains that overran
@@ -83,3 +89,27 @@ def test_a_trainer_that_can_never_start_fails_the_job_with_its_reason():
     stuck = pod("a", P, exit=TrainerExit.CANNOT_START, message="trainer pod a: image 'nope:1' cannot be pulled")
     plan = plan_trainers(2, [stuck, pod("b")], {}, 10, 60)
     assert plan.fatal == (TrainerExit.CANNOT_START, "trainer pod a: image 'nope:1' cannot be pulled")
+
+
+def test_no_trainer_is_started_once_the_data_is_all_consumed():
+    """The job's last second: rank 0 writes the model while its peers exit 0; nobody replaces them."""
+    peers_done = [pod("a"), pod("b", S, exit=TrainerExit.SUCCEEDED), pod("c", S, exit=TrainerExit.SUCCEEDED)]
+    plan = plan_trainers(3, peers_done, {}, 10, 60, data_done=True)
+    assert plan.create == 0 and set(plan.delete) == {"b", "c"} and plan.exited == (("b", 0), ("c", 0))
+    # Even a crash then is not replaced: there is nothing left to train on.
+    crashed = plan_trainers(2, [pod("a"), pod("b", F, exit=TrainerExit.FAILED, message="exit 1")], {}, 10, 60,
+                            data_done=True)
+    assert crashed.create == 0 and crashed.failures == (("b", "exit 1"),)
+
+
+def test_a_trainer_that_left_unasked_is_replaced_only_after_a_fresh_status():
+    """Exit 0 without a drain: the status this round was read before the exit and may be stale
+    (the job finished in between); the next round's status decides."""
+    first = plan_trainers(2, [pod("a"), pod("b", S, exit=TrainerExit.SUCCEEDED)], {}, 10, 60)
+    assert first.create == 0 and first.delete == ("b",)
+    # Next round: b is gone; the job still runs (its master went away and came back, say): replace it.
+    assert plan_trainers(2, [pod("a")], {}, 11, 60).create == 1
+    # A drained trainer's exit is asked for: the desired count already says whether to replace it.
+    drained = plan_trainers(2, [pod("a"), pod("b", S, exit=TrainerExit.SUCCEEDED), pod("c", P)], {"b": 5.0}, 10, 60)
+    assert drained.create == 0 and drained.delete == ("b",)
+    assert plan_trainers(3, [pod("a"), pod("b", S, exit=TrainerExit.SUCCEEDED)], {"b": 5.0}, 10, 60).create == 2

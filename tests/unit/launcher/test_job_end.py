@@ -1,0 +1,97 @@
+"""The launcher at a job's end: no trainer is started once the job's data is all consumed, nor on a
+status read before a trainer's exit 0 (the job may have finished in between)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rich.console import Console
+
+from edl.api.cluster import MasterEndpoint, PodPhase, TrainerExit, TrainerPod
+from edl.api.master import JobStatus, JobView, Phase
+from edl.api.spec import JobSpec
+from edl.launcher.core import Launcher
+from tests.clock import FakeClock
+
+SPEC = JobSpec(job="j", model_def="m", data="d", epochs=2, batch_size=1, min_trainers=1, max_trainers=4,
+               trainers=2, checkpoint_uri="c")
+RUNNING = JobView(job="j", status=JobStatus.RUNNING, error=None, master_uid="1", phase=Phase.RUNNING, generation=1,
+                  world_size=2, desired_trainers=2, unschedulable_at=None, min_trainers=1, max_trainers=4, epoch=1,
+                  epochs=2, epochs_completed=1, rows_per_epoch=10, done_rows=(10, 8), step=9, loss=None,
+                  trainers=(), generations=(), checkpoints=(), elapsed_s=1.0)
+DATA_DONE = replace(RUNNING, epochs_completed=2, done_rows=(10, 10))  # rank 0 writes the model now
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.pods: dict[str, TrainerPod] = {}
+        self.created: list[str] = []
+
+    def ensure_job(self) -> MasterEndpoint:
+        return MasterEndpoint("m:1", "tok", False)
+
+    def master_alive(self) -> bool:
+        return True
+
+    def trainers(self) -> list[TrainerPod]:
+        return list(self.pods.values())
+
+    def create_trainer(self, name: str) -> None:
+        self.created.append(name)
+        self.pods[name] = TrainerPod(name, PodPhase.RUNNING, 0.0, "node")
+
+    def delete_trainer(self, name: str) -> None:
+        self.pods.pop(name, None)
+
+    def exit(self, name: str) -> None:
+        self.pods[name] = TrainerPod(name, PodPhase.SUCCEEDED, 0.0, "node", TrainerExit.SUCCEEDED)
+
+    def record(self, reason: str, message: str, warning: bool = False) -> None:
+        pass
+
+
+class Master:
+    def __init__(self, views: list[JobView]) -> None:
+        self.views = views
+        self.exits: list[tuple[str, int]] = []
+
+    def status(self) -> JobView:
+        return self.views.pop(0) if len(self.views) > 1 else self.views[0]
+
+    def report_exit(self, trainer: str, code: int) -> None:
+        self.exits.append((trainer, code))
+
+
+def launcher(views: list[JobView]) -> tuple[Launcher, Cluster]:
+    cluster = Cluster()
+    clock = FakeClock()
+    la = Launcher(SPEC, cluster, console=Console(quiet=True), clock=clock, sleep=clock.sleep)
+    la.master = Master(views)
+    for name in ("j-t1", "j-t2"):
+        cluster.pods[name] = TrainerPod(name, PodPhase.RUNNING, 0.0, "node")
+    la.counter = 2
+    return la, cluster
+
+
+def test_peers_that_exit_while_rank_0_writes_the_model_are_not_replaced():
+    la, cluster = launcher([DATA_DONE, DATA_DONE, replace(DATA_DONE, status=JobStatus.SUCCEEDED)])
+    cluster.exit("j-t2")
+    assert la.tick() is None and la.tick() is None
+    assert la.tick().status is JobStatus.SUCCEEDED
+    assert cluster.created == [] and la.master.exits == [("j-t2", 0)]
+
+
+def test_a_status_read_before_an_exit_0_starts_nothing_the_next_round_decides():
+    # This round's status predates the end; the trainer exited 0 just after it was read.
+    la, cluster = launcher([RUNNING, DATA_DONE])
+    cluster.exit("j-t2")
+    assert la.tick() is None and cluster.created == []
+    assert la.tick() is None and cluster.created == []  # the fresh status says the data is done
+    # Had the job still needed it (a trainer that gave up on a master that then came back), the
+    # next round replaces it.
+    la, cluster = launcher([RUNNING, RUNNING])
+    cluster.exit("j-t2")
+    la.tick()
+    assert cluster.created == []
+    la.tick()
+    assert cluster.created == ["j-t3"]
