@@ -121,7 +121,7 @@ class Master:
     def report_exit(self, name: str, code: int) -> None:
         pass
 
-    def fail_job(self, message: str) -> None:
+    def fail_job(self, message: str, user: bool = False) -> None:
         self.failed.append(message)
 
 
