@@ -25,6 +25,12 @@ def test_edl_demo_runs_the_pipeline_and_writes_summary_and_timeline(tmp_path):
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "registry" / "current" / "params.npz").exists()
     assert "exactly-once" in r.stdout and "held-out accuracy" in r.stdout
+    # The demo ends with the published model in use: served by edl serve, held-out records sent over HTTP.
+    assert (out / "registry" / "current" / "model.onnx").exists()
+    served = s["served"]
+    assert served["requests"] >= 2 and served["records"] == 359
+    assert served["accuracy"] == pytest.approx(s["evaluation"]["accuracy"], abs=1.5 / served["records"])
+    assert "held-out accuracy (served" in r.stdout
 
 
 def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_better(tmp_path):
