@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
+import warnings
 
 import numpy as np
 import onnxruntime as ort
@@ -26,7 +27,7 @@ import onnxruntime as ort
 _argv, sys.argv = sys.argv, sys.argv[:1]
 try:
     import kserve
-    from kserve.errors import InvalidInput
+    from kserve.errors import InvalidInput, ModelNotFound
     from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
     from kserve.utils.numpy_codec import to_np_dtype
 finally:
@@ -40,6 +41,23 @@ from edl.storage.store import open_store
 log = logging.getLogger("edl.serving")
 
 DEFAULT_NAME = "model"  # as KServe's model server names a model by default (its --model_name)
+
+
+class _ClientErrorsInOneLine(logging.Filter):
+    """kserve logs every 400 and 404 with a traceback; a client's bad request is one line of the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, (InvalidInput, ModelNotFound)):
+            record.msg, record.args, record.exc_info, record.exc_text = f"request refused: {exc}", None, None, None
+        return True
+
+
+def _quiet_kserve() -> None:
+    logging.getLogger("kserve").addFilter(_ClientErrorsInOneLine())
+    logging.getLogger("kserve.trace").setLevel(logging.WARNING)  # two timing lines per request
+    # kserve 0.21 answers with FastAPI's ORJSONResponse, which FastAPI 0.165 deprecates (a warning per request)
+    warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
 
 
 def read_onnx(model_uri: str) -> bytes:
@@ -129,5 +147,6 @@ def serve(model_uri: str, port: int, name: str = DEFAULT_NAME) -> int:
           "(Open Inference Protocol; Ctrl-C stops)", flush=True)
     server = kserve.ModelServer(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False,
                                 enable_latency_logging=False)
+    _quiet_kserve()
     server.start([model])
     return 0
