@@ -209,8 +209,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
         raise UserError(f"--port must be 1..65535 (got {a.port})")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", a.name):
         raise UserError(f"--name {a.name!r}: letters, digits, '.', '_' and '-' only (it is part of the URL)")
-    from edl.serving.server import serve
-
+    try:
+        from edl.serving.server import serve
+    except ImportError as e:
+        raise UserError(f"edl serve needs the serve extra (pip install 'edl[serve]'): {e}") from None
     return serve(a.model_uri, a.port, a.name)
 
 
