@@ -3,8 +3,10 @@
 The same pipeline that runs on Kubeflow Pipelines: prepare digits → elastic train
 (master, autoscale sidecar and trainers as local processes; other tenants take
 trainer slots on a schedule, so the job grows and shrinks) → evaluate on held-out
-data → publish to a local registry if better. Writes DIR/summary.json (the training
-summary plus the evaluation) and DIR/timeline.png, and prints a final table.
+data → publish to a local registry if better; then the published model in use: ``edl serve``
+on a free port, the held-out records sent to it over HTTP (Open Inference Protocol), the
+served accuracy beside the evaluate step's. Writes DIR/summary.json (the training summary
+plus the evaluation and the serving) and DIR/timeline.png, and prints a final table.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from rich.table import Table
 
 from edl.console import add_row, plain_console, say, text
 from edl.errors import PermanentError
+from edl.pipeline.tasks import CURRENT
 
 # Other tenants on this 2-core machine: both trainer slots free, then one taken, then free again.
 DEMO_SLOTS = 2
 DEMO_SCHEDULE = "0:0,12:1,24:0"
+SERVED_REQUESTS = 4  # the held-out split, sent to the served model in this many requests
 
 
 def _latest_run(root: Path) -> Path:
@@ -222,11 +226,26 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
     summary["evaluation"] = evaluation
     summary["published"] = published
     summary["pipeline_wall_s"] = round(wall, 1)
+    summary["served"] = _serve_published(registry / CURRENT, run / "prepare-data" / "dataset", out, console)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     shutil.copyfile(train_dir / "timeline", out / "timeline.png")
     _table(console, summary, out)
     say(console, f"the steps' output (kfp.local's log and the executors'): {log_path}")
     return 0
+
+
+def _serve_published(model_dir: Path, data: Path, out: Path, console: Console) -> dict:
+    """The published model in use: served by ``edl serve``, the held-out split sent to it over HTTP."""
+    from edl.data.dataset import Dataset, resolve_splits
+    from edl.modeldef import load_model_def
+    from edl.serving.client import running_server, served_accuracy
+
+    _, test = resolve_splits(str(data))
+    x, y = load_model_def("edl.zoo.digits").collate(Dataset(test, "held-out data").read_all())
+    say(console, f"serving {model_dir} with edl serve (ONNX Runtime, KServe's model server) ...")
+    with running_server(str(model_dir), "digits", out / "serve.log") as served:
+        accuracy = served_accuracy(served, x, y, SERVED_REQUESTS)
+    return {"accuracy": accuracy, "requests": SERVED_REQUESTS, "records": int(len(y)), "url": served.url}
 
 
 def _table(console: Console, s: dict, out: Path) -> None:
@@ -236,6 +255,9 @@ def _table(console: Console, s: dict, out: Path) -> None:
     t.add_column("value", justify="right")
     ev = s.get("evaluation") or {}
     add_row(t, "held-out accuracy (evaluate step)", f"{ev.get('accuracy', float('nan')):.4f}")
+    sv = s.get("served") or {}
+    add_row(t, f"held-out accuracy (served: edl serve, {sv.get('requests')} requests over HTTP)",
+            f"{sv.get('accuracy', float('nan')):.4f}")
     add_row(t, "epochs", str(s.get("epochs_completed")))
     add_row(t, "scale events", str(max(0, len(gens) - 1)))
     for g in gens[1:]:

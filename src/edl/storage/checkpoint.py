@@ -38,6 +38,7 @@ log = logging.getLogger("edl.checkpoint")
 PREFIX = "ckpt-"
 MANIFEST = "MANIFEST.json"
 WARM_START_FILE = "params.npz"  # in an exported model directory: parameters by structured name
+ONNX_FILE = "model.onnx"  # in an exported model directory: the model as ONNX (edl serve, ONNX Runtime, KServe)
 FINAL = "final.json"  # outcome of a finished job: step, final model URI, held-out metrics
 FORMAT = 1
 

@@ -1,14 +1,17 @@
 """A trained model out of the trainer: its exported directory and its held-out evaluation.
 
 The exported model directory (``CHECKPOINT_URI/model``, the pipeline's Model artifact,
-a registry's ``current/``) holds the inference model written by ``paddle.jit.save`` and
-``params.npz``, the parameters by structured name that a later run warm-starts from
-(``--init-model``) and the pipeline evaluates. The trainer writes it at the end of a job;
+a registry's ``current/``) holds the inference model written by ``paddle.jit.save``
+(``inference.json``, ``inference.pdiparams``), the same model as ONNX (``model.onnx``, for
+ONNX Runtime, Triton and KServe; left out, with one log line, for a model whose operators
+paddle2onnx cannot convert) and ``params.npz``, the parameters by structured name that a
+later run warm-starts from (``--init-model``) and the pipeline evaluates. The trainer writes it at the end of a job;
 the pipeline's steps read it.
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +22,12 @@ import pyarrow as pa
 
 from edl.errors import EdlError, UserError
 from edl.modeldef import ModelDef
-from edl.storage.checkpoint import WARM_START_FILE, decode_arrays, encode_arrays
+from edl.storage.checkpoint import ONNX_FILE, WARM_START_FILE, decode_arrays, encode_arrays
 from edl.storage.store import ObjectStore, open_store
+from edl.trainer.onnx_export import convert
 from edl.trainer.state import parameters
+
+log = logging.getLogger("edl.trainer")
 
 MODEL_DIR = "model"  # under the checkpoint URI
 EVAL_BATCH = 1024  # rows per forward pass when evaluating
@@ -38,6 +44,10 @@ def export_model(model: paddle.nn.Layer, sample_input: np.ndarray, store: Object
         spec = [InputSpec([None, *sample_input.shape[1:]], str(sample_input.dtype), "x")]
         paddle.jit.save(model, str(prefix), input_spec=spec)
         model.train()
+        program = next(p for p in (prefix.with_suffix(".json"), prefix.with_suffix(".pdmodel")) if p.exists())
+        why_not = convert(program, prefix.with_suffix(".pdiparams"), Path(tmp) / ONNX_FILE)
+        if why_not is not None:
+            log.warning("no ONNX export (the Paddle export stands): %s", why_not)
         for f in sorted(Path(tmp).iterdir()):
             store.put(f"{MODEL_DIR}/{f.name}", f.read_bytes())
     store.put(f"{MODEL_DIR}/{WARM_START_FILE}", encode_arrays(parameters(model)))

@@ -40,6 +40,12 @@ def test_edl_demo_runs_the_pipeline_and_writes_summary_and_timeline(tmp_path):
     assert "Got executor_input:" not in everything and "HTTP Request:" not in text
     assert "Cleaned up workspace" in text and not r.stderr.strip(), r.stderr  # kfp's logs too, none on stderr
     assert len(r.stdout.splitlines()) < 80, r.stdout
+    # The demo ends with the published model in use: served by edl serve, held-out records sent over HTTP.
+    assert (out / "registry" / "current" / "model.onnx").exists()
+    served = s["served"]
+    assert served["requests"] >= 2 and served["records"] == 359
+    assert served["accuracy"] == pytest.approx(s["evaluation"]["accuracy"], abs=1.5 / served["records"])
+    assert "held-out accuracy (served" in r.stdout
 
 
 def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_better(tmp_path):

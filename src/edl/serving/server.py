@@ -1,0 +1,152 @@
+"""``edl serve``: an exported model's ONNX file served by ONNX Runtime over the Open Inference Protocol.
+
+The server is KServe's own model server (``kserve.ModelServer``: its REST routes, error
+codes and metrics, the ones a KServe InferenceService answers with), with one model whose
+``predict`` runs an ``onnxruntime.InferenceSession``. ONNX Runtime rather than Paddle: a
+much smaller runtime, and the same file that Triton or KServe's ONNX runtime load.
+
+Routes (KServe v2 REST): ``GET /v2/health/ready``, ``GET /v2/models/{name}`` (metadata:
+the input and output tensors), ``GET /v2/models/{name}/ready``, ``POST
+/v2/models/{name}/infer``; also KServe's v1 ``POST /v1/models/{name}:predict`` with
+``{"instances": [...]}``. A request that does not fit the model's input (name, datatype,
+shape) is answered 400 with one line saying why; an unknown model 404.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+import warnings
+
+import numpy as np
+import onnxruntime as ort
+
+# kserve parses sys.argv when its model server module is imported (``parse_known_args()`` at module
+# level, for its own flags); edl's flags are not its flags, so it sees none.
+_argv, sys.argv = sys.argv, sys.argv[:1]
+try:
+    import kserve
+    from kserve.errors import InvalidInput, ModelNotFound
+    from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+    from kserve.utils.numpy_codec import to_np_dtype
+finally:
+    sys.argv = _argv
+
+from edl.errors import EdlError, UserError
+from edl.serving.signature import RequestTensor, TensorSpec, request_problem
+from edl.storage.checkpoint import ONNX_FILE
+from edl.storage.store import open_store
+
+log = logging.getLogger("edl.serving")
+
+DEFAULT_NAME = "model"  # as KServe's model server names a model by default (its --model_name)
+
+
+class _ClientErrorsInOneLine(logging.Filter):
+    """kserve logs every 400 and 404 with a traceback; a client's bad request is one line of the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, (InvalidInput, ModelNotFound)):
+            record.msg, record.args, record.exc_info, record.exc_text = f"request refused: {exc}", None, None, None
+        return True
+
+
+def _quiet_kserve() -> None:
+    logging.getLogger("kserve").addFilter(_ClientErrorsInOneLine())
+    logging.getLogger("kserve.trace").setLevel(logging.WARNING)  # two timing lines per request
+    # kserve 0.21 answers with FastAPI's ORJSONResponse, which FastAPI 0.165 deprecates (a warning per request)
+    warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
+
+
+def read_onnx(model_uri: str) -> bytes:
+    """``MODEL_URI/model.onnx`` (a ``file://``, path or ``s3://`` model directory)."""
+    store = open_store(model_uri, "MODEL_URI")
+    try:
+        if not store.exists(ONNX_FILE):
+            raise UserError(f"MODEL_URI {model_uri}: no {ONNX_FILE} there (edl train writes it into "
+                            f"CHECKPOINT_URI/model; a model the converter cannot take has none, see its log)")
+        return store.get(ONNX_FILE)
+    except EdlError:
+        raise
+    except OSError as e:
+        raise UserError(f"MODEL_URI {model_uri}: cannot read {ONNX_FILE}: {e}") from None
+
+
+class OnnxModel(kserve.Model):
+    """One ONNX model, named ``name`` on the server's routes."""
+
+    def __init__(self, name: str, onnx_model: bytes) -> None:
+        super().__init__(name)
+        self._onnx = onnx_model
+        self.load()
+
+    def load(self) -> bool:
+        try:
+            self.session = ort.InferenceSession(self._onnx, providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime raises its own (pybind) exception types
+            raise UserError(f"{ONNX_FILE} is not a model ONNX Runtime can load: {str(e).splitlines()[0]}") from None
+        self.inputs = [TensorSpec.of_onnx(i.name, i.type, i.shape) for i in self.session.get_inputs()]
+        self.outputs = [TensorSpec.of_onnx(o.name, o.type, o.shape) for o in self.session.get_outputs()]
+        self.ready = True
+        return self.ready
+
+    def get_input_types(self) -> list[dict]:
+        return [s.to_json() for s in self.inputs]
+
+    def get_output_types(self) -> list[dict]:
+        return [s.to_json() for s in self.outputs]
+
+    def predict(self, payload: InferRequest | dict, headers: dict | None = None,
+                response_headers: dict | None = None) -> InferResponse | dict:
+        if isinstance(payload, dict):  # v1: {"instances": [...]} for a model of one input
+            return self._predict_v1(payload)
+        problem = request_problem(self.inputs, [RequestTensor(i.name, i.datatype, tuple(i.shape))
+                                                for i in payload.inputs])
+        if problem is not None:
+            raise InvalidInput(problem)
+        feeds = {}
+        for given in payload.inputs:
+            try:
+                feeds[given.name] = given.as_numpy()
+            except (ValueError, TypeError):
+                raise InvalidInput(f"input {given.name!r}: its data does not fill shape {list(given.shape)}") from None
+        results = self.session.run([o.name for o in self.outputs], feeds)
+        outputs = []
+        for spec, value in zip(self.outputs, results):
+            out = InferOutput(spec.name, list(value.shape), spec.datatype)
+            out.set_data_from_numpy(value, binary_data=False)
+            outputs.append(out)
+        return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
+                             infer_outputs=outputs)
+
+    def _predict_v1(self, payload: dict) -> dict:
+        if len(self.inputs) != 1 or not isinstance(payload.get("instances"), list):
+            raise InvalidInput('a v1 request is {"instances": [...]}, for a model of one input')
+        spec = self.inputs[0]
+        try:
+            x = np.asarray(payload["instances"], dtype=spec_dtype(spec))
+        except (ValueError, TypeError):
+            raise InvalidInput("instances: not a rectangular array of numbers") from None
+        problem = request_problem(self.inputs, [RequestTensor(spec.name, spec.datatype, x.shape)])
+        if problem is not None:
+            raise InvalidInput(problem)
+        return {"predictions": self.session.run([self.outputs[0].name], {spec.name: x})[0].tolist()}
+
+
+def spec_dtype(spec: TensorSpec) -> np.dtype:
+    return np.dtype(to_np_dtype(spec.datatype))
+
+
+def serve(model_uri: str, port: int, name: str = DEFAULT_NAME) -> int:
+    """Serve until SIGINT or SIGTERM (KServe's server stops gracefully on either); answers 0."""
+    model = OnnxModel(name, read_onnx(model_uri))
+    inputs = ", ".join(s.describe() for s in model.inputs)
+    print(f"edl serve: {model_uri} as {name!r} (input {inputs}) on http://127.0.0.1:{port}/v2/models/{name} "
+          "(Open Inference Protocol; Ctrl-C stops)", flush=True)
+    server = kserve.ModelServer(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False,
+                                enable_latency_logging=False)
+    _quiet_kserve()
+    server.start([model])
+    return 0
