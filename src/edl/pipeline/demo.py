@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from edl.errors import PermanentError
+from edl.pipeline.step import embedded_png
 
 # Other tenants on this 2-core machine: both trainer slots free, then one taken, then free again.
 DEMO_SLOTS = 2
@@ -68,7 +69,8 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
     summary["published"] = published
     summary["pipeline_wall_s"] = round(wall, 1)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    shutil.copyfile(train_dir / "timeline", out / "timeline.png")
+    shutil.copyfile(train_dir / "timeline", out / "timeline.html")  # the HTML artifact the KFP UI renders
+    (out / "timeline.png").write_bytes(embedded_png((train_dir / "timeline").read_text()) or b"")
     _table(console, summary, out)
     return 0
 
@@ -89,4 +91,4 @@ def _table(console: Console, s: dict, out: Path) -> None:
     t.add_row("exactly-once (lost / duplicated samples)", f"{lost} / {dup}")
     t.add_row("published as the current model", "yes" if s.get("published") else "no (not better)")
     console.print(t)
-    console.print(f"written: {out / 'summary.json'}, {out / 'timeline.png'}")
+    console.print(f"written: {out / 'summary.json'}, {out / 'timeline.png'} (and .html)")
