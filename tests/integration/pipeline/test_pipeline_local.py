@@ -71,7 +71,7 @@ def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_b
     timeline = Path(_artifact(runs[-1], "elastic-train", "timeline")["uri"]).read_text()
     assert timeline.startswith("<!DOCTYPE html>") and embedded_png(timeline)[:8] == b"\x89PNG\r\n\x1a\n"
     matrix = _artifact(runs[-1], "evaluate", "classification")["metadata"]["confusionMatrix"]
-    assert [c["name"] for c in matrix["annotationSpecs"]] == [str(i) for i in range(10)]
+    assert [c["displayName"] for c in matrix["annotationSpecs"]] == [str(i) for i in range(10)]
     held_out = sum(sum(r["row"]) for r in matrix["rows"])
     correct = sum(r["row"][i] for i, r in enumerate(matrix["rows"]))
     accuracy = _artifact(runs[-1], "evaluate", "metrics")["metadata"]["accuracy"]
