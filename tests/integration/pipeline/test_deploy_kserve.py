@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 from kubernetes import client, config
@@ -35,9 +36,14 @@ def kserve_crd(plane):
     kubectl = [str(plane.bin / "kubectl"), f"--kubeconfig={plane.admin_kubeconfig}"]
     r = subprocess.run([*kubectl, "apply", "--server-side", "-f", crd], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s",
-                        "crd/inferenceservices.serving.kserve.io"], capture_output=True, text=True, timeout=90)
-    assert r.returncode == 0, r.stderr
+    ext = client.ApiextensionsV1Api(config.new_client_from_config(config_file=str(plane.admin_kubeconfig)))
+    deadline = time.monotonic() + 60  # (kubectl wait fails while the CRD has no conditions yet)
+    while time.monotonic() < deadline:
+        crd_status = ext.read_custom_resource_definition("inferenceservices.serving.kserve.io").status
+        if any(c.type == "Established" and c.status == "True" for c in (crd_status.conditions or [])):
+            return
+        time.sleep(0.5)
+    pytest.fail("KServe's InferenceService CRD not established within 60 s")
 
 
 def _as(plane, namespace: str, account: str) -> client.ApiClient:
