@@ -264,11 +264,12 @@ def cmd_k8s_render(a: argparse.Namespace) -> int:
 
     import re
 
-    for account in a.bind_accounts:
-        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", account) or len(account) > 200:
-            raise UserError(f"--bind-account {account!r}: must be a ServiceAccount name (lowercase letters, "
-                            "digits, '-' and '.')")
-    files = render(*_kubernetes_job(a), tuple(a.bind_accounts))  # everything is validated before a file is written
+    for flag, accounts in (("--bind-account", a.bind_accounts), ("--bind-deployer", a.deploy_accounts)):
+        for account in accounts:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", account) or len(account) > 200:
+                raise UserError(f"{flag} {account!r}: must be a ServiceAccount name (lowercase letters, "
+                                "digits, '-' and '.')")
+    files = render(*_kubernetes_job(a), tuple(a.bind_accounts), tuple(a.deploy_accounts))  # everything is validated before a file is written
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {a.out!r} exists and is not a directory")
@@ -448,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "account the workflow runs its steps under, pipeline-runner in a standalone KFP install, "
                          "default-editor in a Kubeflow profile namespace, your CronWorkflow's own for Argo "
                          "(default: only edl-launcher, for `edl launch` in a pod of your own)")
+    kr.add_argument("--bind-deployer", dest="deploy_accounts", action="append", default=[], metavar="ACCOUNT",
+                    help="also write 01-deploy-rbac.yaml: a Role for the pipeline's deploy step (KServe "
+                         "InferenceServices and their S3 Secret and ServiceAccount) bound to this ServiceAccount "
+                         "(repeatable; only for pipelines run with deploy=True)")
     kr.set_defaults(fn=cmd_k8s_render)
 
     d = sub.add_parser("data", help="data set tools")

@@ -55,9 +55,15 @@ _RESOURCES: dict[str, tuple[str, str, bool]] = {
     "leases": ("coordination", "lease", True),
     "nodes": ("core", "node", False),
     "priorityclasses": ("scheduling", "priority_class", False),
+    "serviceaccounts": ("core", "service_account", True),
+    "inferenceservices": ("custom", "serving.kserve.io/v1beta1", True),  # KServe's (the deploy step)
 }
 KIND_TO_RESOURCE = {"Pod": "pods", "Service": "services", "Secret": "secrets", "Event": "events",
-                    "PodTemplate": "podtemplates", "Lease": "leases", "Node": "nodes"}
+                    "PodTemplate": "podtemplates", "Lease": "leases", "Node": "nodes",
+                    "ServiceAccount": "serviceaccounts", "InferenceService": "inferenceservices"}
+# The custom-object API's names for the verbs (its arguments: group, version, namespace, plural[, name][, body]).
+_CUSTOM_VERBS = {"create": "create", "read": "get", "replace": "replace", "delete": "delete", "list": "list",
+                 "patch": "patch"}
 
 
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -100,13 +106,17 @@ class KubeApi:
         self.namespace = namespace
         self.give_up_s = give_up_s
         self._apis = {"core": client.CoreV1Api(api_client), "coordination": client.CoordinationV1Api(api_client),
-                      "scheduling": client.SchedulingV1Api(api_client)}
+                      "scheduling": client.SchedulingV1Api(api_client), "custom": client.CustomObjectsApi(api_client)}
 
     def _call(self, verb: str, resource: str, name: str, *args: Any, **kw: Any) -> Any:
         """One request; ``name`` (the object, or a list's selector) names it in an error."""
         api_name, suffix, namespaced = _RESOURCES[resource]
         api = self._apis[api_name]
-        if namespaced:
+        if api_name == "custom":  # suffix: group/version
+            fn = getattr(api, f"{_CUSTOM_VERBS[verb]}_namespaced_custom_object")
+            group, version = suffix.split("/")
+            args = (group, version, self.namespace, resource, *args)
+        elif namespaced:
             fn = getattr(api, f"{verb}_namespaced_{suffix}")
             # The client's order: create(ns, body), read/delete(name, ns), replace(name, ns, body), list(ns).
             if verb == "create":
@@ -160,6 +170,22 @@ class KubeApi:
         """Replace ``obj``; ``KubeConflictError`` when its ``resourceVersion`` is no longer current."""
         name = obj["metadata"]["name"]
         return self._call("replace", KIND_TO_RESOURCE[obj["kind"]], name, name, obj)
+
+    def apply(self, obj: dict, attempts: int = 3) -> tuple[dict, bool]:
+        """Create ``obj``, or replace the one there with it (its labels, annotations and body; the server
+        keeps its status): the object ends up as given, however often this runs. Second value: created now."""
+        resource, name = KIND_TO_RESOURCE[obj["kind"]], obj["metadata"]["name"]
+        for attempt in range(attempts):
+            current, created = self.create(obj)
+            if created:
+                return current, True
+            meta = {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+            try:
+                return self._call("replace", resource, name, name, {**obj, "metadata": meta}), False
+            except KubeConflictError:  # changed between the read and the write: read it again
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def patch(self, resource: str, name: str, ops: list[dict]) -> dict:
         """A JSON patch (RFC 6902; the client sends a list as one): exact, lists replaced, not merged."""

@@ -329,14 +329,37 @@ def rbac(namespace: str, bind_accounts: tuple[str, ...] = ()) -> list[dict]:
     ]
 
 
+DEPLOYER_ROLE = "edl-deployer"
+
+
+def deployer_rbac(namespace: str, accounts: tuple[str, ...]) -> list[dict]:
+    """What the pipeline's optional ``deploy`` step needs besides the launcher's Role, as a Role of its own
+    bound to ``accounts`` (the run's account): create or replace the KServe InferenceService and the
+    Secret and ServiceAccount that carry its S3 credentials (``edl.pipeline.deploy``). Rendered only
+    when asked for (``edl k8s render --bind-deployer``): a pipeline that never deploys holds no such right."""
+    if not accounts:
+        return []
+    rules = [{"apiGroups": ["serving.kserve.io"], "resources": ["inferenceservices"],
+              "verbs": ["get", "create", "update"]},
+             {"apiGroups": [""], "resources": ["secrets", "serviceaccounts"], "verbs": ["get", "create", "update"]}]
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": DEPLOYER_ROLE, "namespace": namespace, "labels": {"app.kubernetes.io/name": APP}},
+            "rules": rules}
+    return [role, *(_binding("RoleBinding", f"{DEPLOYER_ROLE}-{account}", DEPLOYER_ROLE, account, namespace)
+                    for account in dict.fromkeys(accounts))]
+
+
 PLACEHOLDER_TOKEN = "REPLACED-BY-THE-LAUNCHER-AT-START"
 
 
-def render(spec: JobSpec, opts: K8sOptions, bind_accounts: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+def render(spec: JobSpec, opts: K8sOptions, bind_accounts: tuple[str, ...] = (),
+           deploy_accounts: tuple[str, ...] = ()) -> dict[str, list[dict]]:
     """Every object, grouped by the file ``edl k8s render`` writes it to (applied in name order);
-    ``bind_accounts``: see ``rbac``."""
+    ``bind_accounts``: see ``rbac``; ``deploy_accounts``: see ``deployer_rbac`` (its file only then)."""
+    deployer = {"01-deploy-rbac.yaml": deployer_rbac(opts.namespace, deploy_accounts)} if deploy_accounts else {}
     return {
         "00-rbac.yaml": rbac(opts.namespace, bind_accounts),
+        **deployer,
         "10-token-secret.yaml": [token_secret(spec, opts, PLACEHOLDER_TOKEN)],
         "20-master-service.yaml": [master_service(spec, opts)],
         "30-master-pod.yaml": [master_pod(spec, opts)],

@@ -14,7 +14,7 @@ function's source in the image, so it must be written out): ``TRAIN_PARAMETERS``
 import inspect
 
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
 from edl.api.images import DEFAULT_IMAGES
 
@@ -45,7 +45,7 @@ def elastic_train(
     model: Output[Model],
     metrics: Output[Metrics],
     summary: Output[Artifact],
-    timeline: Output[Artifact],
+    timeline: Output[HTML],
     model_def: str = "edl.zoo.digits",
     epochs: int = 10,
     batch_size: int = 32,
@@ -79,11 +79,14 @@ def elastic_train(
 ):
     """Elastic data-parallel training of ``model_def`` on ``data`` (a Dataset artifact) or ``data_uri``
     (s3://bucket/prefix, or a directory locally): a master, an autoscale sidecar and
-    min..max trainers (pods on a cluster, processes locally); the exported model goes to ``model``.
+    min..max trainers (pods on a cluster, processes locally); the exported model goes to ``model``
+    (its metadata: framework, formats and the ONNX file's URI, data, job and the model it started
+    from), the run's timeline to ``timeline`` (an HTML page the KFP UI renders, the plot embedded).
 
     Re-running the step (KFP retry) adopts the job the first attempt created and resumes from its
     checkpoint in ``checkpoint_uri`` (an s3:// URI on a cluster; credentials from Secret ``s3_secret``).
-    ``warm_start`` (an earlier Model artifact) or ``warm_start_uri`` (where one lives) starts from its
+    ``warm_start`` (an earlier Model artifact; the registry lookup's, whose metadata says
+    ``published: false`` when there is none) or ``warm_start_uri`` (where one lives) starts from its
     parameters. On a cluster the master and sidecar run in ``runtime_image`` and the trainers in
     ``trainer_image``, or ``trainer_gpu_image`` when ``trainer_gpu`` > 0 (empty: edl's images of this
     version, edl.api.images), on nodes with the labels ``trainer_node_selector`` (KEY=VALUE,...)
@@ -110,14 +113,17 @@ TRAIN_DEFAULTS: dict = {p.name: p.default for p in TRAIN_PARAMETERS}
 
 @_component(TRAINER_IMAGE)
 def evaluate(model: Input[Model], data: Input[Dataset], metrics: Output[Metrics],
-             model_def: str = "edl.zoo.digits") -> float:
-    """Accuracy of ``model`` on the held-out split (test/) of ``data``; also logged as metrics."""
+             classification: Output[ClassificationMetrics], model_def: str = "edl.zoo.digits") -> float:
+    """Accuracy of ``model`` on the held-out split (test/) of ``data``; also logged as metrics, and the
+    confusion matrix (the KFP UI draws it) as classification metrics."""
     from edl.pipeline.step import artifact_uri
-    from edl.pipeline.tasks import evaluate_model
+    from edl.pipeline.tasks import evaluate_model_in_full
 
-    result = evaluate_model(model.path, artifact_uri(data.uri, data.path), model_def)
+    result, confusion = evaluate_model_in_full(model.path, artifact_uri(data.uri, data.path), model_def)
     for name, value in result.items():
         metrics.log_metric(name, value)
+    if confusion is not None:
+        classification.log_confusion_matrix([str(c) for c in range(len(confusion))], confusion)
     return float(result["accuracy"])
 
 
@@ -135,3 +141,15 @@ def publish(model: Input[Model], accuracy: float, registry_uri: str) -> str:
     from edl.pipeline.tasks import publish_model
 
     return publish_model(model.path, accuracy, registry_uri, model.uri)
+
+
+@_component(RUNTIME_IMAGE)
+def deploy(model: Input[Model], registry_uri: str, name: str, job_name: str) -> str:
+    """Serve ``model`` with KServe: its ONNX file as a Triton model repository under
+    ``registry_uri``/serving/``job_name``, and the InferenceService ``name`` (created, or updated to it)
+    in the step's namespace, with the S3 credentials (the step's AWS_* env) wired the way KServe reads
+    them. Returns the InferenceService's storage URI."""
+    from edl.pipeline.deploy import deploy_model
+    from edl.pipeline.step import artifact_uri
+
+    return deploy_model(artifact_uri(model.uri, model.path), registry_uri, name, job_name)

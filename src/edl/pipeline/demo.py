@@ -6,7 +6,7 @@ trainer slots on a schedule, so the job grows and shrinks) → evaluate on held-
 data → publish to a local registry if better; then the published model in use: ``edl serve``
 on a free port, the held-out records sent to it over HTTP (Open Inference Protocol), the
 served accuracy beside the evaluate step's. Writes DIR/summary.json (the training summary
-plus the evaluation and the serving) and DIR/timeline.png, and prints a final table.
+plus the evaluation and the serving), DIR/timeline.html and .png, and prints a final table.
 """
 
 from __future__ import annotations
@@ -228,7 +228,10 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
     summary["pipeline_wall_s"] = round(wall, 1)
     summary["served"] = _serve_published(registry / CURRENT, run / "prepare-data" / "dataset", out, console)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    shutil.copyfile(train_dir / "timeline", out / "timeline.png")
+    from edl.pipeline.step import embedded_png
+
+    shutil.copyfile(train_dir / "timeline", out / "timeline.html")  # the HTML artifact the KFP UI renders
+    (out / "timeline.png").write_bytes(embedded_png((train_dir / "timeline").read_text()) or b"")
     _table(console, summary, out)
     say(console, f"the steps' output (kfp.local's log and the executors'): {log_path}")
     return 0
@@ -267,4 +270,4 @@ def _table(console: Console, s: dict, out: Path) -> None:
     add_row(t, "exactly-once (lost / duplicated samples)", f"{lost} / {dup}")
     add_row(t, "published as the current model", "yes" if s.get("published") else "no (not better)")
     console.print(t)
-    say(console, f"written: {out / 'summary.json'}, {out / 'timeline.png'}")
+    say(console, f"written: {out / 'summary.json'}, {out / 'timeline.png'} (and .html)")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kfp import dsl, kubernetes
+from kfp.dsl import Model, Output
 
 from edl.api.images import DEFAULT_IMAGES, Images
 from edl.cluster.manifests import S3_SECRET_KEYS, launcher_bindings
@@ -26,6 +27,7 @@ from edl.pipeline.components import (
     TRAIN_DEFAULTS,
     TRAIN_PARAMETERS,
     beats_published,
+    deploy as deploy_step,
     elastic_train,
     evaluate,
     prepare_data,
@@ -34,11 +36,16 @@ from edl.pipeline.components import (
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
-def warm_start_from(registry_uri: str, enabled: bool = True) -> str:
-    """The published model to start from (REGISTRY/current), or "" to train from scratch."""
-    from edl.pipeline.tasks import warm_start_uri
+def warm_start_from(model: Output[Model], registry_uri: str, enabled: bool = True) -> str:
+    """The registry lookup: the published model (REGISTRY/current) as a Model artifact to start from,
+    its metadata naming the run's model it came from (``source``: the lineage); when none is published
+    (or ``enabled`` is off), an artifact whose metadata says ``published: false`` (train from scratch).
+    Returns the published model's URI, or ""."""
+    from pathlib import Path
 
-    return warm_start_uri(registry_uri) if enabled else ""
+    from edl.pipeline.tasks import lookup_warm_start
+
+    return lookup_warm_start(registry_uri, enabled, Path(model.path), model.metadata)
 
 
 # The pipeline's parameters: its own, and elastic_train's under the same names, types and defaults,
@@ -60,6 +67,10 @@ def _retrain_signature(images: Images) -> inspect.Signature:
         inspect.Parameter("data_kind", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str, default="digits"),
         *(p.replace(default=defaults[p.name]) if p.name in defaults else p for p in _PASSED_TO_TRAIN),
         inspect.Parameter("warm_start", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=bool, default=True),
+        # Off by default: serving needs KServe on the cluster and the deployer Role (edl k8s render --bind-deployer).
+        inspect.Parameter("deploy", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=bool, default=False),
+        inspect.Parameter("deploy_name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str,
+                          default="edl-digits"),
     ])
 
 # One run = one job = one checkpoint prefix: named after the pipeline job's id (a UUID on the KFP
@@ -87,7 +98,8 @@ def _with_s3_secret(task: dsl.PipelineTask, s3_secret: Any) -> dsl.PipelineTask:
     return task
 
 
-def _retrain(registry_uri: str, checkpoint_uri: str, data_kind: str, warm_start: bool, **train_parameters: Any):
+def _retrain(registry_uri: str, checkpoint_uri: str, data_kind: str, warm_start: bool, deploy: bool,
+             deploy_name: str, **train_parameters: Any):
     s3_secret = train_parameters["s3_secret"]
     # Every step in the image the run names (a pipeline parameter: the KFP backend resolves it, 2.4+).
     runtime, trainer = train_parameters["runtime_image"], train_parameters["trainer_image"]
@@ -95,7 +107,7 @@ def _retrain(registry_uri: str, checkpoint_uri: str, data_kind: str, warm_start:
     start = _with_s3_secret(warm_start_from(registry_uri=registry_uri, enabled=warm_start), s3_secret)
     start.set_container_image(runtime)
     start.set_caching_options(False)  # the registry changes between runs
-    train = elastic_train(data=data.outputs["dataset"], warm_start_uri=start.output, job_name=RUN_JOB_NAME,
+    train = elastic_train(data=data.outputs["dataset"], warm_start=start.outputs["model"], job_name=RUN_JOB_NAME,
                           checkpoint_uri=f"{checkpoint_uri}/{RUN_JOB_NAME}", **train_parameters)
     _with_s3_secret(train, s3_secret).set_container_image(runtime)
     for env, field in (("POD_NAME", "metadata.name"), ("POD_UID", "metadata.uid")):  # the owner of the job's pods
@@ -117,6 +129,12 @@ def _retrain(registry_uri: str, checkpoint_uri: str, data_kind: str, warm_start:
                                s3_secret)
         done.set_caching_options(False)
         done.set_container_image(runtime)
+        with dsl.If(deploy == True, name="deploy-enabled"):  # noqa: E712 - a KFP condition
+            served = _with_s3_secret(deploy_step(model=train.outputs["model"], registry_uri=registry_uri,
+                                                 name=deploy_name, job_name=RUN_JOB_NAME), s3_secret)
+            served.after(done)
+            served.set_caching_options(False)
+            served.set_container_image(runtime)
 
 
 def build_retrain(images: Images = DEFAULT_IMAGES):

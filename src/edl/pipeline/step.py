@@ -14,9 +14,11 @@ parameter* (``min_trainers``), not a command-line flag.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from collections.abc import Iterator
@@ -142,18 +144,40 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KFP_POD_NAME"))
 
 
+ONNX_FILE = "model.onnx"  # the ONNX export, beside the Paddle one in the model directory
+
+
 def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: Any = None, warm_start: Any = None,
                   **parameters: Any) -> None:
-    """The elastic_train component: its artifacts (KFP's ``Output``/``Input`` objects) and parameters."""
+    """The elastic_train component: its artifacts (KFP's ``Output``/``Input`` objects) and parameters.
+
+    ``warm_start``: a Model artifact to start from; the registry lookup's says ``published: false``
+    in its metadata when there is none (train from scratch). The output Model's metadata says what it
+    is (framework, formats, the ONNX file's URI), what it was trained on and by which job, and its parent."""
     quiet_third_party_logs()  # KFP's executor set up logging at INFO: one line per status poll otherwise
     if data is not None:
         parameters["data_uri"] = artifact_uri(data.uri, data.path)
-    if warm_start is not None:
+    parent = ""
+    if warm_start is not None and warm_start.metadata.get("published", True):
         parameters["warm_start_uri"] = artifact_uri(warm_start.uri, warm_start.path)
-    result = run_elastic_train(TrainParams(**parameters), Path(model.path), Path(summary.path), Path(timeline.path),
-                               metrics.log_metric)
-    model.metadata.update({"framework": "paddlepaddle", "format": "paddle.jit.save + params.npz",
-                           "source_uri": result.get("final_model_uri"), "model_def": parameters["model_def"]})
+        parent = warm_start.metadata.get("source") or warm_start.uri
+    elif parameters.get("warm_start_uri"):
+        parent = parameters["warm_start_uri"]
+    params = TrainParams(**parameters)
+    result = run_elastic_train(params, Path(model.path), Path(summary.path), Path(timeline.path), metrics.log_metric)
+    model.metadata.update(model_metadata(Path(model.path), model.uri, params, result, parent))
+
+
+def model_metadata(model_dir: Path, uri: str, p: TrainParams, summary: dict, parent: str) -> dict:
+    """What the KFP UI shows of a trained model: enough to serve it without reading code."""
+    meta = {"framework": "paddlepaddle", "format": "paddle.jit.save (inference.json + inference.pdiparams)",
+            "model_def": p.model_def, "data": p.data_uri, "job": summary.get("job") or p.job_name,
+            "source_uri": summary.get("final_model_uri") or "", "warm_start": parent,
+            "epochs": float(summary.get("epochs_completed", 0))}
+    if (model_dir / ONNX_FILE).exists():
+        meta["format"] += f", ONNX ({ONNX_FILE})"
+        meta["onnx"] = f"{uri.rstrip('/')}/{ONNX_FILE}"
+    return meta
 
 
 def run_elastic_train(p: TrainParams, model_dir: Path, summary_path: Path, timeline_path: Path | None = None,
@@ -172,8 +196,8 @@ def run_elastic_train(p: TrainParams, model_dir: Path, summary_path: Path, timel
     if log_metric is not None:
         for name, value in step_metrics(summary).items():
             log_metric(name, value)
-    if timeline_path is not None and timeline:
-        plot_timeline(timeline, timeline_path, f"{p.job_name}: trainers, capacity and loss")
+    if timeline_path is not None:
+        write_timeline(timeline, summary, timeline_path, f"{p.job_name}: trainers, capacity and loss")
     return summary
 
 
@@ -241,7 +265,10 @@ def step_metrics(summary: dict) -> dict[str, float]:
     return out
 
 
-def plot_timeline(points: list[dict], path: Path, title: str) -> None:
+def plot_timeline(points: list[dict], title: str) -> bytes:
+    """The timeline as a PNG: trainers training, desired by the sidecar and the capacity left; the loss."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,6 +290,37 @@ def plot_timeline(points: list[dict], path: Path, title: str) -> None:
     b.set_xlabel("seconds since start")
     fig.suptitle(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90, format="png")  # exactly this path: a KFP artifact has no suffix
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=90, format="png")
     plt.close(fig)
+    return buf.getvalue()
+
+
+_PNG_SRC = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+def write_timeline(points: list[dict], summary: dict, path: Path, title: str) -> None:
+    """The step's HTML artifact (the KFP UI renders it): the plot embedded as a base64 PNG (locally,
+    where the step follows the job's status; a cluster run has no per-second trace) and the job's
+    generations as a table. Self-contained: one file, no external resource."""
+    from html import escape
+
+    rows = "".join(
+        f"<tr><td>{g.get('id')}</td><td>{g.get('world_size')}</td><td>{escape(str(g.get('reason', '')))}</td>"
+        f"<td>{'-' if g.get('pause_s') is None else format(g['pause_s'], '.2f')}</td></tr>"
+        for g in summary.get("generations") or [])
+    plot = (f'<img alt="timeline" src="data:image/png;base64,{base64.b64encode(plot_timeline(points, title)).decode()}">'
+            if points else "<p>No per-second timeline: the step follows the job's status only when it runs locally.</p>")
+    page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{escape(title)}</title></head><body>"
+            f"<h3>{escape(title)}</h3>{plot}<h4>Generations</h4><table border=\"1\" cellpadding=\"4\">"
+            f"<tr><th>generation</th><th>trainers</th><th>reason</th><th>pause (s)</th></tr>{rows}</table>"
+            f"<p>{escape(str(summary.get('status', '')))}: {summary.get('epochs_completed', 0)} epochs, "
+            f"{summary.get('steps', 0)} steps</p></body></html>\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page)  # exactly this path: a KFP artifact has no suffix
+
+
+def embedded_png(page: str) -> bytes | None:
+    """The PNG a timeline page embeds, or ``None``."""
+    found = _PNG_SRC.search(page)
+    return base64.b64decode(found[1]) if found else None

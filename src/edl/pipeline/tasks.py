@@ -34,6 +34,13 @@ def prepare_dataset(kind: str, out: str, rows: int, seed: int, metadata: dict | 
 
 def evaluate_model(model_dir: str, data_uri: str, model_def: str) -> dict[str, float]:
     """Accuracy and loss of a model directory (params.npz) on the held-out split of ``data_uri``."""
+    return evaluate_model_in_full(model_dir, data_uri, model_def)[0]
+
+
+def evaluate_model_in_full(model_dir: str, data_uri: str,
+                           model_def: str) -> tuple[dict[str, float], list[list[int]] | None]:
+    """``evaluate_model``'s metrics and the confusion matrix (row: true class, column: predicted;
+    ``None`` when the outputs are not class scores)."""
     from edl.data.dataset import Dataset, resolve_splits
     from edl.modeldef import load_model_def
     from edl.storage.checkpoint import WARM_START_FILE, decode_arrays
@@ -58,7 +65,7 @@ def evaluate_model(model_dir: str, data_uri: str, model_def: str) -> dict[str, f
     if "accuracy" not in result:
         why = "its metrics() returned no 'accuracy'" if md.metrics is not None else "its outputs are not class scores"
         raise UserError(f"model_def {model_def}: {why}")
-    return result
+    return result, ev.confusion
 
 
 def published(registry_uri: str) -> dict | None:
@@ -93,6 +100,29 @@ def warm_start_uri(registry_uri: str) -> str:
     if not registry_uri or published(registry_uri) is None:
         return ""
     return open_store(registry_uri, "registry_uri").child(CURRENT)
+
+
+WARM_START_INFO = "warm_start.json"  # in the lookup step's Model artifact: what it holds, published or not
+
+
+def lookup_warm_start(registry_uri: str, enabled: bool, into: Path, metadata: dict) -> str:
+    """The registry lookup step: the published model (its files copied into ``into``, the step's Model
+    artifact) to warm-start from, or none (``into`` then holds only ``warm_start.json``). ``metadata``
+    (the artifact's) says which (``published``) and, for a published one, where it came from
+    (``source``: the Model artifact of the run that published it) and its accuracy. Returns the
+    published model's URI, or "" to train from scratch."""
+    info = published(registry_uri) if enabled and registry_uri else None
+    into.mkdir(parents=True, exist_ok=True)
+    uri = ""
+    if info is not None:
+        uri = open_store(registry_uri, "registry_uri").child(CURRENT)
+        download_model(uri, into, "published model")
+        metadata.update({"published": True, "registry_uri": uri, "source": info.get("source", ""),
+                         "accuracy": float(info["accuracy"]), "published_at": float(info.get("published_at", 0))})
+    else:
+        metadata.update({"published": False, "reason": "warm start off" if not enabled else "nothing published yet"})
+    (into / WARM_START_INFO).write_text(json.dumps(metadata, indent=2))
+    return uri
 
 
 def download_model(uri: str, into: Path, what: str = "model") -> Path:

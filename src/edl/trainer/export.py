@@ -66,6 +66,17 @@ def read_warm_start(uri: str) -> dict[str, np.ndarray]:
 class Evaluation:
     loss: float  # the model definition's loss over every row
     metrics: dict[str, float]  # its metrics(); by default the loss and, for class scores, the accuracy
+    # For class scores and integer labels: confusion[true][predicted] counts (the KFP UI's matrix).
+    confusion: list[list[int]] | None = None
+
+
+def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, classes: int) -> list[list[int]]:
+    """At least ``classes`` x ``classes`` counts (more if a label is beyond the model's classes): row the
+    true class, column the predicted one."""
+    classes = max(classes, int(labels.max()) + 1 if labels.size else 0)
+    counts = np.zeros((classes, classes), dtype=np.int64)
+    np.add.at(counts, (labels.astype(np.int64), predicted.astype(np.int64)), 1)
+    return counts.tolist()
 
 
 def evaluate(md: ModelDef, model: paddle.nn.Layer, table: pa.Table) -> Evaluation:
@@ -78,9 +89,11 @@ def evaluate(md: ModelDef, model: paddle.nn.Layer, table: pa.Table) -> Evaluatio
         loss = float(md.loss(out, paddle.to_tensor(y)))
     model.train()
     scores = out.numpy()
+    classified = scores.ndim == 2 and y.ndim == 1 and np.issubdtype(y.dtype, np.integer)
+    confusion = confusion_matrix(y, scores.argmax(axis=1), scores.shape[1]) if classified else None
     if md.metrics is not None:
-        return Evaluation(loss, {k: float(v) for k, v in md.metrics(scores, y).items()})
+        return Evaluation(loss, {k: float(v) for k, v in md.metrics(scores, y).items()}, confusion)
     metrics = {"loss": loss}
-    if scores.ndim == 2 and y.ndim == 1 and np.issubdtype(y.dtype, np.integer):
+    if classified:
         metrics["accuracy"] = float((scores.argmax(axis=1) == y).mean())
-    return Evaluation(loss, metrics)
+    return Evaluation(loss, metrics, confusion)

@@ -23,6 +23,7 @@ def test_edl_demo_runs_the_pipeline_and_writes_summary_and_timeline(tmp_path):
     assert s["lost_samples"] == 0 and s["duplicate_samples"] == 0
     assert s["evaluation"]["accuracy"] > 0.9 and s["published"] is True
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "timeline.html").read_text().startswith("<!DOCTYPE html>")
     assert (out / "registry" / "current" / "params.npz").exists()
     assert "exactly-once" in r.stdout and "held-out accuracy" in r.stdout
     # Logs for people: no third-party request lines (there were 277 `HTTP Request: GET .../v1/status`),
@@ -62,6 +63,10 @@ def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_b
     retrain(**args)
     first = published(str(registry))
     assert first is not None
+    run1 = max((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    model1 = _artifact(run1, "elastic-train", "model")
+    assert first["source"] == model1["uri"]  # the registry remembers the run's Model artifact
+    assert _artifact(run1, "warm-start-from", "model")["metadata"]["published"] is False  # nothing yet
     # An impossible bar: the second run (warm-started) must not replace a better model.
     (registry / "current.json").write_text(json.dumps({**first, "accuracy": 1.01}))
     retrain(**args)
@@ -70,9 +75,38 @@ def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_b
     assert warm["parameterValues"]["Output"].endswith("registry/current")  # started from the published model
     assert published(str(registry))["accuracy"] == 1.01  # not beaten: not published
     assert not (runs[-1] / "publish").exists()
+    # What the KFP UI shows (part 4 of issue 15): the warm start is the lookup's Model artifact, naming
+    # the first run's model; the new model's metadata names it as its parent, and what it is.
+    lookup = _artifact(runs[-1], "warm-start-from", "model")
+    assert lookup["metadata"]["published"] is True and lookup["metadata"]["source"] == model1["uri"]
+    model2 = _artifact(runs[-1], "elastic-train", "model")
+    meta = model2["metadata"]
+    assert meta["warm_start"] == model1["uri"] and meta["framework"] == "paddlepaddle"
+    assert meta["job"].startswith("run-") and meta["data"].endswith("dataset") and meta["model_def"] == "edl.zoo.digits"
+    model_dir = Path(model2["uri"])
+    assert ("onnx" in meta) == (model_dir / "model.onnx").exists()
+    if "onnx" in meta:
+        assert meta["onnx"] == f"{model2['uri']}/model.onnx"
+    from edl.pipeline.step import embedded_png
+
+    timeline = Path(_artifact(runs[-1], "elastic-train", "timeline")["uri"]).read_text()
+    assert timeline.startswith("<!DOCTYPE html>") and embedded_png(timeline)[:8] == b"\x89PNG\r\n\x1a\n"
+    matrix = _artifact(runs[-1], "evaluate", "classification")["metadata"]["confusionMatrix"]
+    assert [c["displayName"] for c in matrix["annotationSpecs"]] == [str(i) for i in range(10)]
+    held_out = sum(sum(r["row"]) for r in matrix["rows"])
+    correct = sum(r["row"][i] for i, r in enumerate(matrix["rows"]))
+    accuracy = _artifact(runs[-1], "evaluate", "metrics")["metadata"]["accuracy"]
+    assert held_out > 0 and abs(correct / held_out - accuracy) < 1e-9  # the matrix is the evaluation's
     # Each run its own job and checkpoint prefix, named after the pipeline job's id (review #1, #7).
     prefixes = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert len(prefixes) == 2 and all(name.startswith("run-") for name in prefixes), prefixes
+
+
+def _artifact(run: Path, task: str, name: str) -> dict:
+    """One output artifact of a task of a kfp.local run (its uri and metadata), from its executor output."""
+    out = json.loads((run / task / "executor_output.json").read_text())
+    (art,) = out["artifacts"][name]["artifacts"]
+    return art
 
 
 def test_a_warm_start_model_that_does_not_match_fails_with_a_message(tmp_path, digits):

@@ -1,0 +1,120 @@
+"""What the KFP UI renders, checked on the compiled pipeline (its IR): the artifact types it draws,
+the warm start as a Model artifact (lineage), the optional deploy step; and the pieces behind them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _compiled() -> dict:
+    return next(yaml.safe_load_all((REPO / "pipelines" / "retrain.pipeline.yaml").read_text()))
+
+
+def _outputs(doc: dict, component: str) -> dict[str, str]:
+    arts = doc["components"][component]["outputDefinitions"].get("artifacts", {})
+    return {name: a["artifactType"]["schemaTitle"] for name, a in arts.items()}
+
+
+def _inputs(doc: dict, component: str) -> dict[str, str]:
+    arts = doc["components"][component]["inputDefinitions"].get("artifacts", {})
+    return {name: a["artifactType"]["schemaTitle"] for name, a in arts.items()}
+
+
+def test_the_ui_gets_an_html_timeline_a_confusion_matrix_and_a_model():
+    doc = _compiled()
+    assert _outputs(doc, "comp-elastic-train") == {"model": "system.Model", "metrics": "system.Metrics",
+                                                   "summary": "system.Artifact", "timeline": "system.HTML"}
+    assert _outputs(doc, "comp-evaluate") == {"metrics": "system.Metrics",
+                                              "classification": "system.ClassificationMetrics"}
+
+
+def test_the_warm_start_is_the_lookups_model_artifact_so_lineage_links_the_runs():
+    doc = _compiled()
+    assert _outputs(doc, "comp-warm-start-from") == {"model": "system.Model"}
+    assert _inputs(doc, "comp-elastic-train")["warm_start"] == "system.Model"
+    train = doc["root"]["dag"]["tasks"]["elastic-train"]
+    assert train["inputs"]["artifacts"]["warm_start"] == {
+        "taskOutputArtifact": {"outputArtifactKey": "model", "producerTask": "warm-start-from"}}
+    assert "warm_start_uri" not in train["inputs"].get("parameters", {})  # an artifact, not a string
+    optional = doc["components"]["comp-elastic-train"]["inputDefinitions"]["artifacts"]["warm_start"]
+    assert optional.get("isOptional") is True  # a component used on its own still trains from scratch
+
+
+def test_deploy_is_a_pipeline_parameter_off_by_default_and_runs_only_after_a_publish():
+    doc = _compiled()
+    params = doc["root"]["inputDefinitions"]["parameters"]
+    assert params["deploy"]["defaultValue"] is False and params["deploy"]["parameterType"] == "BOOLEAN"
+    publish_branch = doc["components"]["comp-condition-1"]["dag"]["tasks"]
+    deploy_branch = publish_branch["condition-2"]
+    assert deploy_branch["triggerPolicy"]["condition"] == "inputs.parameter_values['pipelinechannel--deploy'] == true"
+    assert deploy_branch["dependentTasks"] == ["publish"]  # the model is published first
+    (task,) = doc["components"][deploy_branch["componentRef"]["name"]]["dag"]["tasks"].values()
+    assert task["componentRef"]["name"] == "comp-deploy"
+    assert task["inputs"]["artifacts"]["model"]["componentInputArtifact"].endswith("elastic-train-model")
+    assert task["inputs"]["parameters"]["job_name"]["runtimeValue"]["constant"] == "run-{{$.pipeline_job_uuid}}"
+
+
+def test_the_confusion_matrix_counts_true_against_predicted():
+    from edl.trainer.export import confusion_matrix
+
+    labels = np.array([0, 0, 1, 2, 2, 2])
+    predicted = np.array([0, 1, 1, 2, 0, 2])
+    assert confusion_matrix(labels, predicted, 3) == [[1, 1, 0], [0, 1, 0], [1, 0, 2]]
+    assert confusion_matrix(np.array([3]), np.array([0]), 2) == [[0] * 4, [0] * 4, [0] * 4, [1, 0, 0, 0]]
+
+
+def test_the_timeline_page_embeds_its_plot_and_lists_the_generations(tmp_path):
+    from edl.pipeline.step import embedded_png, write_timeline
+
+    points = [{"t": 0.0, "world_size": 1, "desired": 2, "free_slots": 2, "loss": 2.3},
+              {"t": 5.0, "world_size": 2, "desired": 2, "free_slots": 0, "loss": 0.4}]
+    summary = {"status": "succeeded", "epochs_completed": 3, "steps": 90,
+               "generations": [{"id": 0, "world_size": 1, "reason": "start", "pause_s": None},
+                               {"id": 1, "world_size": 2, "reason": "scale <up>", "pause_s": 0.5}]}
+    write_timeline(points, summary, tmp_path / "timeline", "job: trainers")
+    page = (tmp_path / "timeline").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "scale &lt;up&gt;" in page and "<td>0.50</td>" in page
+    assert embedded_png(page)[:8] == b"\x89PNG\r\n\x1a\n"
+    write_timeline([], summary, tmp_path / "cluster", "job")  # a cluster run: no per-second trace
+    assert embedded_png((tmp_path / "cluster").read_text()) is None
+    assert "<td>scale &lt;up&gt;</td>" in (tmp_path / "cluster").read_text()
+
+
+def test_the_model_metadata_names_framework_formats_onnx_data_job_and_parent(tmp_path):
+    from edl.pipeline.step import TrainParams, model_metadata
+
+    p = TrainParams(data_uri="s3://data/digits", job_name="run-1")
+    summary = {"job": "run-1", "final_model_uri": "s3://c/run-1/model", "epochs_completed": 4}
+    meta = model_metadata(tmp_path, "minio://mlpipeline/v2/artifacts/x/model", p, summary, "minio://parent/model")
+    assert meta["framework"] == "paddlepaddle" and "onnx" not in meta  # no ONNX file there: none claimed
+    assert (meta["data"], meta["job"], meta["warm_start"], meta["source_uri"]) == \
+        ("s3://data/digits", "run-1", "minio://parent/model", "s3://c/run-1/model")
+    (tmp_path / "model.onnx").write_bytes(b"onnx")
+    meta = model_metadata(tmp_path, "minio://mlpipeline/v2/artifacts/x/model/", p, summary, "")
+    assert meta["onnx"] == "minio://mlpipeline/v2/artifacts/x/model/model.onnx" and "ONNX" in meta["format"]
+
+
+def test_the_lookup_copies_the_published_model_and_says_where_it_came_from(tmp_path):
+    import json
+
+    from edl.pipeline.tasks import WARM_START_INFO, lookup_warm_start, publish_model
+
+    registry, model = tmp_path / "registry", tmp_path / "model"
+    model.mkdir()
+    (model / "params.npz").write_bytes(b"weights")
+    meta: dict = {}
+    assert lookup_warm_start(str(registry), True, tmp_path / "none", meta) == ""
+    assert meta["published"] is False and json.loads((tmp_path / "none" / WARM_START_INFO).read_text()) == meta
+    publish_model(str(model), 0.9, str(registry), "minio://mlpipeline/run-1/model")
+    meta = {}
+    uri = lookup_warm_start(str(registry), True, tmp_path / "found", meta)
+    assert uri.endswith("registry/current") and (tmp_path / "found" / "params.npz").read_bytes() == b"weights"
+    assert meta["published"] is True and meta["source"] == "minio://mlpipeline/run-1/model"
+    assert meta["accuracy"] == 0.9
+    meta = {}
+    assert lookup_warm_start(str(registry), False, tmp_path / "off", meta) == "" and meta["published"] is False
