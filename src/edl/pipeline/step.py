@@ -158,7 +158,7 @@ def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: A
     if data is not None:
         parameters["data_uri"] = artifact_uri(data.uri, data.path)
     parent = ""
-    if warm_start is not None and warm_start.metadata.get("published", True):
+    if warm_start is not None and _holds_a_model(warm_start):
         parameters["warm_start_uri"] = artifact_uri(warm_start.uri, warm_start.path)
         parent = warm_start.metadata.get("source") or warm_start.uri
     elif parameters.get("warm_start_uri"):
@@ -166,6 +166,18 @@ def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: A
     params = TrainParams(**parameters)
     result = run_elastic_train(params, Path(model.path), Path(summary.path), Path(timeline.path), metrics.log_metric)
     model.metadata.update(model_metadata(Path(model.path), model.uri, params, result, parent))
+
+
+def _holds_a_model(warm_start: Any) -> bool:
+    """Whether a warm-start Model artifact holds a model: its metadata says (the registry lookup's
+    ``published``), else its ``warm_start.json`` where the files are local; any other Model does."""
+    from edl.pipeline.tasks import WARM_START_INFO
+
+    published = (warm_start.metadata or {}).get("published")
+    if published is None:
+        info = Path(warm_start.path or "") / WARM_START_INFO
+        published = json.loads(info.read_text()).get("published", True) if info.is_file() else True
+    return bool(published)
 
 
 def model_metadata(model_dir: Path, uri: str, p: TrainParams, summary: dict, parent: str) -> dict:

@@ -118,3 +118,18 @@ def test_the_lookup_copies_the_published_model_and_says_where_it_came_from(tmp_p
     assert meta["accuracy"] == 0.9
     meta = {}
     assert lookup_warm_start(str(registry), False, tmp_path / "off", meta) == "" and meta["published"] is False
+
+
+def test_a_warm_start_artifact_without_a_model_means_from_scratch(tmp_path):
+    from edl.pipeline.step import _holds_a_model
+    from edl.pipeline.tasks import lookup_warm_start
+
+    class Art:  # what KFP hands a component for an Input[Model]: uri, path, metadata
+        def __init__(self, path, metadata):
+            self.uri, self.path, self.metadata = str(path), str(path), metadata
+
+    meta: dict = {}
+    lookup_warm_start(str(tmp_path / "registry"), True, tmp_path / "none", meta)
+    assert not _holds_a_model(Art(tmp_path / "none", meta))
+    assert not _holds_a_model(Art(tmp_path / "none", {}))  # metadata lost on the way: its warm_start.json says
+    assert _holds_a_model(Art(tmp_path / "elsewhere", {}))  # any other Model (an importer's) is a model
