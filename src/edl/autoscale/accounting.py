@@ -14,6 +14,7 @@ from edl.api.cluster import Pod, PodPhase, Resources, Snapshot
 
 _TERMINATED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 EPS = 1e-9
+GPU_NODE_LAST = 1e9  # added to a GPU node's free CPU when ordering nodes for a pod that needs no GPU
 
 
 @dataclass
@@ -27,16 +28,24 @@ class Capacity:
     total: Resources
     requested: Resources  # all non-terminated pods counted, pending included
     _heaps: dict[tuple[float, float, float], list[tuple[float, int]]] = field(default_factory=dict)
+    _gpu_offset: list[float] | None = None
+    _gpu_offset_known: bool = False
 
     def _fits(self, i: int, cpu: float, mem: float, gpu: float) -> bool:
         return self.free_cpu[i] + EPS >= cpu and self.free_mem[i] + EPS >= mem and self.free_gpu[i] + EPS >= gpu
 
     def place(self, req: Resources) -> int | None:
-        """Bind one pod of ``req`` to the fitting node with the least free CPU; ``None`` if none fits."""
+        """Bind one pod of ``req`` to the fitting node with the least free CPU; ``None`` if none fits.
+
+        A pod that needs no GPU goes to a node with GPUs only when no other node holds it: a CPU
+        trainer there takes the cores the GPU jobs need (best fit alone prefers those nodes when
+        they are the smaller ones)."""
         key = (req.cpu, req.memory, req.gpu)
         heap = self._heaps.get(key)
+        free_cpu = self.free_cpu
+        off = None if req.gpu > 0 else self._gpu_offsets()
         if heap is None:
-            heap = [(self.free_cpu[i], i) for i in range(len(self.names)) if self._fits(i, *key)]
+            heap = [(free_cpu[i] + (off[i] if off else 0.0), i) for i in range(len(self.names)) if self._fits(i, *key)]
             heapq.heapify(heap)
             self._heaps[key] = heap
         while heap:
@@ -44,26 +53,37 @@ class Capacity:
             if not self._fits(i, *key):
                 heapq.heappop(heap)
                 continue
-            if cpu_at_push != self.free_cpu[i]:  # changed by another shape: re-file it
-                heapq.heapreplace(heap, (self.free_cpu[i], i))
+            now = free_cpu[i] + off[i] if off else free_cpu[i]
+            if cpu_at_push != now:  # changed by another shape: re-file it
+                heapq.heapreplace(heap, (now, i))
                 continue
-            self.free_cpu[i] -= req.cpu
+            free_cpu[i] -= req.cpu
             self.free_mem[i] -= req.memory
             self.free_gpu[i] -= req.gpu
             if self._fits(i, *key):
-                heapq.heapreplace(heap, (self.free_cpu[i], i))
+                heapq.heapreplace(heap, (free_cpu[i] + off[i] if off else free_cpu[i], i))
             else:
                 heapq.heappop(heap)
             return i
         return None
 
+    def _gpu_offsets(self) -> list[float] | None:
+        """Per node, what is added to free CPU in the heap order of pods that need no GPU: nodes with
+        GPUs sort after every other node. ``None`` on a cluster without GPUs."""
+        if not self._gpu_offset_known:
+            offsets = [GPU_NODE_LAST if g > EPS else 0.0 for g in self.free_gpu]
+            self._gpu_offset = offsets if any(offsets) else None
+            self._gpu_offset_known = True
+        return self._gpu_offset
+
     def release(self, node: int, req: Resources) -> None:
         self.free_cpu[node] += req.cpu
         self.free_mem[node] += req.memory
         self.free_gpu[node] += req.gpu
+        off = self._gpu_offsets()
         for key, heap in self._heaps.items():
             if self._fits(node, *key):
-                heapq.heappush(heap, (self.free_cpu[node], node))
+                heapq.heappush(heap, (self.free_cpu[node] + (off[node] if off and key[2] <= 0 else 0.0), node))
 
     def copy(self) -> "Capacity":
         return Capacity(self.names, list(self.free_cpu), list(self.free_mem), list(self.free_gpu), self.total,

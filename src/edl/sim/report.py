@@ -26,7 +26,8 @@ def _bound(scenario: Scenario, policy: str) -> dict:
     return {"bound_mean": b["mean"], "bound_offpeak_mean": b["offpeak_mean"]}
 
 
-def simulate(scenario: Scenario, policy: str, runs: int = 1, seed: int = 0) -> tuple[dict, Simulation]:
+def simulate(scenario: Scenario, policy: str, runs: int = 1, seed: int = 0,
+             bound: bool = True) -> tuple[dict, Simulation]:
     reports, first = [], None
     for k in range(runs):
         sim = Simulation(scenario, policy, seed=seed + k)
@@ -38,7 +39,7 @@ def simulate(scenario: Scenario, policy: str, runs: int = 1, seed: int = 0) -> t
         "policy": policy,
         "runs": runs,
         "utilization": {**{key: _mean([r["utilization"][key] for r in reports]) for key in ("mean", "offpeak_mean", "p5")},
-                        **_bound(scenario, policy)},
+                        **(_bound(scenario, policy) if bound else {"bound_mean": None, "bound_offpeak_mean": None})},
         "pending_s_mean": _mean([r["pending_s_mean"] for r in reports]),
         "jct_s_mean": _mean([r["jct_s_mean"] for r in reports]) if all(r["jct_s_mean"] is not None for r in reports) else None,
         "fairness_jain": _mean([r["fairness_jain"] for r in reports]),
@@ -88,3 +89,70 @@ def plot(sim: Simulation, path: Path, title: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _jct_censored(report: dict, scenario: Scenario) -> float:
+    """Mean JCT, counting a job that never finished as running until the horizon (a lower bound)."""
+    submit = {j.name: j.submit_at for j in scenario.jobs}
+    vals = [j["jct_s"] if j["jct_s"] is not None else scenario.duration_s - submit[j["name"]]
+            for j in report["jobs"]]
+    return float(np.mean(vals)) if vals else 0.0
+
+
+def generated_benchmark(seeds: list[int], policies: list[str], runs: int = 1, bound: bool = True,
+                        progress=None) -> dict:
+    """Every policy over the generated scenarios of ``seeds`` (``edl.sim.generate``).
+
+    Per scenario: each policy's mean JCT (unfinished jobs counted to the horizon), utilization and
+    its packing bound (the linear relaxation, sampled every 30 s: still an upper bound), and the
+    worst lag of the services in decision periods. Summary: for every pair of policies the median
+    and worst ratio of mean JCT (``a/b`` below 1: ``a`` is faster), and each policy's median and worst
+    utilization-to-bound and worst service lag.
+    """
+    from edl.sim.generate import generate
+
+    rows = []
+    for seed in seeds:
+        sc = generate(seed)
+        row: dict = {"seed": seed, "nodes": sum(g.count for g in sc.nodes), "jobs": len(sc.jobs),
+                     "services": len(sc.services), "duration_s": sc.duration_s, "policies": {}}
+        bounds: dict[str, float | None] = {}
+        for p in policies:
+            rep, _ = simulate(sc, p, runs, bound=False)
+            kind = "off" if p == "off" else "elastic"
+            if bound and kind not in bounds:
+                try:
+                    bounds[kind] = utilization_bound(sc, p, relaxed=True, step_s=30.0)["mean"]
+                except UserError:
+                    bounds[kind] = None
+            b = bounds.get(kind)
+            util = rep["utilization"]["mean"]
+            row["policies"][p] = {
+                "jct_s_mean": _jct_censored(rep, sc),
+                "unfinished": sum(1 for j in rep["jobs"] if j["jct_s"] is None),
+                "utilization": util, "bound": b, "util_to_bound": None if not b else util / b,
+                "lag_periods_max": max((s["lag_s_max"] for s in rep["services"]), default=0.0) / sc.period_s,
+                "rescale_events": rep["rescale_events"]}
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    summary: dict = {"pairs": {}, "policies": {}}
+    for a in policies:
+        for b in policies:
+            if a == b:
+                continue
+            r = [row["policies"][a]["jct_s_mean"] / row["policies"][b]["jct_s_mean"] for row in rows
+                 if row["policies"][b]["jct_s_mean"]]
+            if r:
+                summary["pairs"][f"{a}/{b}"] = {"median": float(np.median(r)), "worst": float(max(r)),
+                                                "best": float(min(r))}
+    for p in policies:
+        ub = [row["policies"][p]["util_to_bound"] for row in rows if row["policies"][p]["util_to_bound"]]
+        lag = [row["policies"][p]["lag_periods_max"] for row in rows]
+        summary["policies"][p] = {
+            "util_to_bound_median": float(np.median(ub)) if ub else None,
+            "util_to_bound_worst": float(min(ub)) if ub else None,
+            "lag_periods_median": float(np.median(lag)) if lag else 0.0,
+            "lag_periods_worst": float(max(lag)) if lag else 0.0,
+            "unfinished_jobs": sum(row["policies"][p]["unfinished"] for row in rows)}
+    return {"seeds": seeds, "policies": policies, "runs": runs, "scenarios": rows, "summary": summary}
