@@ -225,12 +225,15 @@ class HeartbeatAnswer:
     job_status: JobStatus
     checkpoint: bool  # a checkpoint was asked for: rank 0 takes one at the next step
     abandoned: bool = False  # the launcher went silent: stop, then leave (``Unassigned.ABANDONED``)
+    # A member of ``generation`` failed: its collective can no longer complete, so leave it now
+    # (do not wait for it) and report the last completed step.
+    abort: bool = False
 
     @classmethod
     def from_json(cls, d: dict) -> HeartbeatAnswer:
         state = None if d["state"] is None else TrainerState(d["state"])
         return cls(d["master_uid"], d["known"], state, d["generation"], d["stop"], JobStatus(d["job_status"]),
-                   d["checkpoint"], d.get("abandoned", False))
+                   d["checkpoint"], d.get("abandoned", False), d.get("abort", False))
 
 
 @dataclass(frozen=True)
@@ -370,8 +373,10 @@ class TrainerLink(Protocol):
         ...
 
     def heartbeat(self, trainer: str, *, generation: int, step: int, safe_cursor: Cursor | None,
-                  loss: float | None, wait_s: float) -> HeartbeatAnswer:
-        """Renew the lease and commit ``safe_cursor``; waits up to ``wait_s`` for a reason to stop."""
+                  loss: float | None, wait_s: float, in_collective_s: float | None = None) -> HeartbeatAnswer:
+        """Renew the lease and commit ``safe_cursor``; waits up to ``wait_s`` for a reason to stop.
+        ``in_collective_s``: how long the trainer has been waiting in its generation's collective (None:
+        it is not in one), from which the master tells who the others wait on."""
         ...
 
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:

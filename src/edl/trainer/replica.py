@@ -83,6 +83,11 @@ class Replica:
             self.trained = True
         self.opt.clear_grad()
 
+    def drop_grads(self) -> None:
+        """Forget a failed step's gradients (partly summed). Their buffers are released, not zeroed:
+        a collective left behind on another thread may still write into them."""
+        self.opt.clear_grad(set_to_zero=False)
+
     def broadcast(self, group: Group, step: int) -> int:
         """Take rank 0's model, optimizer state and step (rank 0 sends its own)."""
         return state.broadcast_state(group, self.model, self.opt, step)
