@@ -1,6 +1,6 @@
 """Failure recovery, case by case, against torchrun's restart-all elasticity.
 
-    python bench/recovery.py [--sizes 2 3 4] [--batch-size 64]
+    python bench/recovery.py [--sizes 2 3 4] [--batch-size 64] [--rounds 3]
 
 1. edl, edl.zoo.mlp, one job per group size n (``--trainers n``): each rank in turn is
    SIGKILLed (the launcher starts a replacement, which joins before the next case); then rank 0
@@ -9,7 +9,8 @@
    Per case: the pause (the master's: from learning of the fault to the next completed step),
    fault to next completed step, steps rolled back, whether every survivor stayed, and for a hang
    how long until it was excluded and how the woken trainer ended.
-2. torchrun --standalone --nproc_per_node 2 (restart-all) with the same MLP in DDP: SIGKILL one
+2. edl, graceful changes: scale-up 1 -> 2 and drain 2 -> 1, their pauses.
+3. torchrun --standalone --nproc_per_node 2 (restart-all) with the same MLP in DDP: SIGKILL one
    worker; time from the kill to the next completed step after the restart. torch is in the
    optional ``bench`` extra; without it the column reads "not installed".
 Prints a table and writes bench/results/recovery.json.
@@ -112,6 +113,33 @@ def edl_cases(tmp: Path, data: Path, batch: int, sizes: list[int], console: Cons
     return cases
 
 
+def scale(job: EdlJob, n: int) -> None:
+    subprocess.run([sys.executable, "-m", "edl", "scale", job.name, "--trainers", str(n)], check=True, timeout=60,
+                   env={**os.environ, "EDL_HOME": str(job.home)}, stdout=subprocess.DEVNULL)
+
+
+def graceful_pauses(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
+    """Scale-up 1 -> 2 and drain 2 -> 1, ``rounds`` times each."""
+    job = EdlJob("graceful", [
+        "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
+        "--min-trainers", "1", "--max-trainers", "2", "--trainers", "1",
+        "--checkpoint-uri", str(tmp / "ckpt-graceful"), "--checkpoint-interval", "1e9",
+    ], tmp / "home-graceful", tmp / "edl-graceful.log")
+    out: dict = {"scale_up": [], "scale_down": []}
+    try:
+        st = job.wait_for(_settled(1, 20))
+        for _ in range(rounds):
+            for n, key in ((2, "scale_up"), (1, "scale_down")):
+                g = st["generation"]
+                scale(job, n)
+                st = job.wait_for(lambda s, g=g, n=n: s["generation"] > g and _settled(n, 0)(s))
+                out[key].append(st["generations"][-1]["pause_s"])
+                st = job.wait_for(_settled(n, st["step"] + 20))
+    finally:
+        job.stop()
+    return out
+
+
 def torchrun_recovery(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
     work = tmp / "torch"
     work.mkdir()
@@ -173,7 +201,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description="edl failure recovery per case vs torchrun")
     p.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4], help="group sizes (default 2 3 4)")
     p.add_argument("--batch-size", type=int, default=64, help="records per trainer per step (default 64)")
-    p.add_argument("--torch-rounds", type=int, default=3, help="torchrun kills (default 3)")
+    p.add_argument("--rounds", type=int, default=3, help="graceful changes and torchrun kills (default 3)")
     a = p.parse_args()
     console = Console()
     with tempfile.TemporaryDirectory(prefix="edl-bench-") as d:
@@ -184,10 +212,12 @@ def main() -> int:
         data = tmp / "data" / "train"
         console.print("edl: SIGKILL of every rank, SIGSTOP of the first and the last ...")
         cases = edl_cases(tmp, data, a.batch_size, a.sizes, console)
+        console.print("edl: graceful scale-up 1 -> 2 and drain 2 -> 1 ...")
+        graceful = graceful_pauses(tmp, data, a.batch_size, a.rounds)
         tr: dict | None = None
         if importlib.util.find_spec("torch") is not None:
             console.print("torchrun: SIGKILL of one worker ...")
-            tr = torchrun_recovery(tmp, data, a.batch_size, a.torch_rounds)
+            tr = torchrun_recovery(tmp, data, a.batch_size, a.rounds)
     torch_s = None if tr is None else med(tr["kill_to_next_step_s"])
     torch_cell = "not installed" if torch_s is None else f"{torch_s:.2f}"
     kills = [c for c in cases if c["fault"] == "sigkill"]
@@ -195,7 +225,8 @@ def main() -> int:
     result = {
         "model": "mlp 256-1024-1024-1024-10", "batch_per_trainer": a.batch_size, "sizes": a.sizes,
         "command": "python bench/recovery.py " + " ".join(sys.argv[1:]),
-        "cases": cases, "torchrun": tr if tr is not None else "not installed",
+        "cases": cases, "graceful": graceful, "torchrun": tr if tr is not None else "not installed",
+        "median": {"scale_up_pause_s": med(graceful["scale_up"]), "drain_pause_s": med(graceful["scale_down"])},
         "worst": {
             "sigkill_pause_s": max(c["pause_s"] for c in kills),
             "sigkill_fault_to_next_step_s": max(c["fault_to_next_step_s"] for c in kills),
@@ -218,7 +249,7 @@ def main() -> int:
                   ("yes" if c["woken_left_cleanly"] and c["woken_told"] else "NO") if "woken_told" in c else "-",
                   torch_cell if c["fault"] == "sigkill" and c["group_size"] == 2 else "-")
     console.print(t)
-    console.print(f"worst: {result['worst']}; written to {path}")
+    console.print(f"worst: {result['worst']}; graceful, median of {a.rounds}: {result['median']}; written to {path}")
     return 0
 
 

@@ -1,7 +1,11 @@
 """The trainer's heartbeat: renews its lease, commits its safe cursor, learns what the master wants.
 
 It runs on its own thread. What it learns (``Control``) is read by the training loop at
-step boundaries; where the loop is (``Progress``) is written by the loop and read here.
+step boundaries, and while the loop waits in a collective: an *abort* (a member of the
+generation failed, or this trainer was dropped) makes the loop leave the collective at once.
+Where the loop is (``Progress``) is written by the loop and read here; the master hears from
+it how long the loop has waited in its collective, which is how it finds who holds the
+others up.
 It is also the loop's watchdog: a trainer stuck in a collective that can no longer
 complete (a peer vanished mid-rendezvous) exits, and the launcher replaces it; a trainer
 whose master has not answered for ``master_lost_s`` (longer than a master restart) ends
