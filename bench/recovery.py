@@ -203,7 +203,7 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=64, help="records per trainer per step (default 64)")
     p.add_argument("--rounds", type=int, default=3, help="graceful changes and torchrun kills (default 3)")
     a = p.parse_args()
-    console = Console()
+    console = Console(width=150)
     with tempfile.TemporaryDirectory(prefix="edl-bench-") as d:
         tmp = Path(d)
         from edl.data.prepare import prepare_synthetic
