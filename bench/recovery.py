@@ -19,6 +19,7 @@ Prints a table and writes bench/results/recovery.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import signal
@@ -99,6 +100,7 @@ def edl_cases(tmp: Path, data: Path, batch: int, sizes: list[int], console: Cons
             "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
             "--min-trainers", "1", "--max-trainers", str(n), "--trainers", str(n),
             "--checkpoint-uri", str(tmp / f"ckpt-{n}"), "--checkpoint-interval", "1e9",
+            "--max-trainer-failures", "100",  # every killed trainer and every woken one counts
         ], tmp / f"home-{n}", tmp / f"edl-{n}.log")
         try:
             st = job.wait_for(_settled(n, 20), timeout=300)
@@ -108,6 +110,9 @@ def edl_cases(tmp: Path, data: Path, batch: int, sizes: list[int], console: Cons
                 console.print(f"  {kind} rank {rank} of {n}: pause {case['pause_s']} s, "
                               f"rolled back {case['rolled_back_steps']}, survivors kept {case['survivors_kept']}")
                 cases.append(case)
+        except Exception:
+            console.print(f"job of {n} failed; its log: {tmp / f'edl-{n}.log'} and {tmp / f'home-{n}'}")
+            raise
         finally:
             job.stop()
     return cases
@@ -202,9 +207,12 @@ def main() -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4], help="group sizes (default 2 3 4)")
     p.add_argument("--batch-size", type=int, default=64, help="records per trainer per step (default 64)")
     p.add_argument("--rounds", type=int, default=3, help="graceful changes and torchrun kills (default 3)")
-    a = p.parse_args()
     console = Console(width=150)
-    with tempfile.TemporaryDirectory(prefix="edl-bench-") as d:
+    p.add_argument("--keep", action="store_true", help="keep the jobs' directories (logs) for a look afterwards")
+    a = p.parse_args()
+    workdir = (contextlib.nullcontext(tempfile.mkdtemp(prefix="edl-bench-")) if a.keep
+               else tempfile.TemporaryDirectory(prefix="edl-bench-"))
+    with workdir as d:
         tmp = Path(d)
         from edl.data.prepare import prepare_synthetic
 
