@@ -1,17 +1,26 @@
-"""Pauses of generation changes, and failure recovery against torchrun's restart-all elasticity.
+"""Failure recovery, case by case, against torchrun's restart-all elasticity.
 
-    python bench/recovery.py
+    python bench/recovery.py [--sizes 2 3 4] [--batch-size 64] [--rounds 3]
 
-1. edl, edl.zoo.mlp: 1 trainer -> scale to 2 (scale-up pause) -> scale to 1 (drain
-   pause) -> scale to 2 -> SIGKILL one trainer (failure pause, kill to next step).
-2. torchrun --standalone --nproc_per_node 2 (restart-all) with the same MLP in DDP: SIGKILL one
-   worker; time from the kill to the next completed step after the restart.
+1. edl, edl.zoo.mlp, one job per group size n (``--trainers n``): each rank in turn is
+   SIGKILLed (the launcher starts a replacement, which joins before the next case); then rank 0
+   and the last rank in turn are stopped with SIGSTOP (a trainer that hangs without dying), woken
+   with SIGCONT once the others went on, and must leave on its own.
+   Per case: the pause (the master's: from learning of the fault to the next completed step),
+   fault to next completed step, steps rolled back, whether every survivor stayed, and for a hang
+   how long until it was excluded and how the woken trainer ended.
+2. edl, graceful changes: scale-up 1 -> 2 and drain 2 -> 1, their pauses.
+3. torchrun --standalone --nproc_per_node 2 (restart-all) with the same MLP in DDP: SIGKILL one
+   worker; time from the kill to the next completed step after the restart. torch is in the
+   optional ``bench`` extra; without it the column reads "not installed".
 Prints a table and writes bench/results/recovery.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -27,48 +36,110 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, EdlJob, write_result  # noqa: E402
 
 
+def _settled(n: int, after_step: int):
+    """The job is back at ``n`` trainers, its last change's pause measured, and it stepped past ``after_step``."""
+    return lambda s: (s["world_size"] == n and s["phase"] == "running" and s["step"] > after_step
+                      and s["generations"][-1]["pause_s"] is not None)
+
+
+def _failure_after(g: int):
+    def find(s: dict) -> dict | None:
+        return next((x for x in s["generations"] if x["master_generation"] > g and x["reason"] == "failure"
+                     and x["first_step_at"] is not None), None)
+    return find
+
+
+def _gone(pid: int, timeout: float) -> bool:
+    """The process ended (a zombie until the launcher reaps it counts as ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ", 1)[1].startswith("Z"):
+                    return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def one_case(job: EdlJob, n: int, rank: int, kind: str, st: dict) -> tuple[dict, dict]:
+    g = st["generation"]
+    victim = next(t for t in st["trainers"] if t["rank"] == rank)
+    survivors = {t["id"] for t in st["trainers"] if t["rank"] is not None and t["id"] != victim["id"]}
+    step_before = st["step"]
+    t_fault = time.monotonic()
+    os.kill(victim["pid"], signal.SIGKILL if kind == "sigkill" else signal.SIGSTOP)
+    find = _failure_after(g)
+    st = job.wait_for(lambda s: find(s) is not None, timeout=120)
+    fail = find(st)
+    case = {
+        "fault": kind, "group_size": n, "rank": rank,
+        "pause_s": fail["pause_s"],
+        "fault_to_next_step_s": round(fail["first_step_at"] - t_fault, 3),
+        "rolled_back_steps": fail["rolled_back_steps"],
+        "base_step": fail["base_step"], "step_seen_before": step_before,
+        "source": fail["source"],
+        "survivors_kept": survivors <= set(fail["members"]),
+    }
+    if kind == "sigstop":
+        case["excluded_after_s"] = round(fail["triggered_at"] - t_fault, 3)
+        st = job.wait_for(lambda s, m=st["step"]: s["step"] > m + 5, timeout=120)  # the others go on
+        os.kill(victim["pid"], signal.SIGCONT)
+        case["woken_left_cleanly"] = _gone(victim["pid"], 30)
+        log = job.home / "jobs" / job.name / "logs" / f"{victim['id']}.log"
+        case["woken_told"] = "dropped from the job" in log.read_text(errors="replace")
+    st = job.wait_for(_settled(n, st["step"] + 10), timeout=180)  # the replacement joined
+    return case, st
+
+
+def edl_cases(tmp: Path, data: Path, batch: int, sizes: list[int], console: Console) -> list[dict]:
+    cases: list[dict] = []
+    for n in sizes:
+        job = EdlJob(f"recovery-{n}", [
+            "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
+            "--min-trainers", "1", "--max-trainers", str(n), "--trainers", str(n),
+            "--checkpoint-uri", str(tmp / f"ckpt-{n}"), "--checkpoint-interval", "1e9",
+            "--max-trainer-failures", "100",  # every killed trainer and every woken one counts
+        ], tmp / f"home-{n}", tmp / f"edl-{n}.log")
+        try:
+            st = job.wait_for(_settled(n, 20), timeout=300)
+            plan = [("sigkill", r) for r in range(n)] + [("sigstop", 0), ("sigstop", n - 1)]
+            for kind, rank in plan:
+                case, st = one_case(job, n, rank, kind, st)
+                console.print(f"  {kind} rank {rank} of {n}: pause {case['pause_s']} s, "
+                              f"rolled back {case['rolled_back_steps']}, survivors kept {case['survivors_kept']}")
+                cases.append(case)
+        except Exception:
+            console.print(f"job of {n} failed; its log: {tmp / f'edl-{n}.log'} and {tmp / f'home-{n}'}")
+            raise
+        finally:
+            job.stop()
+    return cases
+
+
 def scale(job: EdlJob, n: int) -> None:
-    subprocess.run([sys.executable, "-m", "edl", "scale", job.name, "--trainers", str(n)], check=True,
+    subprocess.run([sys.executable, "-m", "edl", "scale", job.name, "--trainers", str(n)], check=True, timeout=60,
                    env={**os.environ, "EDL_HOME": str(job.home)}, stdout=subprocess.DEVNULL)
 
 
-def edl_pauses(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
-    job = EdlJob("recovery", [
-        "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "100", "--batch-size", str(batch),
+def graceful_pauses(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
+    """Scale-up 1 -> 2 and drain 2 -> 1, ``rounds`` times each."""
+    job = EdlJob("graceful", [
+        "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
         "--min-trainers", "1", "--max-trainers", "2", "--trainers", "1",
-        "--checkpoint-uri", str(tmp / "ckpt"), "--checkpoint-interval", "1e9",
-    ], tmp / "home", tmp / "edl.log")
-    out: dict = {"scale_up": [], "scale_down": [], "failure": [], "kill_to_next_step_s": [], "rolled_back": []}
+        "--checkpoint-uri", str(tmp / "ckpt-graceful"), "--checkpoint-interval", "1e9",
+    ], tmp / "home-graceful", tmp / "edl-graceful.log")
+    out: dict = {"scale_up": [], "scale_down": []}
     try:
-        st = job.wait_for(lambda s: s["step"] > 20)
+        st = job.wait_for(_settled(1, 20))
         for _ in range(rounds):
-            g = st["generation"]
-            scale(job, 2)
-            st = job.wait_for(lambda s: s["generation"] > g and s["generations"][-1]["pause_s"] is not None)
-            out["scale_up"].append(st["generations"][-1]["pause_s"])
-            st = job.wait_for(lambda s, n=st["step"]: s["step"] > n + 20)
-            g = st["generation"]
-            scale(job, 1)
-            st = job.wait_for(lambda s: s["generation"] > g and s["generations"][-1]["pause_s"] is not None)
-            out["scale_down"].append(st["generations"][-1]["pause_s"])
-            st = job.wait_for(lambda s, n=st["step"]: s["step"] > n + 20)
-        g = st["generation"]
-        scale(job, 2)
-        st = job.wait_for(lambda s: s["world_size"] == 2 and s["generations"][-1]["pause_s"] is not None)
-        for _ in range(rounds):
-            st = job.wait_for(lambda s, n=st["step"]: s["world_size"] == 2 and s["step"] > n + 20
-                              and s["generations"][-1]["pause_s"] is not None)
-            g = st["generation"]
-            victim = next(t for t in st["trainers"] if t["rank"] == 1)
-            t_kill = time.time()
-            os.kill(victim["pid"], signal.SIGKILL)
-            st = job.wait_for(lambda s: any(x["master_generation"] > g and x["reason"] == "failure" and x["first_step_at"] is not None
-                                            for x in s["generations"]))
-            # The failure generation (a replacement's scale-up may already have followed it).
-            fail = next(x for x in st["generations"] if x["master_generation"] > g and x["reason"] == "failure")
-            out["failure"].append(fail["pause_s"])
-            out["kill_to_next_step_s"].append(fail["first_step_at"] - t_kill)
-            out["rolled_back"].append(fail["rolled_back_steps"])
+            for n, key in ((2, "scale_up"), (1, "scale_down")):
+                g = st["generation"]
+                scale(job, n)
+                st = job.wait_for(lambda s, g=g, n=n: s["generation"] > g and _settled(n, 0)(s))
+                out[key].append(st["generations"][-1]["pause_s"])
+                st = job.wait_for(_settled(n, st["step"] + 20))
     finally:
         job.stop()
     return out
@@ -112,7 +183,7 @@ def torchrun_recovery(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
             wait_steps(time.time(), 20)
             last_step = steps()[-1][0]
             pid = int((work / "pid-1").read_text())
-            t_kill = time.time()
+            t_kill = time.time()  # the steps log holds wall-clock times
             os.kill(pid, signal.SIGKILL)
             wait_steps(t_kill, 1)
             nxt = next((s, t) for s, t in steps() if t > t_kill)
@@ -126,54 +197,67 @@ def torchrun_recovery(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
     return out
 
 
+def med(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[len(s) // 2]
+
+
 def main() -> int:
-    p = argparse.ArgumentParser(description="edl pauses and failure recovery vs torchrun")
-    p.add_argument("--rounds", type=int, default=3, help="repetitions of each disturbance (default 3)")
-    p.add_argument("--batch-size", type=int, default=256, help="records per trainer per step (default 256)")
+    p = argparse.ArgumentParser(description="edl failure recovery per case vs torchrun")
+    p.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4], help="group sizes (default 2 3 4)")
+    p.add_argument("--batch-size", type=int, default=64, help="records per trainer per step (default 64)")
+    p.add_argument("--rounds", type=int, default=3, help="graceful changes and torchrun kills (default 3)")
+    console = Console(width=150)
+    p.add_argument("--keep", action="store_true", help="keep the jobs' directories (logs) for a look afterwards")
     a = p.parse_args()
-    console = Console()
-    with tempfile.TemporaryDirectory(prefix="edl-bench-") as d:
+    workdir = (contextlib.nullcontext(tempfile.mkdtemp(prefix="edl-bench-")) if a.keep
+               else tempfile.TemporaryDirectory(prefix="edl-bench-"))
+    with workdir as d:
         tmp = Path(d)
         from edl.data.prepare import prepare_synthetic
 
         prepare_synthetic(str(tmp / "data"), 50000, 256, 10, shards=4)
         data = tmp / "data" / "train"
-        console.print("edl: scale-up, drain and SIGKILL ...")
-        edl = edl_pauses(tmp, data, a.batch_size, a.rounds)
-        console.print("torchrun: SIGKILL of one worker ...")
-        tr = torchrun_recovery(tmp, data, a.batch_size, a.rounds)
-
-    def med(xs: list[float]) -> float:
-        s = sorted(xs)
-        return s[len(s) // 2]
-
+        console.print("edl: SIGKILL of every rank, SIGSTOP of the first and the last ...")
+        cases = edl_cases(tmp, data, a.batch_size, a.sizes, console)
+        console.print("edl: graceful scale-up 1 -> 2 and drain 2 -> 1 ...")
+        graceful = graceful_pauses(tmp, data, a.batch_size, a.rounds)
+        tr: dict | None = None
+        if importlib.util.find_spec("torch") is not None:
+            console.print("torchrun: SIGKILL of one worker ...")
+            tr = torchrun_recovery(tmp, data, a.batch_size, a.rounds)
+    torch_s = None if tr is None else med(tr["kill_to_next_step_s"])
+    torch_cell = "not installed" if torch_s is None else f"{torch_s:.2f}"
+    kills = [c for c in cases if c["fault"] == "sigkill"]
+    stops = [c for c in cases if c["fault"] == "sigstop"]
     result = {
-        "model": "mlp 256-1024-1024-1024-10", "batch_per_trainer": a.batch_size, "rounds": a.rounds,
-        "edl": edl, "torchrun": tr,
-        "median": {
-            "edl_scale_up_pause_s": med(edl["scale_up"]), "edl_drain_pause_s": med(edl["scale_down"]),
-            "edl_failure_pause_s": med(edl["failure"]),
-            "edl_kill_to_next_step_s": med(edl["kill_to_next_step_s"]),
-            "torchrun_kill_to_next_step_s": med(tr["kill_to_next_step_s"]),
+        "model": "mlp 256-1024-1024-1024-10", "batch_per_trainer": a.batch_size, "sizes": a.sizes,
+        "command": "python bench/recovery.py " + " ".join(sys.argv[1:]),
+        "cases": cases, "graceful": graceful, "torchrun": tr if tr is not None else "not installed",
+        "median": {"scale_up_pause_s": med(graceful["scale_up"]), "drain_pause_s": med(graceful["scale_down"])},
+        "worst": {
+            "sigkill_pause_s": max(c["pause_s"] for c in kills),
+            "sigkill_fault_to_next_step_s": max(c["fault_to_next_step_s"] for c in kills),
+            "sigkill_rolled_back_steps": max(c["rolled_back_steps"] for c in kills),
+            "sigstop_excluded_after_s": max(c["excluded_after_s"] for c in stops) if stops else None,
+            "sigstop_rolled_back_steps": max(c["rolled_back_steps"] for c in stops) if stops else None,
+            "survivors_lost": sum(not c["survivors_kept"] for c in cases),
         },
+        "torchrun_kill_to_next_step_s": torch_s,
     }
-    result["median"]["edl_over_torchrun"] = (result["median"]["edl_kill_to_next_step_s"]
-                                             / result["median"]["torchrun_kill_to_next_step_s"])
     path = write_result("recovery", result)
-    m = result["median"]
-    t = Table(title=f"generation changes, median of {a.rounds} (seconds)")
-    t.add_column("event")
-    t.add_column("edl", justify="right")
-    t.add_column("torchrun", justify="right")
-    t.add_column("target", justify="right")
-    t.add_row("graceful scale-up pause", f"{m['edl_scale_up_pause_s']:.2f}", "-", "≤ 1")
-    t.add_row("graceful drain pause", f"{m['edl_drain_pause_s']:.2f}", "-", "≤ 1")
-    t.add_row("SIGKILL pause (master learns → next step)", f"{m['edl_failure_pause_s']:.2f}", "-", "≤ 2")
-    t.add_row("SIGKILL → next completed step", f"{m['edl_kill_to_next_step_s']:.2f}",
-              f"{m['torchrun_kill_to_next_step_s']:.2f}", "edl ≤ 0.2 × torchrun")
+    t = Table(title="trainer faults, one row per case (seconds; target: SIGKILL pause ≤ 1, hang excluded ≤ 10)")
+    for col in ("fault", "n", "rank", "pause", "fault → next step", "excluded after", "rolled back",
+                "survivors kept", "woken left", "torchrun (restart-all)"):
+        t.add_column(col, justify="right")
+    for c in cases:
+        t.add_row(c["fault"], str(c["group_size"]), str(c["rank"]), f"{c['pause_s']:.2f}",
+                  f"{c['fault_to_next_step_s']:.2f}", f"{c['excluded_after_s']:.2f}" if "excluded_after_s" in c else "-",
+                  str(c["rolled_back_steps"]), "yes" if c["survivors_kept"] else "NO",
+                  ("yes" if c["woken_left_cleanly"] and c["woken_told"] else "NO") if "woken_told" in c else "-",
+                  torch_cell if c["fault"] == "sigkill" and c["group_size"] == 2 else "-")
     console.print(t)
-    console.print(f"edl / torchrun = {m['edl_over_torchrun']:.3f}; steps rolled back by edl after a kill: "
-                  f"{edl['rolled_back']}; steps redone by torchrun: {tr['redone_steps']}; written to {path}")
+    console.print(f"worst: {result['worst']}; graceful, median of {a.rounds}: {result['median']}; written to {path}")
     return 0
 
 

@@ -229,12 +229,16 @@ class HeartbeatAnswer:
     # This trainer's cursor in the newest committed checkpoint of ``generation``: what its task ledger
     # (``ResumeReport``) may forget up to. None: no checkpoint of this generation has committed.
     committed_cursor: Cursor | None = None
+    # A member of ``generation`` failed: its collective can no longer complete, so leave it now
+    # (do not wait for it) and report the last completed step.
+    abort: bool = False
 
     @classmethod
     def from_json(cls, d: dict) -> HeartbeatAnswer:
         state = None if d["state"] is None else TrainerState(d["state"])
         return cls(d["master_uid"], d["known"], state, d["generation"], d["stop"], JobStatus(d["job_status"]),
-                   d["checkpoint"], d.get("abandoned", False), cursor_from_json(d.get("committed_cursor")))
+                   d["checkpoint"], d.get("abandoned", False), cursor_from_json(d.get("committed_cursor")),
+                   d.get("abort", False))
 
 
 @dataclass(frozen=True)
@@ -430,8 +434,10 @@ class TrainerLink(Protocol):
         ...
 
     def heartbeat(self, trainer: str, *, generation: int, step: int, safe_cursor: Cursor | None,
-                  loss: float | None, wait_s: float) -> HeartbeatAnswer:
-        """Renew the lease and commit ``safe_cursor``; waits up to ``wait_s`` for a reason to stop."""
+                  loss: float | None, wait_s: float, in_collective_s: float | None = None) -> HeartbeatAnswer:
+        """Renew the lease and commit ``safe_cursor``; waits up to ``wait_s`` for a reason to stop.
+        ``in_collective_s``: how long the trainer has been waiting in its generation's collective (None:
+        it is not in one), from which the master tells who the others wait on."""
         ...
 
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:

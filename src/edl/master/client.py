@@ -161,9 +161,9 @@ class HttpMaster:
         return assignment_from_json(d)
 
     def heartbeat(self, trainer: str, *, generation: int, step: int, safe_cursor: Cursor | None,
-                  loss: float | None, wait_s: float) -> HeartbeatAnswer:
+                  loss: float | None, wait_s: float, in_collective_s: float | None = None) -> HeartbeatAnswer:
         body = {"generation": generation, "step": step, "wait_s": wait_s, "safe_cursor": cursor_to_json(safe_cursor),
-                "loss": loss}
+                "loss": loss, "in_collective_s": in_collective_s}
         return HeartbeatAnswer.from_json(self._call("POST", f"/v1/trainers/{trainer}/heartbeat", body))
 
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:

@@ -185,9 +185,10 @@ class Job:
         self.tick(now)
 
     def heartbeat(self, trainer: str, step: int, safe_cursor: Cursor | None, now: float,
-                  loss: float | None = None) -> HeartbeatAnswer:
+                  loss: float | None = None, generation: int | None = None,
+                  in_collective_s: float | None = None) -> HeartbeatAnswer:
         m = self.membership
-        t = m.heartbeat(trainer, step, now)
+        t = m.heartbeat(trainer, step, now, generation, in_collective_s)
         if t is not None and t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING:
             self.queue.commit(trainer, safe_cursor)
             if loss is not None and step >= self.last_step_seen:
@@ -209,6 +210,8 @@ class Job:
             checkpoint=self.checkpoint_requested,
             abandoned=self.abandoned,
             committed_cursor=self._committed_cursor(trainer),
+            # Its generation failed (or it was dropped): leave the collective instead of waiting in it.
+            abort=m.aborting(trainer) or (t is not None and t.state is TrainerState.FAILED),
         )
 
     def _committed_cursor(self, trainer: str) -> Cursor | None:

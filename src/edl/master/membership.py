@@ -20,11 +20,18 @@ Trainer states and their transitions (``TRAINER_TRANSITIONS``)::
 
     WAITING  (registered, not yet in a generation) -> ACTIVE
     ACTIVE   -> DRAINING (asked to leave) -> LEFT
-    ACTIVE | DRAINING | WAITING -> FAILED (died, lease expired, or missed the sync)
+    ACTIVE | DRAINING | WAITING -> FAILED (died, lease expired, missed the sync, or held the others up)
+
+A failure aborts the generation: every member that has not reported yet is told (in its
+heartbeat answer) to leave the collective now rather than wait for it, since a collective
+with a dead member never completes. A member the others wait on in the collective while it
+is silent, or alive but not stepping (``holding_up``), is declared failed, which aborts the
+generation for the others: they go on from their last common step with their own state.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from edl.api.data import Cursor
@@ -56,6 +63,9 @@ class Trainer:
     last_seen: float
     state: TrainerState = TrainerState.WAITING
     step: int = 0
+    step_at: float | None = None  # when ``step`` last advanced (None: not since it registered)
+    generation: int = 0  # the generation its last heartbeat was in
+    waiting_since: float | None = None  # waiting in that generation's collective since (master's clock)
 
     def move(self, to: TrainerState) -> None:
         if to is not self.state:
@@ -102,6 +112,34 @@ class Formation:
     rollback: bool  # no survivor holds state: restore queue and model from the checkpoint
 
 
+def holding_up(members: Sequence[Trainer], generation: int, now: float, *, hang_s: float, silent_s: float,
+               stall_s: float) -> list[tuple[str, str]]:
+    """The members of ``generation`` that the others wait on in its collective, with why.
+
+    A member holds the others up when someone who is still heartbeating has waited in the
+    collective for over ``hang_s`` while the member has been silent for over ``silent_s`` (a
+    stopped process, a frozen node: its lease has not run out yet), or when someone has waited
+    over ``stall_s`` while the member is heartbeating but has neither stepped for ``stall_s``
+    nor entered the collective (its training thread is stuck, in a read for example).
+    """
+    def silent(t: Trainer) -> bool:
+        return now - t.last_seen > silent_s
+
+    waited = [now - t.waiting_since for t in members
+              if t.generation == generation and t.waiting_since is not None and not silent(t)]
+    longest = max(waited, default=0.0)
+    out: list[tuple[str, str]] = []
+    for t in members:
+        if silent(t):
+            if longest > hang_s:
+                out.append((t.id, f"silent for {now - t.last_seen:.1f} s while the others waited on it"))
+        elif t.waiting_since is None or t.generation != generation:
+            idle = now - (t.step_at if t.step_at is not None else t.registered_at)
+            if longest > stall_s and idle > stall_s:
+                out.append((t.id, f"no step for {idle:.1f} s while the others waited on it"))
+    return out
+
+
 START_GRACE_S = 20.0  # also what the simulator's jobs wait at start (edl.sim.engine)
 
 
@@ -113,6 +151,11 @@ class MembershipConfig:
     start_grace_s: float = START_GRACE_S  # at start, wait this long for ``desired`` registrations
     lease_s: float = 10.0  # a trainer silent this long is declared failed
     sync_timeout_s: float = 15.0  # a live member that does not report by then is dropped
+    # ``holding_up``: the others waited this long on a member silent for ``silent_s``, or on one
+    # heartbeating without stepping for ``stall_s``: it is dropped (well before its lease runs out).
+    hang_s: float = 5.0
+    silent_s: float = 4.0
+    stall_s: float = 15.0
 
 
 class Membership:
@@ -130,6 +173,7 @@ class Membership:
         self.reports: dict[str, SyncReport] = {}
         self.first_registration_at: float | None = None
         self.resume_reason = Reason.START
+        self.excluded: list[tuple[str, str]] = []  # (trainer, why) dropped for holding the others up, in order
 
     # ---------------------------------------------------------------- helpers
     def _move(self, to: Phase) -> None:
@@ -165,12 +209,20 @@ class Membership:
         self._trigger(Reason.SCALE_UP, now)
         return t
 
-    def heartbeat(self, trainer_id: str, step: int, now: float) -> Trainer | None:
+    def heartbeat(self, trainer_id: str, step: int, now: float, generation: int | None = None,
+                  in_collective_s: float | None = None) -> Trainer | None:
+        """``generation`` and ``in_collective_s`` (None: not in a collective) say where the trainer's loop
+        is; without ``generation`` (a repeated beat of the same request) they stay as they were."""
         t = self.trainers.get(trainer_id)
         if t is None:
             return None
         t.last_seen = now
+        if step > t.step or t.step_at is None:
+            t.step_at = now
         t.step = max(t.step, step)
+        if generation is not None:
+            t.generation = generation
+            t.waiting_since = None if in_collective_s is None else now - max(0.0, in_collective_s)
         return t
 
     def drain(self, trainer_id: str, now: float) -> None:
@@ -199,6 +251,7 @@ class Membership:
             return
         t.last_seen = now
         t.store_port = report.store_port
+        t.waiting_since = None  # out of the collective: waiting for the next generation
         if report.failed:
             self._trigger(Reason.FAILURE, now)
         elif self.phase is Phase.RUNNING:
@@ -217,6 +270,14 @@ class Membership:
                 continue
             if now - t.last_seen > self.config.lease_s:
                 self.fail(t.id, now)
+        if self.current is not None:
+            cfg = self.config
+            live = [self.trainers[m] for m in self.members()
+                    if self.trainers[m].state in (TrainerState.ACTIVE, TrainerState.DRAINING) and m not in self.reports]
+            for trainer_id, why in holding_up(live, self.current.id, now, hang_s=cfg.hang_s, silent_s=cfg.silent_s,
+                                              stall_s=cfg.stall_s):
+                self.excluded.append((trainer_id, why))
+                self.fail(trainer_id, now)
         if self.phase is Phase.SYNCING and self.pending_since is not None:
             if now - self.pending_since > self.config.sync_timeout_s:
                 for m in self.members():
@@ -327,3 +388,9 @@ class Membership:
     def change_pending_for(self, trainer_id: str) -> bool:
         """Should this trainer stop at the next step boundary?"""
         return self.phase is Phase.SYNCING and trainer_id in self.members()
+
+    def aborting(self, trainer_id: str) -> bool:
+        """Should this trainer leave its collective now? A member of the generation failed, so the
+        collective cannot complete; the others wait for this one's report (its last completed step)."""
+        return (self.phase is Phase.SYNCING and self.pending_reason is Reason.FAILURE
+                and trainer_id in self.members() and trainer_id not in self.reports)

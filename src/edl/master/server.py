@@ -61,6 +61,7 @@ class HeartbeatBody(BaseModel):
     safe_cursor: CursorJSON = None
     wait_s: float = 0.0
     loss: float | None = None  # mean training loss of the trainer's last step
+    in_collective_s: float | None = None  # waiting in its generation's collective this long (None: not in one)
 
 
 class TaskBody(BaseModel):
@@ -181,6 +182,7 @@ class Master:
         self._logged_generations = 0
         self._logged_status = JobStatus.RUNNING
         self._logged_abandoned = False
+        self._logged_excluded = 0
 
     async def notify(self) -> None:
         self._log_events()
@@ -198,6 +200,11 @@ class Master:
             return predicate()
 
     def _log_events(self) -> None:
+        excluded = self.job.membership.excluded
+        while self._logged_excluded < len(excluded):
+            trainer, why = excluded[self._logged_excluded]
+            self._logged_excluded += 1
+            log.warning("trainer %s dropped: %s", trainer, why)
         hist = self.job.membership.history
         while self._logged_generations < len(hist):
             g = hist[self._logged_generations]
@@ -295,7 +302,8 @@ def _trainer_routes(master: Master) -> APIRouter:
 
     @routes.post("/heartbeat")
     async def heartbeat(trainer: str, body: HeartbeatBody) -> dict:
-        answer = job.heartbeat(trainer, body.step, cursor_from_json(body.safe_cursor), master.clock(), body.loss)
+        answer = job.heartbeat(trainer, body.step, cursor_from_json(body.safe_cursor), master.clock(), body.loss,
+                               body.generation, body.in_collective_s)
         await master.notify()
         # Wait for a reason to stop, but not when we do not know the trainer: it must learn at once that
         # this master restarted, to stop and re-register with where it is (its pause starts here).

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import gc
 import os
+import queue
 import socket
+import threading
 import time
+from concurrent.futures import Future
+from typing import Callable, TypeVar
 
 import paddle
 
 from edl.errors import CollectiveError
+
+T = TypeVar("T")
+
+
+class Abandoned(CollectiveError):
+    """The loop left a collective that can no longer complete (the master aborted its generation)."""
 
 
 def _wait_listening(host: str, port: int, deadline: float) -> None:
@@ -40,6 +50,7 @@ class Group:
         self.rank, self.world = rank, world
         self._pg = None
         self._store = None
+        self._abandoned = False
         if world == 1:
             return
         from paddle.base import core
@@ -64,7 +75,12 @@ class Group:
             self.close()
             raise CollectiveError(f"forming group at {host}:{port} failed: {e}") from e
 
+    def _check(self) -> None:
+        if self._abandoned:
+            raise Abandoned("the generation was aborted")
+
     def all_reduce_sum(self, t: paddle.Tensor) -> None:
+        self._check()
         if self._pg is None:
             return
         from paddle.base import core
@@ -76,6 +92,7 @@ class Group:
             raise CollectiveError(f"all-reduce failed: {str(e).splitlines()[0][:200]}") from e
 
     def broadcast(self, t: paddle.Tensor, src: int = 0) -> None:
+        self._check()
         if self._pg is None:
             return
         try:
@@ -84,7 +101,62 @@ class Group:
             self.close()
             raise CollectiveError(f"broadcast failed: {str(e).splitlines()[0][:200]}") from e
 
+    def abandon(self) -> None:
+        """Every later call raises ``Abandoned``; the call in flight (on the runner's thread) keeps the
+        process group alive until Gloo gives up on it, but nothing it does reaches this generation."""
+        self._abandoned = True
+
     def close(self) -> None:
         self._pg = None
         self._store = None
         gc.collect()
+
+
+class Runner:
+    """Runs the loop's blocking collectives on a thread of their own, so that the loop can leave one.
+
+    Paddle's Gloo calls cannot be interrupted, and closing a group from another thread does not
+    wake a peer blocked on it: a survivor waiting on another survivor that already gave up would
+    wait out Gloo's timeout. So the loop waits on the call here, watching ``abort`` (the master's
+    word that the generation failed), and on abort leaves the call to its thread (a daemon, which
+    ends when Gloo does) and takes a fresh thread for the next generation.
+    """
+
+    def __init__(self, poll_s: float = 0.005) -> None:
+        self.poll_s = poll_s
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future]] | None = None
+        self.abandoned = 0  # calls left behind, for the log
+
+    def _serve(self, jobs: queue.SimpleQueue[tuple[Callable[[], object], Future]]) -> None:
+        while True:
+            fn, fut = jobs.get()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting loop as is
+                fut.set_exception(e)
+
+    def run(self, fn: Callable[[], T], abort: Callable[[], bool], group: Group | None = None) -> T:
+        """``fn()``, or ``Abandoned`` as soon as ``abort()`` holds while it runs (``group`` is abandoned too)."""
+        if abort():
+            if group is not None:
+                group.abandon()
+            raise Abandoned("the generation was aborted")
+        if self._jobs is None:
+            self._jobs = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(self._jobs,), name="edl-collective", daemon=True).start()
+        fut: Future = Future()
+        self._jobs.put((fn, fut))
+        while True:
+            try:
+                return fut.result(timeout=self.poll_s)  # type: ignore[return-value]
+            except TimeoutError:
+                pass
+            if abort():
+                if group is not None:
+                    group.abandon()
+                if not fut.cancel():  # already running: its thread stays with it
+                    self._jobs = None
+                    self.abandoned += 1
+                raise Abandoned("the generation was aborted while in its collective")

@@ -1,7 +1,11 @@
 """The trainer's heartbeat: renews its lease, commits its safe cursor, learns what the master wants.
 
 It runs on its own thread. What it learns (``Control``) is read by the training loop at
-step boundaries; where the loop is (``Progress``) is written by the loop and read here.
+step boundaries, and while the loop waits in a collective: an *abort* (a member of the
+generation failed, or this trainer was dropped) makes the loop leave the collective at once.
+Where the loop is (``Progress``) is written by the loop and read here; the master hears from
+it how long the loop has waited in its collective, which is how it finds who holds the
+others up.
 It is also the loop's watchdog: a trainer stuck in a collective that can no longer
 complete (a peer vanished mid-rendezvous) exits, and the launcher replaces it; a trainer
 whose master has not answered for ``master_lost_s`` (longer than a master restart) ends
@@ -15,7 +19,7 @@ import threading
 import time
 from typing import Callable
 
-from edl.api.master import HeartbeatAnswer, JobStatus, TrainerLink
+from edl.api.master import HeartbeatAnswer, JobStatus, TrainerLink, TrainerState
 from edl.errors import EdlError
 from edl.trainer.progress import Progress
 
@@ -50,6 +54,13 @@ class Control:
         self._master_changed = False
         self._job_done = False
         self._checkpoint_now = False  # rank 0 takes a checkpoint at the next step
+        self._abort_through = -1  # leave the collective of any generation up to this one
+        self._dropped = False  # the master dropped us (we were silent or stuck): leave
+
+    @property
+    def master_uid(self) -> str | None:
+        with self._lock:
+            return self._master_uid
 
     def reset(self, master_uid: str) -> None:
         """Forget everything: we registered with ``master_uid`` (afresh, after it restarted)."""
@@ -68,6 +79,10 @@ class Control:
                 return
             if answer.stop:
                 self._stop_generation = answer.generation
+            if answer.abort:
+                self._abort_through = max(self._abort_through, answer.generation)
+            if answer.state is TrainerState.FAILED:
+                self._dropped = True
             if answer.job_status is not JobStatus.RUNNING or answer.abandoned:
                 self._job_done = True
             self._checkpoint_now = answer.checkpoint
@@ -76,6 +91,16 @@ class Control:
         """End ``generation`` at this step: the master asked, it restarted, or the job is over."""
         with self._lock:
             return self._stop_generation == generation or self._master_changed or self._job_done
+
+    def aborts(self, generation: int) -> bool:
+        """Leave ``generation``'s collective now: a member failed (it cannot complete), or we were dropped."""
+        with self._lock:
+            return generation <= self._abort_through
+
+    @property
+    def dropped(self) -> bool:
+        with self._lock:
+            return self._dropped
 
     @property
     def checkpoint_requested(self) -> bool:
@@ -122,9 +147,11 @@ class Heartbeat:
 
     def beat(self) -> None:
         p = self.progress
+        since = p.in_collective_since
         try:
             r = self.link.heartbeat(self.id, generation=p.generation, step=p.step, safe_cursor=p.safe_cursor,
-                                    loss=p.loss, wait_s=1.0)
+                                    loss=p.loss, wait_s=1.0,
+                                    in_collective_s=None if since is None else max(0.0, self.clock() - since))
         except EdlError:
             if master_lost(self.last_answer, self.clock(), self.master_lost_s):
                 log.error("master unreachable for %.0f s: trainer %s ending itself", self.master_lost_s, self.id)
@@ -135,6 +162,11 @@ class Heartbeat:
         self.last_answer = self.clock()
         since = p.in_collective_since
         stuck = self.clock() - since if since is not None else 0.0
+        if r.abort and r.master_uid == self.control.master_uid:
+            # The loop leaves its collective on this answer (a woken trainer the master dropped
+            # among them: it is told so and leaves), so the watchdog has nothing to do.
+            self.control.learn(r)
+            return
         if stuck_in_collective(stuck, p.generation, r.generation, self.hang_s, self.deadline_s):
             log.error("trainer %s stuck in generation %d for %.0f s; exiting", self.id, p.generation, stuck)
             self.on_stuck()

@@ -144,6 +144,14 @@ class Replica:
             self._zero_grads()
             self._step_open = False
 
+    def drop_grads(self) -> None:
+        """Forget a failed step's gradients (partly summed). Their buffers, the buckets included, are
+        released, not zeroed: a collective left behind on another thread may still write into them
+        (it holds its own reference); the next step builds fresh buckets."""
+        self._flats = []
+        self._step_open = False
+        self.opt.clear_grad(set_to_zero=False)
+
     def broadcast(self, group: Group, step: int) -> int:
         """Take rank 0's model, optimizer state and step (rank 0 sends its own)."""
         return state.broadcast_state(group, self.model, self.opt, step)

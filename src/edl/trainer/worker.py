@@ -35,7 +35,7 @@ from edl.storage.checkpoint import FINAL, CheckpointStore
 from edl.storage.store import open_store
 from edl.trainer.audit import AuditLog
 from edl.trainer.checkpoints import Checkpointer
-from edl.trainer.collective import Group
+from edl.trainer.collective import Group, Runner
 from edl.trainer.data import Slice, TaskBuffer, read_slices, record_ids
 from edl.trainer.decide import CheckpointWhy, StepContext, StepDecision, Then, decide_step, plan_start
 from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, MASTER_LOST_S, Control, Heartbeat, master_lost_after_s
@@ -82,6 +82,7 @@ class Trainer:
                                    on_master_lost=lambda: os._exit(EXIT_OK), master_lost_s=self.master_lost_s,
                                    on_answer=self._forget_committed)
         self.store_port = free_port(host)
+        self.runner = Runner()  # the collectives run there, so that an aborted generation is left at once
         self.audit = AuditLog(job_store, trainer_id) if self.spec.audit else None  # under the checkpoints
         self._alive = True
         self.flush_s = 60.0  # how long the end waits for rank 0's last checkpoint write
@@ -130,7 +131,8 @@ class Trainer:
                         log.info("trainer %s drained; leaving", self.id)
                         return EXIT_OK
                     case Unassigned.FAILED:
-                        log.warning("trainer %s was dropped from the job", self.id)
+                        why = " (it stopped responding while the others waited on it)" if self.control.dropped else ""
+                        log.warning("trainer %s was dropped from the job%s; leaving", self.id, why)
                         return EXIT_EXCLUDED
                     case Unassigned.ABANDONED:
                         log.warning("trainer %s: the job's launcher went silent and the master ends the job; "
@@ -184,10 +186,14 @@ class Trainer:
         p.generation = a.generation
         host, port = a.rendezvous
         t0 = self.clock()
+
+        def abort() -> bool:
+            return self.control.aborts(a.generation)
+
         try:
             group_id = zlib.crc32(f"{a.master_uid}:{a.generation}".encode()) & 0x7FFFFFFF
             p.in_collective_since = self.clock()
-            group = Group(host, port, a.rank, a.world_size, group_id, self.backend)
+            group = self.runner.run(lambda: Group(host, port, a.rank, a.world_size, group_id, self.backend), abort)
             if plan.rebuild:
                 self.replica.build()
             if plan.load_checkpoint:
@@ -195,7 +201,8 @@ class Trainer:
             elif plan.step is not None:
                 p.step = plan.step
             t1 = self.clock()
-            p.step = self.replica.broadcast(group, p.step if a.rank == 0 else a.base_step)
+            own_step = p.step if a.rank == 0 else a.base_step
+            p.step = self.runner.run(lambda: self.replica.broadcast(group, own_step), abort, group)
             t2 = self.clock()
         except CollectiveError as e:
             log.warning("trainer %s: generation %d did not form: %s", self.id, a.generation, e)
@@ -220,6 +227,7 @@ class Trainer:
             sums = self._step(a, group, key)
             if sums is None:
                 self.stopped = (a, p.step, cursors)
+                self.replica.drop_grads()  # partly summed: the step is redone in the next generation
                 self._report(gen, p.step, cursors, failed=True)
                 return False
             d = decide_step(sums, StepContext(a.rank, p.step, first_step_pending, self.checkpoints.since_last_s(),
@@ -261,7 +269,9 @@ class Trainer:
                           out_of_data)
         self.progress.in_collective_since = self.clock()
         try:
-            sums = decode_sums(self.replica.all_reduce(group, slots), a.members)
+            summed = self.runner.run(lambda: self.replica.all_reduce(group, slots),
+                                     lambda: self.control.aborts(a.generation), group)
+            sums = decode_sums(summed, a.members)
         except CollectiveError as e:
             log.warning("trainer %s: step %d failed: %s", self.id, self.progress.step + 1, e)
             return None

@@ -93,3 +93,59 @@ def test_lease_expiry_fails_a_silent_trainer():
     m.expire(6.0)
     assert m.trainers["t1"].state is TrainerState.FAILED
     assert m.phase is Phase.SYNCING
+
+
+# ------------------------------------------------------------------ a failure aborts; hangs are found
+def test_a_failure_aborts_the_generation_for_every_member_until_it_reports():
+    m = started(3)
+    assert not any(m.aborting(t) for t in m.members())
+    m.register("t9", 9, "h", 9, now=1.0)  # a graceful change: members stop at a step boundary, no abort
+    assert m.change_pending_for("t1") and not m.aborting("t1")
+    m.fail("t0", 1.5)  # ... until a member dies during it
+    assert m.aborting("t1") and m.aborting("t2") and not m.aborting("t9")
+    m.report(SyncReport("t1", 1, 40, {}, 7001, True), 1.6)
+    assert not m.aborting("t1") and m.aborting("t2")
+
+
+def beat_all(m: Membership, now: float, waiting: dict[str, float | None], step: int = 10) -> None:
+    for t, in_collective in waiting.items():
+        m.heartbeat(t, step, now, m.current.id, in_collective)
+
+
+def test_a_silent_member_the_others_wait_on_is_dropped_well_before_its_lease():
+    m = started(3, lease_s=10.0, hang_s=5.0, silent_s=4.0)
+    beat_all(m, 1.0, {"t0": None, "t1": None, "t2": None})  # t0 stops (SIGSTOP) right after this
+    for now in (2.0, 3.0, 4.0, 5.0, 6.0):  # the others wait in the collective since t=1.0
+        beat_all(m, now, {"t1": now - 1.0, "t2": now - 1.0})
+        m.expire(now)
+        assert m.trainers["t0"].state is TrainerState.ACTIVE
+    beat_all(m, 6.2, {"t1": 5.2, "t2": 5.2})
+    m.expire(6.2)
+    assert m.trainers["t0"].state is TrainerState.FAILED  # 5.2 s after its last beat, lease 10 s
+    assert m.excluded[0][0] == "t0" and "silent" in m.excluded[0][1]
+    assert m.aborting("t1") and m.aborting("t2")
+    assert m.trainers["t1"].state is TrainerState.ACTIVE and m.trainers["t2"].state is TrainerState.ACTIVE
+
+
+def test_nobody_is_dropped_while_nobody_waits_or_everyone_waits_and_beats():
+    m = started(2, hang_s=5.0, silent_s=4.0, stall_s=15.0)
+    beat_all(m, 1.0, {"t0": None, "t1": None})
+    m.expire(8.0)  # both silent 7 s but nobody waits on anybody: the lease decides (10 s)
+    assert all(t.state is TrainerState.ACTIVE for t in m.trainers.values())
+    for now in range(9, 30):  # both in the collective, both beating: a slow collective, not a hang
+        beat_all(m, float(now), {"t0": now - 8.0, "t1": now - 8.0})
+        m.expire(float(now))
+    assert all(t.state is TrainerState.ACTIVE for t in m.trainers.values()) and not m.excluded
+
+
+def test_a_member_beating_but_not_stepping_while_the_others_wait_is_dropped_after_the_stall_limit():
+    m = started(2, hang_s=5.0, silent_s=4.0, stall_s=15.0)
+    beat_all(m, 1.0, {"t0": None, "t1": None}, step=10)
+    for now in range(2, 17):  # t1 waits at step 11; t0's loop is stuck in a read, its heartbeat goes on
+        beat_all(m, float(now), {"t0": None, "t1": now - 1.0}, step=10)
+        m.expire(float(now))
+    assert m.trainers["t0"].state is TrainerState.ACTIVE  # waited 15 s: not over the limit yet
+    beat_all(m, 17.5, {"t0": None, "t1": 16.5}, step=10)
+    m.expire(17.5)
+    assert m.trainers["t0"].state is TrainerState.FAILED and "no step" in m.excluded[0][1]
+    assert m.trainers["t1"].state is TrainerState.ACTIVE

@@ -13,8 +13,9 @@ from edl.trainer.prefetch import Prefetcher
 from edl.trainer.progress import Progress
 
 
-def answer(uid="1", generation=2, stop=False, status=JobStatus.RUNNING, checkpoint=False, known=True):
-    return HeartbeatAnswer(uid, known, TrainerState.ACTIVE, generation, stop, status, checkpoint)
+def answer(uid="1", generation=2, stop=False, status=JobStatus.RUNNING, checkpoint=False, known=True, abort=False,
+           state=TrainerState.ACTIVE):
+    return HeartbeatAnswer(uid, known, state, generation, stop, status, checkpoint, abort=abort)
 
 
 class FakeLink:
@@ -28,8 +29,8 @@ class FakeLink:
             raise a
         return a
 
-    def heartbeat(self, trainer, *, generation, step, safe_cursor, loss, wait_s):
-        self.calls.append((trainer, generation, step, safe_cursor, loss, wait_s))
+    def heartbeat(self, trainer, *, generation, step, safe_cursor, loss, wait_s, in_collective_s=None):
+        self.calls.append((trainer, generation, step, safe_cursor, loss, wait_s, in_collective_s))
         return self._next()
 
     def next_task(self, trainer, request_id, safe_cursor):
@@ -55,6 +56,23 @@ def test_a_restarted_master_or_an_ended_job_stops_any_generation():
     c.learn(answer(uid="2", status=JobStatus.FAILED))
     assert c.stops(5)
     assert not Control(None).stops(1)  # not registered yet: any master is the first
+
+
+def test_an_abort_leaves_its_generation_and_every_older_one():
+    c = Control("1")
+    assert not c.aborts(2)
+    c.learn(answer(generation=3, abort=True))
+    assert c.aborts(2) and c.aborts(3) and not c.aborts(4)
+    c.learn(answer(generation=2))  # a late answer of an older generation takes nothing back
+    assert c.aborts(3) and not c.dropped
+    c.learn(answer(uid="2", generation=9, abort=True))  # a stale master's word is not ours
+    assert not c.aborts(9)
+
+
+def test_a_trainer_the_master_dropped_leaves_whatever_generation_it_is_in():
+    c = Control("1")
+    c.learn(answer(generation=7, abort=True, state=TrainerState.FAILED))  # woken after the others moved on
+    assert c.aborts(4) and c.dropped
 
 
 def test_a_checkpoint_request_stays_until_taken_or_withdrawn():
@@ -100,7 +118,7 @@ def test_a_heartbeat_reports_where_the_loop_is_and_passes_on_what_it_learned():
     c = Control("1")
     link = FakeLink(answer(stop=True))
     heartbeat(link, p, c, clock, stuck).beat()
-    assert link.calls == [("t1", 2, 7, Cursor(3, 4), 0.25, 1.0)]
+    assert link.calls == [("t1", 2, 7, Cursor(3, 4), 0.25, 1.0, None)]
     assert c.stops(2) and not stuck and clock.slept == []
 
 
@@ -130,6 +148,16 @@ def test_stuck_in_a_collective_the_master_moved_on_from_exits():
     clock.t += 1000
     heartbeat(FakeLink(answer(generation=9)), p, c, clock, stuck).beat()
     assert stuck == [True]
+
+
+def test_a_woken_trainer_told_it_was_dropped_leaves_through_the_loop_not_the_watchdog():
+    clock, stuck = Clock(), []
+    c = Control("1")
+    p = Progress(generation=2, in_collective_since=clock.t - 600)  # stopped (SIGSTOP) for ten minutes
+    link = FakeLink(answer(generation=4, abort=True, state=TrainerState.FAILED))
+    heartbeat(link, p, c, clock, stuck).beat()
+    assert link.calls[0][-1] == 600.0  # it says how long it has been in the collective
+    assert not stuck and c.aborts(2) and c.dropped
 
 
 # ------------------------------------------------------------------ the prefetch

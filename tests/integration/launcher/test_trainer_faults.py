@@ -1,0 +1,107 @@
+"""Trainer faults at any rank, in one real job: SIGKILL of the first, a middle and the last rank in
+groups of 4, 3 and 2, and a trainer that stops without dying (SIGSTOP) and wakes up later (SIGCONT).
+
+Every fault must cost at most the failed step: the survivors stay (none is dropped or exits), the
+next generation starts from their own state (never the checkpoint), a hung trainer is dropped
+well before its lease runs out and, woken, is told so and leaves, and ``--audit`` still counts
+every record exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from tests.conftest import run_edl
+
+pytestmark = pytest.mark.timeout(300)
+
+EPOCHS = 30
+
+
+def settled(n: int, after_step: int = 0):
+    """``n`` trainers training, the last change over (its pause measured), past ``after_step``."""
+    return lambda s: (s["world_size"] == n and s["phase"] == "running" and s["step"] > after_step
+                      and s["generations"][-1]["pause_s"] is not None)
+
+
+def next_failure(st: dict, generation: int) -> dict | None:
+    return next((g for g in st["generations"] if g["master_generation"] > generation and g["reason"] == "failure"
+                 and g["first_step_at"] is not None), None)
+
+
+def fault(job, st: dict, rank: int, sig: signal.Signals) -> tuple[dict, dict, dict]:
+    """Send ``sig`` to the trainer at ``rank``; answers (victim, the failure generation, status then)."""
+    victim = next(t for t in st["trainers"] if t["rank"] == rank)
+    survivors = {t["id"] for t in st["trainers"] if t["rank"] is not None} - {victim["id"]}
+    before = st["generation"]
+    os.kill(victim["pid"], sig)
+    st = job.wait_for(lambda s: next_failure(s, before) is not None, what=f"{sig.name} of rank {rank}")
+    g = next_failure(st, before)
+    where = f"{sig.name} of rank {rank} in a group of {len(survivors) + 1}"
+    assert survivors <= set(g["members"]), f"{where}: a survivor was dropped: {g}"
+    assert g["source"] == "peer" and g["rolled_back_steps"] <= 1, f"{where}: {g}"
+    return victim, g, st
+
+
+def gone(pid: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ", 1)[1].startswith("Z"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def scale(job, n: int) -> None:
+    r = run_edl("scale", job.name, "--trainers", str(n), env={"EDL_HOME": str(job.home)})
+    assert r.returncode == 0, r.stderr
+
+
+def test_trainer_faults_at_any_rank_cost_at_most_the_failed_step(digits, tmp_path, job_runner):
+    job = job_runner("faults", [
+        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", str(EPOCHS), "--batch-size", "16",
+        "--learning-rate", "0.003", "--min-trainers", "1", "--max-trainers", "4", "--trainers", "4",
+        "--checkpoint-uri", str(tmp_path / "ckpt"), "--checkpoint-interval", "1", "--max-trainer-failures", "10",
+        "--audit", "--summary-out", str(tmp_path / "summary.json"),
+    ]).start()
+    st = job.wait_for(settled(4, 20), what="four trainers training")
+    kills = 0
+    # SIGKILL: the first rank of 4 (it also hosts the group's store), the last of 3, the first of 2.
+    for n, rank in ((4, 0), (3, 2), (2, 0)):
+        _, _, st = fault(job, st, rank, signal.SIGKILL)
+        kills += 1
+        scale(job, n - 1)  # no replacement: the next fault hits the smaller group
+        st = job.wait_for(settled(n - 1, st["step"] + 5), what=f"{n - 1} trainers after the kill")
+    # A trainer that hangs without dying, as rank 0 of 3: dropped, the others go on from their own state.
+    scale(job, 3)
+    st = job.wait_for(settled(3, st["step"] + 5), what="three trainers again")
+    victim, g, st = fault(job, st, 0, signal.SIGSTOP)
+    assert g["world_size"] == 2
+    st = job.wait_for(lambda s: s["step"] > st["step"] + 10, what="progress without the stopped trainer")
+    os.kill(victim["pid"], signal.SIGCONT)  # woken: it is told it was dropped, and leaves on its own
+    assert gone(victim["pid"]), "the woken trainer did not leave"
+    log = (job.home / "jobs" / job.name / "logs" / f"{victim['id']}.log").read_text(errors="replace")
+    assert "dropped from the job" in log and "Traceback" not in log, log[-2000:]
+    # SIGKILL of the last rank of 2 (the replacement of the woken one may have joined: then of 3).
+    st = job.wait_for(lambda s: s["world_size"] >= 2 and s["phase"] == "running"
+                      and s["generations"][-1]["pause_s"] is not None, what="two trainers or more")
+    _, _, st = fault(job, st, st["world_size"] - 1, signal.SIGKILL)
+    kills += 1
+    assert job.wait(240) == 0, job.output()[-3000:]
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["status"] == "succeeded", s["error"]
+    assert s["epochs_completed"] == EPOCHS
+    assert s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+    assert s["audited_samples_per_epoch"] == [1438] * EPOCHS
+    # Only the killed trainers and the woken one ended badly: no survivor exited.
+    assert s["trainer_failures"] == kills + 1, s
+    assert all(g["rolled_back_steps"] <= 1 for g in s["generations"]), s["generations"]
