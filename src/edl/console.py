@@ -25,6 +25,14 @@ VERBOSE_ENV = "EDL_VERBOSE"  # "1": keep them (`edl --verbose` sets it, for the 
 Part = str | tuple[str, str]  # plain text, or text and its rich style ("bold", "green")
 
 
+CLIP = 500  # characters of someone else's line kept in one of ours (a trainer's last line, a pod's reason)
+
+
+def clip(line: str, limit: int = CLIP) -> str:
+    """``line`` whole, or cut to ``limit`` characters with an ellipsis: one line stays one line."""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def text(*parts: Part) -> Text:
     """The parts as one ``Text``, each verbatim."""
     return Text.assemble(*parts)

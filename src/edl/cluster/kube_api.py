@@ -33,6 +33,7 @@ from kubernetes.utils.quantity import parse_quantity
 from tenacity import before_sleep_log, retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from edl.api.cluster import Node, Pod, PodPhase, Resources, TrainerExit
+from edl.console import clip
 from edl.errors import (EdlError, KubeConflictError, KubeExpiredError, KubeForbiddenError, KubeNotFoundError,
                         KubeRefusedError, KubeUnavailableError, PermanentError)
 
@@ -321,7 +322,7 @@ def trainer_exit(pod: dict) -> tuple[TrainerExit, str]:
         return TrainerExit.USER_ERROR, last.removeprefix("edl: error: ") or f"trainer {name} refused the job"
     if code in (137, 143):  # killed from outside without OOM: the node or the scheduler took it back
         return TrainerExit.PREEMPTED, f"killed by the system (exit {code})"
-    return TrainerExit.FAILED, f"exit code {code}{' (' + reason + ')' if reason else ''}: {last[:200]}"
+    return TrainerExit.FAILED, f"exit code {code}{' (' + reason + ')' if reason else ''}: {clip(last)}"
 
 
 # Waiting reasons that do not cure themselves: the image is not there, the container cannot be configured.

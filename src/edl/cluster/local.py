@@ -21,6 +21,7 @@ from edl.api.cluster import PodPhase
 from edl.api.cluster import MasterEndpoint, TrainerExit, TrainerPod
 from edl.errors import UserError
 from edl.files import write_json_atomic
+from edl.console import clip
 from edl.jobargs import spec_to_argv
 from edl.api.spec import JobSpec
 from edl.net import free_port
@@ -158,7 +159,7 @@ class LocalCluster:
                                           line.removeprefix("edl: error: ")))
                 else:
                     out.append(TrainerPod(name, PodPhase.FAILED, p.started_at, "localhost", TrainerExit.FAILED,
-                                          f"exit code {code}: {line[:200]}"))
+                                          f"exit code {code}: {clip(line)}"))
         return out
 
     def create_trainer(self, name: str) -> None:

@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit, TrainerPod
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.spec import JobSpec
-from edl.console import plain_console, say
+from edl.console import clip, plain_console, say
 from edl.errors import KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.reconcile import plan_trainers
@@ -269,10 +269,10 @@ class Launcher:
         for name, message in plan.failures:
             self.failures += 1
             self.cluster.record("TrainerFailed", f"{name}: {message}", warning=True)
-            say(self.console, f"trainer {name} failed: {message[:200]}")
+            say(self.console, f"trainer {name} failed: {clip(message)}")
             if self.failures > self.max_trainer_failures:
                 raise PermanentError(f"{self.failures} trainer failures (limit {self.max_trainer_failures}); "
-                                     f"last: {message[:200]}")
+                                     f"last: {clip(message)}")
         if plan.fatal is not None:
             why, message = plan.fatal
             self.cluster.record("TrainerFatal", message, warning=True)
