@@ -37,7 +37,8 @@ def _code(t: TrainerPod) -> int:
 def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[str, float], now: float,
                   pending_timeout_s: float, drain_timeout_s: float = 60.0, data_done: bool = False) -> Plan:
     """``data_done``: every epoch's data is consumed (the job is finishing: rank 0 writes the last
-    checkpoint and the model while its peers exit 0): nothing is started any more."""
+    checkpoint and the model while its peers exit 0): nothing is started any more, unless no
+    trainer is left to finish."""
     delete: list[str] = []
     left_unasked = False  # a trainer exited 0 without being drained
     relaunched: list[str] = []
@@ -71,7 +72,11 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
     # A trainer that left on its own says the job is ending (or its master went away): its place
     # is filled only once a status read after its exit still asks for it (the next round), so the
     # last second of a job starts no fresh trainers.
-    create = 0 if data_done or left_unasked else max(0, desired - len(live) - len(unschedulable))
+    # Once the data is all consumed nothing is started while a trainer is still there to finish (rank 0
+    # writes the last checkpoint and the model); if none is (the finishing one failed or was evicted),
+    # one is, or the job would wait for a finish that nobody does.
+    want = max(0, desired - len(live) - len(unschedulable))
+    create = 0 if left_unasked else (min(1, want) if not live else 0) if data_done else want
     drain: list[str] = []
     if len(live) > desired:
         # Pods not yet running go first (nothing to drain), then the youngest: it holds the

@@ -196,13 +196,15 @@ def test_a_data_set_several_times_the_scratch_size_trains_without_eviction(steps
     """Review item 9: shards were copied into /tmp (an emptyDir with a sizeLimit) and the kubelet
     evicted the pod, again and again. The data is read from S3 by ranges instead."""
     data = f"s3://data/{steps.ns}-wide"
-    r = run_edl("data", "prepare", "synthetic", "--rows", "40000", "--features", "256", "--shards", "8",
+    # A small model (digits' 64-128-64-10): the scratch holds the exported model at the finish, which
+    # edl stages there (Paddle's files, params.npz and model.onnx, about three copies of the model).
+    r = run_edl("data", "prepare", "synthetic", "--rows", "160000", "--features", "64", "--shards", "8",
                 "--out", data, env=plane_s3.env, timeout=180)
     assert r.returncode == 0, r.stderr
     size = sum(o.size for o in plane_s3.client().list_objects("data", f"{steps.ns}-wide/", recursive=True))
     scratch = 10 * 2**20
     assert size > 3 * scratch, size  # about 41 MB
-    step = steps.launch("wide", "--data", data, "--model-def", "edl.zoo.mlp", "--batch-size", "512",
+    step = steps.launch("wide", "--data", data, "--model-def", "edl.zoo.digits", "--batch-size", "512",
                         "--scratch-size", "10Mi", epochs=1, max_t=1)
     code = steps.wait_done(step, 300)
     log = steps.log(step)

@@ -74,7 +74,8 @@ def test_after_the_plan_the_live_count_meets_the_desired_count(desired, specs):
         assert plan.create == 0  # the job may be ending: the next round, with a fresh status, decides
     else:
         assert len(live) + plan.create + len(plan.unschedulable) >= desired  # unschedulable ones are reported
-    assert plan_trainers(desired, pods, draining, 100.0, 60.0, data_done=True).create == 0
+    done = plan_trainers(desired, pods, draining, 100.0, 60.0, data_done=True)
+    assert done.create <= 1 and (done.create == 0 if live or left_unasked else True)  # one, to finish
     assert len(live) + plan.create <= max(desired, len(live))
     for p in pods:
         if p.name in plan.delete:  # only what ended, what never got placed, or drains that overran
@@ -100,6 +101,15 @@ def test_no_trainer_is_started_once_the_data_is_all_consumed():
     crashed = plan_trainers(2, [pod("a"), pod("b", F, exit=TrainerExit.FAILED, message="exit 1")], {}, 10, 60,
                             data_done=True)
     assert crashed.create == 0 and crashed.failures == (("b", "exit 1"),)
+
+
+def test_the_finishing_trainer_lost_once_the_data_is_consumed_is_replaced_by_one():
+    """Rank 0 evicted (or crashed) while writing the model: nobody is left to finish, so one trainer
+    is started to finish (found on the plane: the job waited for ever)."""
+    evicted = plan_trainers(3, [pod("a", F, exit=TrainerExit.PREEMPTED, message="evicted")], {}, 10, 60, data_done=True)
+    assert evicted.create == 1
+    crashed = plan_trainers(3, [pod("a", F, exit=TrainerExit.FAILED, message="exit 1")], {}, 10, 60, data_done=True)
+    assert crashed.create == 1 and crashed.failures == (("a", "exit 1"),)
 
 
 def test_a_trainer_that_left_unasked_is_replaced_only_after_a_fresh_status():
