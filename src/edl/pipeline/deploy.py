@@ -24,9 +24,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from edl.errors import UserError
+from edl.storage.checkpoint import ONNX_FILE
 
 API_VERSION = "serving.kserve.io/v1beta1"
-ONNX_FILE = "model.onnx"
 SERVING_PREFIX = "serving"  # under the registry: one Triton model repository per run
 LABELS = {"app.kubernetes.io/name": "edl", "app.kubernetes.io/component": "serving"}
 # KServe: a DNS-1035 label; its hostnames (NAME-predictor-NAMESPACE...) leave room for about 45.

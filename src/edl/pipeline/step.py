@@ -39,6 +39,7 @@ from edl.autoscale.policy import POLICY_NAMES
 from edl.console import quiet_third_party_logs
 from edl.errors import UserError
 from edl.pipeline.components import TRAIN_DEFAULTS, TRAIN_PARAMETERS
+from edl.storage.checkpoint import ONNX_FILE
 
 # The parameters that only the local path uses (trainer slots of this machine, other tenants over time).
 LOCAL_ONLY = ("capacity_slots", "capacity_schedule")
@@ -142,9 +143,6 @@ def in_cluster() -> bool:
             raise UserError(f"{BACKEND_ENV}={forced!r}: use kubernetes or local (or leave it unset)")
         return forced == "kubernetes"
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KFP_POD_NAME"))
-
-
-ONNX_FILE = "model.onnx"  # the ONNX export, beside the Paddle one in the model directory
 
 
 def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: Any = None, warm_start: Any = None,
