@@ -114,3 +114,16 @@ def utilization_bound(scenario: Scenario, policy: str, relaxed: bool = False, st
             offpeak.append(u)
     return {"mean": float(np.mean(values)) if values else 0.0,
             "offpeak_mean": float(np.mean(offpeak)) if offpeak else None}
+
+
+def jct_lower_bound(scenario: Scenario) -> float | None:
+    """A lower bound on any policy's mean job completion time: every finite job alone on the
+    cluster at its ``max`` trainers from the moment it is submitted (no start-up, no pause, no
+    other job). ``None`` when the scenario has no finite job.
+
+    The distance from a policy's mean JCT to this bound is what contention, start-up and rescale
+    pauses cost together; on a cluster where every job fits at its ``max`` at once, a policy that
+    grows each job to its ``max`` comes within start-up of it.
+    """
+    times = [j.work / j.throughput(j.max) for j in scenario.jobs if j.work is not None and j.throughput(j.max) > 0]
+    return float(np.mean(times)) if times else None

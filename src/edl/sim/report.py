@@ -103,23 +103,36 @@ def generated_benchmark(seeds: list[int], policies: list[str], runs: int = 1, bo
                         progress=None) -> dict:
     """Every policy over the generated scenarios of ``seeds`` (``edl.sim.generate``).
 
-    Per scenario: each policy's mean JCT (unfinished jobs counted to the horizon), utilization and
+    A policy written ``NAME@free`` runs ``NAME`` with every job's ``rescale_cost_s`` set to 0: how
+    much of the distance to ``off`` or to the JCT bound the rescale pauses account for.
+
+    Per scenario: each policy's mean JCT (unfinished jobs counted to the horizon), the JCT lower
+    bound (``edl.sim.bound.jct_lower_bound``: every job alone at its ``max``), utilization and
     its packing bound (the linear relaxation, sampled every 30 s: still an upper bound), and the
     worst lag of the services in decision periods. Summary: for every pair of policies the median
     and worst ratio of mean JCT (``a/b`` below 1: ``a`` is faster), and each policy's median and worst
     utilization-to-bound and worst service lag.
     """
+    import dataclasses
+
+    from edl.sim.bound import jct_lower_bound
     from edl.sim.generate import generate
 
     rows = []
     for seed in seeds:
         sc = generate(seed)
         row: dict = {"seed": seed, "nodes": sum(g.count for g in sc.nodes), "jobs": len(sc.jobs),
-                     "services": len(sc.services), "duration_s": sc.duration_s, "policies": {}}
+                     "services": len(sc.services), "duration_s": sc.duration_s,
+                     "jct_bound_s": jct_lower_bound(sc), "policies": {}}
         bounds: dict[str, float | None] = {}
         for p in policies:
-            rep, _ = simulate(sc, p, runs, bound=False)
-            kind = "off" if p == "off" else "elastic"
+            name, _, variant = p.partition("@")
+            if variant not in ("", "free"):
+                raise UserError(f"policy {p!r}: the only variant is NAME@free (rescales at no cost)")
+            run_sc = sc if not variant else dataclasses.replace(
+                sc, jobs=tuple(dataclasses.replace(j, rescale_cost_s=0.0) for j in sc.jobs))
+            rep, _ = simulate(run_sc, name, runs, bound=False)
+            kind = "off" if name == "off" else "elastic"
             if bound and kind not in bounds:
                 try:
                     bounds[kind] = utilization_bound(sc, p, relaxed=True, step_s=30.0)["mean"]
@@ -137,6 +150,10 @@ def generated_benchmark(seeds: list[int], policies: list[str], runs: int = 1, bo
         if progress is not None:
             progress(row)
     summary: dict = {"pairs": {}, "policies": {}}
+    bound_ratios = {p: [row["jct_bound_s"] / row["policies"][p]["jct_s_mean"] for row in rows
+                        if row["jct_bound_s"] and row["policies"][p]["jct_s_mean"]] for p in policies}
+    summary["jct_bound_over"] = {p: {"median": float(np.median(r)), "best": float(max(r))}
+                                 for p, r in bound_ratios.items() if r}
     for a in policies:
         for b in policies:
             if a == b:

@@ -68,3 +68,33 @@ def test_edl_simulate_generate_end_to_end(tmp_path):
 def test_edl_simulate_needs_a_scenario_or_generate():
     proc = subprocess.run([sys.executable, "-m", "edl", "simulate"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--scenario" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_jct_bound_is_below_every_policy_and_rescales_at_no_cost_are_a_variant():
+    out = generated_benchmark([3], ["off", "edl", "edl@free"], bound=False)
+    row = out["scenarios"][0]
+    assert row["jct_bound_s"] is not None and row["jct_bound_s"] > 0
+    for name, p in row["policies"].items():
+        assert row["jct_bound_s"] <= p["jct_s_mean"], name  # no policy beats every job alone at its max
+    assert set(out["summary"]["jct_bound_over"]) == {"off", "edl", "edl@free"}
+    assert all(0 < v["median"] <= 1 for v in out["summary"]["jct_bound_over"].values())
+
+
+def test_jct_bound_of_a_lone_job_is_what_it_reaches_at_its_max():
+    from edl.sim.bound import jct_lower_bound
+
+    doc = draw(3)
+    family = dict(doc["jobs"][0], count=1, submit_at=0)
+    doc = dict(doc, jobs=[family], services=[], priorities={"batch": 0})
+    sc = parse(doc)
+    bound = jct_lower_bound(sc)
+    jct = Simulation(sc, "edl").run()["jct_s_mean"]
+    # Alone on the cluster, edl grows the job to its max: only start-up and scheduling stand between.
+    assert bound <= jct <= bound + 3 * sc.jobs[0].startup_s + 2 * sc.period_s
+
+
+def test_an_unknown_policy_variant_is_refused():
+    from edl.errors import UserError
+
+    with pytest.raises(UserError, match="@free"):
+        generated_benchmark([3], ["edl@fast"], bound=False)
