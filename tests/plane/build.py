@@ -1,7 +1,9 @@
 """Builds the plane's Go binaries (``tools/kubeplane``: Kubernetes and etcd; ``tools/minio``: the S3
-server; ``tools/argo``: Argo's workflow controller and executor) into a cache outside the clone, keyed by each module's files, so CI and later runs reuse them.
+server; ``tools/argo``: Argo's workflow controller and executor) into a cache outside the clone, keyed by each module's files, so CI and later runs reuse them;
+and fetches the files tests take from Go modules (``tools/kserve``: KServe's InferenceService CRD)
+into the same cache.
 
-    python -m tests.plane.build        # both, with progress; a no-op when cached
+    python -m tests.plane.build        # all of them, with progress; a no-op when cached
 
 The first build compiles a few thousand packages: tens of minutes on two cores. Go's own
 build cache (``go env GOCACHE``) makes a rebuild after a small change cheap.
@@ -10,6 +12,7 @@ build cache (``go env GOCACHE``) makes a rebuild after a small change cheap.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -72,6 +75,61 @@ ARGOEXEC = Target("argo", "github.com/argoproj/argo-workflows/v4/cmd/argoexec", 
     ("github.com/argoproj/argo-workflows/v4//workflow/executor/osspecific/signal_linux.go",
      "overlay/osspecific_signal_linux.go.in"),))
 TARGETS = (KUBEPLANE, MINIO, ARGO_CONTROLLER, ARGOEXEC)
+
+
+@dataclass(frozen=True)
+class ModuleFile:
+    """A file of a Go module that a module under tools/ requires (at the version its go.mod pins),
+    copied into the cache: tests read it from there, and nothing is downloaded while they run."""
+    module: str  # folder under tools/
+    dependency: str  # the Go module holding the file
+    file: str  # the file's path in that module
+
+    @property
+    def dir(self) -> Path:
+        return TOOLS / self.module
+
+    def key(self) -> str:
+        h = hashlib.sha256()
+        for name in ("go.mod", "go.sum"):
+            h.update(name.encode() + b"\0" + (self.dir / name).read_bytes())
+        h.update(self.dependency.encode() + b"\0" + self.file.encode())
+        return h.hexdigest()[:16]
+
+    def path(self) -> Path:
+        return cache_root() / f"{self.module}-{self.key()}" / Path(self.file).name
+
+    def built(self) -> bool:
+        return self.path().is_file()
+
+
+KSERVE_CRD = ModuleFile("kserve", "github.com/kserve/kserve", "config/crd/full/serving.kserve.io_inferenceservices.yaml")
+FETCHED = (KSERVE_CRD,)
+
+
+def fetch(item: ModuleFile) -> Path:
+    """``item`` copied into the cache unless it is there already; returns its path there."""
+    if item.built():
+        return item.path()
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    try:
+        r = subprocess.run([go_binary(), "mod", "download", "-json", item.dependency], cwd=item.dir, env=env,
+                           capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired as e:
+        raise BuildError(f"{item.module}: go mod download {item.dependency} took over {e.timeout:.0f} s") from None
+    info = json.loads(r.stdout or "{}") if r.stdout.strip().startswith("{") else {}
+    if r.returncode != 0 or "Dir" not in info:
+        raise BuildError(f"{item.module}: go mod download {item.dependency} failed: "
+                         f"{info.get('Error') or r.stderr[-2000:]}")
+    source = Path(info["Dir"]) / item.file
+    if not source.is_file():
+        raise BuildError(f"{item.module}: {item.dependency} has no {item.file}")
+    out = item.path()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.copyfile(source, tmp)
+    tmp.rename(out)  # whole or absent: a reader never sees half a file
+    return out
 
 
 def cache_root() -> Path:
@@ -156,6 +214,8 @@ def _vendored(go: str, target: Target, env: dict, out: Path) -> Path:
 def build_all(quiet: bool = False) -> None:
     for t in TARGETS:
         build(t, quiet=quiet)
+    for f in FETCHED:
+        fetch(f)
 
 
 def main() -> int:
@@ -166,6 +226,8 @@ def main() -> int:
         return 1
     for t in TARGETS:
         print(f"{t.module}: {t.out_dir()}")
+    for f in FETCHED:
+        print(f"{f.module}: {f.path()}")
     return 0
 
 

@@ -85,8 +85,9 @@ def elastic_train(
 
     Re-running the step (KFP retry) adopts the job the first attempt created and resumes from its
     checkpoint in ``checkpoint_uri`` (an s3:// URI on a cluster; credentials from Secret ``s3_secret``).
-    ``warm_start`` (an earlier Model artifact; the registry lookup's, whose metadata says
-    ``published: false`` when there is none) or ``warm_start_uri`` (where one lives) starts from its
+    ``warm_start`` (an earlier Model artifact: in the pipeline, the parent run's, imported; the
+    registry lookup's own, whose ``warm_start.json`` says ``published: false``, when there is none)
+    or ``warm_start_uri`` (where one lives) starts from its
     parameters. On a cluster the master and sidecar run in ``runtime_image`` and the trainers in
     ``trainer_image``, or ``trainer_gpu_image`` when ``trainer_gpu`` > 0 (empty: edl's images of this
     version, edl.api.images), on nodes with the labels ``trainer_node_selector`` (KEY=VALUE,...)

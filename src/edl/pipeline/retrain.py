@@ -37,15 +37,27 @@ from edl.pipeline.components import (
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def warm_start_from(model: Output[Model], registry_uri: str, enabled: bool = True) -> str:
-    """The registry lookup: the published model (REGISTRY/current) as a Model artifact to start from,
-    its metadata naming the run's model it came from (``source``: the lineage); when none is published
-    (or ``enabled`` is off), an artifact whose metadata says ``published: false`` (train from scratch).
-    Returns the published model's URI, or ""."""
+    """The registry lookup: the URI of the Model artifact to start from, for ``link_warm_start``.
+    That is the published model's own artifact (the run that published it), or the registry's copy
+    where that one is gone; when none is published (or ``enabled`` is off), this step's ``model``,
+    whose metadata and ``warm_start.json`` say ``published: false`` (train from scratch)."""
     from pathlib import Path
 
     from edl.pipeline.tasks import lookup_warm_start
 
-    return lookup_warm_start(registry_uri, enabled, Path(model.path), model.metadata)
+    return lookup_warm_start(registry_uri, enabled, Path(model.path), model.metadata, model.uri)
+
+
+@dsl.pipeline(name="link-warm-start")
+def link_warm_start(uri: str) -> Model:
+    """The Model artifact at ``uri`` as an input of this run: an importer with ``reimport=False``, so
+    that the KFP backend reuses the artifact it already holds under that URI rather than record a new
+    one, and the lineage graph runs from the parent's model through this run's training to its model.
+    A pipeline of its own because the backend's importer reads a runtime URI only from an input of
+    the DAG around it, not from the output of a task beside it."""
+    task = dsl.importer(artifact_uri=uri, artifact_class=Model, reimport=False)
+    task.set_caching_options(False)  # the URI changes between runs; an import is cheap anyway
+    return task.output
 
 
 # The pipeline's parameters: its own, and elastic_train's under the same names, types and defaults,
@@ -107,7 +119,9 @@ def _retrain(registry_uri: str, checkpoint_uri: str, data_kind: str, warm_start:
     start = _with_s3_secret(warm_start_from(registry_uri=registry_uri, enabled=warm_start), s3_secret)
     start.set_container_image(runtime)
     start.set_caching_options(False)  # the registry changes between runs
-    train = elastic_train(data=data.outputs["dataset"], warm_start=start.outputs["model"], job_name=RUN_JOB_NAME,
+    parent = link_warm_start(uri=start.outputs["Output"])
+    parent.set_caching_options(False)
+    train = elastic_train(data=data.outputs["dataset"], warm_start=parent.output, job_name=RUN_JOB_NAME,
                           checkpoint_uri=f"{checkpoint_uri}/{RUN_JOB_NAME}", **train_parameters)
     _with_s3_secret(train, s3_secret).set_container_image(runtime)
     for env, field in (("POD_NAME", "metadata.name"), ("POD_UID", "metadata.uid")):  # the owner of the job's pods

@@ -149,8 +149,9 @@ def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: A
                   **parameters: Any) -> None:
     """The elastic_train component: its artifacts (KFP's ``Output``/``Input`` objects) and parameters.
 
-    ``warm_start``: a Model artifact to start from; the registry lookup's says ``published: false``
-    in its metadata when there is none (train from scratch). The output Model's metadata says what it
+    ``warm_start``: a Model artifact to start from (the parent run's, imported by the pipeline); the
+    registry lookup's own artifact, whose ``warm_start.json`` says ``published: false``, when there is
+    none (train from scratch). The output Model's metadata says what it
     is (framework, formats, the ONNX file's URI), what it was trained on and by which job, and its parent."""
     quiet_third_party_logs()  # KFP's executor set up logging at INFO: one line per status poll otherwise
     if data is not None:
@@ -168,7 +169,8 @@ def run_component(model: Any, metrics: Any, summary: Any, timeline: Any, data: A
 
 def _holds_a_model(warm_start: Any) -> bool:
     """Whether a warm-start Model artifact holds a model: its metadata says (the registry lookup's
-    ``published``), else its ``warm_start.json`` where the files are local; any other Model does."""
+    ``published``), else its ``warm_start.json`` (an imported artifact carries no metadata of its
+    own); any other Model does."""
     from edl.pipeline.tasks import WARM_START_INFO
 
     published = (warm_start.metadata or {}).get("published")

@@ -102,27 +102,47 @@ def warm_start_uri(registry_uri: str) -> str:
     return open_store(registry_uri, "registry_uri").child(CURRENT)
 
 
-WARM_START_INFO = "warm_start.json"  # in the lookup step's Model artifact: what it holds, published or not
+WARM_START_INFO = "warm_start.json"  # in the lookup step's Model artifact: what it chose, and why
 
 
-def lookup_warm_start(registry_uri: str, enabled: bool, into: Path, metadata: dict) -> str:
-    """The registry lookup step: the published model (its files copied into ``into``, the step's Model
-    artifact) to warm-start from, or none (``into`` then holds only ``warm_start.json``). ``metadata``
-    (the artifact's) says which (``published``) and, for a published one, where it came from
-    (``source``: the Model artifact of the run that published it) and its accuracy. Returns the
-    published model's URI, or "" to train from scratch."""
+def lookup_warm_start(registry_uri: str, enabled: bool, into: Path, metadata: dict, own_uri: str) -> str:
+    """The registry lookup step: the URI of the Model artifact to warm-start from, for the importer
+    that hands it to training (so that the new model's lineage links to it).
+
+    That is the published model's own Model artifact (``source`` in ``current.json``: the run that
+    published it) where its files are still there, else the registry's copy (``REGISTRY/current``).
+    With nothing published, or ``enabled`` off, it is ``own_uri``: this step's own artifact ``into``,
+    which holds only ``warm_start.json`` saying ``published: false`` (train from scratch; an importer
+    takes no empty URI). ``metadata`` (the step artifact's) and ``warm_start.json`` say which, the
+    source, the copy and the published accuracy."""
     info = published(registry_uri) if enabled and registry_uri else None
     into.mkdir(parents=True, exist_ok=True)
-    uri = ""
-    if info is not None:
-        uri = open_store(registry_uri, "registry_uri").child(CURRENT)
-        download_model(uri, into, "published model")
-        metadata.update({"published": True, "registry_uri": uri, "source": info.get("source", ""),
-                         "accuracy": float(info["accuracy"]), "published_at": float(info.get("published_at", 0))})
-    else:
+    if info is None:
+        chosen = own_uri
         metadata.update({"published": False, "reason": "warm start off" if not enabled else "nothing published yet"})
+    else:
+        copy = open_store(registry_uri, "registry_uri").child(CURRENT)
+        source = str(info.get("source") or "")
+        chosen = source if source and holds_model_files(source) else copy
+        metadata.update({"published": True, "registry_uri": copy, "source": source, "warm_start": chosen,
+                         "accuracy": float(info["accuracy"]), "published_at": float(info.get("published_at", 0))})
     (into / WARM_START_INFO).write_text(json.dumps(metadata, indent=2))
-    return uri
+    return chosen
+
+
+def holds_model_files(artifact: str) -> bool:
+    """Whether the model artifact at ``artifact`` (a KFP artifact URI: ``minio://``/``s3://`` on a
+    cluster, a local path in kfp.local) still holds an exported model edl can read. A URI edl cannot
+    read (``gs://``, a store that refuses this step's credentials) counts as gone: the caller falls
+    back to the registry's copy rather than hand training a model nobody can read."""
+    from edl.errors import EdlError
+    from edl.pipeline.step import artifact_uri
+    from edl.storage.checkpoint import WARM_START_FILE
+
+    try:
+        return open_store(artifact_uri(artifact, artifact), "model artifact").exists(WARM_START_FILE)
+    except EdlError:
+        return False
 
 
 def download_model(uri: str, into: Path, what: str = "model") -> Path:

@@ -7,7 +7,6 @@ objects and the S3 layout the controller and Triton would read, not serving itse
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 
@@ -26,15 +25,14 @@ RUNNER = "pipeline-runner"  # the account a KFP run's steps run under (standalon
 
 @pytest.fixture(scope="session")
 def kserve_crd(plane):
-    """KServe's InferenceService CRD installed (server-side apply: idempotent) and established."""
+    """KServe's InferenceService CRD installed (server-side apply: idempotent) and established. The CRD
+    file comes from the build step (``python -m tests.plane.build``, which ``./dev test`` runs first)."""
     try:
-        r = subprocess.run([build.go_binary(), "mod", "download", "-json", "github.com/kserve/kserve"],
-                           cwd=build.TOOLS / "kserve", capture_output=True, text=True, timeout=300, check=True)
-    except (subprocess.SubprocessError, build.BuildError) as e:
-        pytest.fail(f"KServe's module (for its CRD) cannot be downloaded: {e}")
-    crd = f"{json.loads(r.stdout)['Dir']}/config/crd/full/serving.kserve.io_inferenceservices.yaml"
+        crd = build.fetch(build.KSERVE_CRD)  # in the cache already after the build step: no download here
+    except build.BuildError as e:
+        pytest.fail(f"KServe's CRD: {e}")
     kubectl = [str(plane.bin / "kubectl"), f"--kubeconfig={plane.admin_kubeconfig}"]
-    r = subprocess.run([*kubectl, "apply", "--server-side", "-f", crd], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([*kubectl, "apply", "--server-side", "-f", str(crd)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     ext = client.ApiextensionsV1Api(config.new_client_from_config(config_file=str(plane.admin_kubeconfig)))
     deadline = time.monotonic() + 60  # (kubectl wait fails while the CRD has no conditions yet)

@@ -72,13 +72,14 @@ def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_b
     retrain(**args)
     runs = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
     warm = json.loads((runs[-1] / "warm-start-from" / "executor_output.json").read_text())
-    assert warm["parameterValues"]["Output"].endswith("registry/current")  # started from the published model
+    assert warm["parameterValues"]["Output"] == model1["uri"]  # the published model's own artifact, not a copy
     assert published(str(registry))["accuracy"] == 1.01  # not beaten: not published
     assert not (runs[-1] / "publish").exists()
-    # What the KFP UI shows (part 4 of issue 15): the warm start is the lookup's Model artifact, naming
-    # the first run's model; the new model's metadata names it as its parent, and what it is.
+    # What the KFP UI shows (part 4 of issue 15): training's warm start is the first run's Model artifact,
+    # imported by its URI (link-warm-start); the new model's metadata names it as its parent, and what it is.
     lookup = _artifact(runs[-1], "warm-start-from", "model")
     assert lookup["metadata"]["published"] is True and lookup["metadata"]["source"] == model1["uri"]
+    assert lookup["metadata"]["warm_start"] == model1["uri"]
     model2 = _artifact(runs[-1], "elastic-train", "model")
     meta = model2["metadata"]
     assert meta["warm_start"] == model1["uri"] and meta["framework"] == "paddlepaddle"

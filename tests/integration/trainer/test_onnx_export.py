@@ -83,3 +83,39 @@ def test_a_model_the_converter_cannot_take_keeps_its_paddle_export_and_the_log_s
     logs = "".join(p.read_text(errors="replace") for p in edl_home.rglob("*.log")) + r.stdout + r.stderr
     (line,) = [ln for ln in logs.splitlines() if "no ONNX export" in ln]
     assert "unsupported operators" in line, line
+
+
+def _zoo() -> list[str]:
+    import pkgutil
+
+    import edl.zoo
+
+    return sorted(m.name for m in pkgutil.iter_modules(edl.zoo.__path__) if not m.name.startswith("_"))
+
+
+@pytest.mark.parametrize("name", _zoo())
+def test_every_zoo_model_is_exported_as_onnx_that_agrees_with_paddle(name, tmp_path):
+    """The trainer's export of each model the zoo ships (untrained, seeded: the conversion does not
+    care how the weights came about) against Paddle on the same random batch."""
+    import onnxruntime as ort
+    import paddle
+
+    from edl.modeldef import load_model_def
+    from edl.storage.store import open_store
+    from edl.trainer.export import export_model
+
+    paddle.seed(1)
+    model = load_model_def(f"edl.zoo.{name}").model()
+    width = next(layer for layer in model.sublayers() if isinstance(layer, paddle.nn.Linear)).weight.shape[0]
+    x = np.random.default_rng(1).standard_normal((64, width)).astype(np.float32)
+    export_model(model, x[:1], open_store(str(tmp_path)))
+    onnx_file = tmp_path / "model" / "model.onnx"
+    assert onnx_file.is_file(), f"edl.zoo.{name}: no ONNX export"
+    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    (input_name,) = [i.name for i in session.get_inputs()]
+    onnx_logits = session.run(None, {input_name: x})[0]
+    model.eval()
+    paddle_logits = model(paddle.to_tensor(x)).numpy()
+    assert onnx_logits.shape == paddle_logits.shape
+    assert float(np.abs(onnx_logits - paddle_logits).max()) < 1e-4
+    assert (onnx_logits.argmax(axis=1) == paddle_logits.argmax(axis=1)).all()

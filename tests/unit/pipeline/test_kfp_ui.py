@@ -33,14 +33,28 @@ def test_the_ui_gets_an_html_timeline_a_confusion_matrix_and_a_model():
                                               "classification": "system.ClassificationMetrics"}
 
 
-def test_the_warm_start_is_the_lookups_model_artifact_so_lineage_links_the_runs():
+def test_the_warm_start_is_the_parents_model_artifact_imported_so_lineage_links_the_runs():
     doc = _compiled()
+    tasks = doc["root"]["dag"]["tasks"]
     assert _outputs(doc, "comp-warm-start-from") == {"model": "system.Model"}
+    # The lookup's URI goes into a DAG of its own, whose importer reads it as an input of that DAG
+    # (the KFP backend resolves an importer's runtime URI only from there)...
+    assert tasks["link-warm-start"]["inputs"]["parameters"]["uri"] == {
+        "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "warm-start-from"}}
+    link = doc["components"]["comp-link-warm-start"]["dag"]
+    assert link["tasks"]["importer"]["inputs"]["parameters"]["uri"] == {"componentInputParameter": "uri"}
+    importer = doc["deploymentSpec"]["executors"]["exec-importer"]["importer"]
+    assert importer["artifactUri"] == {"runtimeParameter": "uri"}
+    assert importer["typeSchema"]["schemaTitle"] == "system.Model"
+    assert not importer.get("reimport", False)  # reuse the artifact the backend holds under that URI
+    assert link["outputs"]["artifacts"]["Output"]["artifactSelectors"] == [
+        {"outputArtifactKey": "artifact", "producerSubtask": "importer"}]
+    # ... and training takes the imported artifact as its warm start: an artifact, not a string.
     assert _inputs(doc, "comp-elastic-train")["warm_start"] == "system.Model"
-    train = doc["root"]["dag"]["tasks"]["elastic-train"]
+    train = tasks["elastic-train"]
     assert train["inputs"]["artifacts"]["warm_start"] == {
-        "taskOutputArtifact": {"outputArtifactKey": "model", "producerTask": "warm-start-from"}}
-    assert "warm_start_uri" not in train["inputs"].get("parameters", {})  # an artifact, not a string
+        "taskOutputArtifact": {"outputArtifactKey": "Output", "producerTask": "link-warm-start"}}
+    assert "warm_start_uri" not in train["inputs"].get("parameters", {})
     optional = doc["components"]["comp-elastic-train"]["inputDefinitions"]["artifacts"]["warm_start"]
     assert optional.get("isOptional") is True  # a component used on its own still trains from scratch
 
@@ -99,7 +113,7 @@ def test_the_model_metadata_names_framework_formats_onnx_data_job_and_parent(tmp
     assert meta["onnx"] == "minio://mlpipeline/v2/artifacts/x/model/model.onnx" and "ONNX" in meta["format"]
 
 
-def test_the_lookup_copies_the_published_model_and_says_where_it_came_from(tmp_path):
+def test_the_lookup_names_the_parents_artifact_its_copy_where_that_is_gone_or_itself(tmp_path):
     import json
 
     from edl.pipeline.tasks import WARM_START_INFO, lookup_warm_start, publish_model
@@ -108,16 +122,24 @@ def test_the_lookup_copies_the_published_model_and_says_where_it_came_from(tmp_p
     model.mkdir()
     (model / "params.npz").write_bytes(b"weights")
     meta: dict = {}
-    assert lookup_warm_start(str(registry), True, tmp_path / "none", meta) == ""
+    own = str(tmp_path / "none")
+    assert lookup_warm_start(str(registry), True, tmp_path / "none", meta, own) == own  # nothing published
     assert meta["published"] is False and json.loads((tmp_path / "none" / WARM_START_INFO).read_text()) == meta
-    publish_model(str(model), 0.9, str(registry), "minio://mlpipeline/run-1/model")
+    assert [p.name for p in (tmp_path / "none").iterdir()] == [WARM_START_INFO]  # no model in it
+    publish_model(str(model), 0.9, str(registry), str(model))  # published by the run whose artifact is `model`
     meta = {}
-    uri = lookup_warm_start(str(registry), True, tmp_path / "found", meta)
-    assert uri.endswith("registry/current") and (tmp_path / "found" / "params.npz").read_bytes() == b"weights"
-    assert meta["published"] is True and meta["source"] == "minio://mlpipeline/run-1/model"
-    assert meta["accuracy"] == 0.9
+    assert lookup_warm_start(str(registry), True, tmp_path / "found", meta, "own") == str(model)  # the parent itself
+    assert meta["published"] is True and meta["source"] == meta["warm_start"] == str(model)
+    assert meta["accuracy"] == 0.9 and meta["registry_uri"].endswith("registry/current")
+    (model / "params.npz").unlink()  # the parent's artifact is gone: the registry's copy instead
     meta = {}
-    assert lookup_warm_start(str(registry), False, tmp_path / "off", meta) == "" and meta["published"] is False
+    assert lookup_warm_start(str(registry), True, tmp_path / "copy", meta, "own").endswith("registry/current")
+    assert (registry / "current" / "params.npz").read_bytes() == b"weights"
+    info = json.loads((registry / "current.json").read_text())
+    (registry / "current.json").write_text(json.dumps({**info, "source": "gs://elsewhere/model"}))  # unreadable here
+    assert lookup_warm_start(str(registry), True, tmp_path / "gs", {}, "own").endswith("registry/current")
+    meta = {}
+    assert lookup_warm_start(str(registry), False, tmp_path / "off", meta, "own") == "own" and meta["published"] is False
 
 
 def test_a_warm_start_artifact_without_a_model_means_from_scratch(tmp_path):
@@ -129,7 +151,7 @@ def test_a_warm_start_artifact_without_a_model_means_from_scratch(tmp_path):
             self.uri, self.path, self.metadata = str(path), str(path), metadata
 
     meta: dict = {}
-    lookup_warm_start(str(tmp_path / "registry"), True, tmp_path / "none", meta)
+    lookup_warm_start(str(tmp_path / "registry"), True, tmp_path / "none", meta, str(tmp_path / "none"))
     assert not _holds_a_model(Art(tmp_path / "none", meta))
     assert not _holds_a_model(Art(tmp_path / "none", {}))  # metadata lost on the way: its warm_start.json says
     assert _holds_a_model(Art(tmp_path / "elsewhere", {}))  # any other Model (an importer's) is a model
