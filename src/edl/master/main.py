@@ -8,13 +8,14 @@ import logging
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import NamedTuple
 
 import uvicorn
 
 from edl.api.data import Shard
 from edl.api.spec import JobSpec
-from edl.data.dataset import Dataset, resolve_splits
+from edl.data.splits import resolve_splits
 from edl.errors import UserError
 from edl.master.job import Job, Timeouts
 from edl.master.server import Master, build_app
@@ -37,8 +38,23 @@ class PreparedJob(NamedTuple):
 
 def prepare_job(spec: JobSpec) -> PreparedJob:
     """Checks that fail fast with a ``UserError``: data set, checkpoint store."""
+    spec = resolve_data(spec)
+    shards = check_data(spec)
+    ckpts, claim = open_checkpoints(spec)
+    return PreparedJob(spec, shards, ckpts, claim)
+
+
+def resolve_data(spec: JobSpec) -> JobSpec:
+    """``data`` and ``eval_data`` as the files read (one listing: ``edl.data.splits``)."""
     data, held_out = resolve_splits(spec.data)
-    spec = replace(spec, data=data, eval_data=spec.eval_data or held_out)
+    return replace(spec, data=data, eval_data=spec.eval_data or held_out)
+
+
+def check_data(spec: JobSpec) -> list[Shard]:
+    """The training shards (every footer read), the held-out set and the warm start checked."""
+    # Imported here: a restarted master goes on from its checkpoint's queue and needs no Parquet reader.
+    from edl.data.dataset import Dataset
+
     shards = Dataset(spec.data).shards()
     if spec.eval_data:
         Dataset(spec.eval_data, "--eval-data").shards()
@@ -47,11 +63,15 @@ def prepare_job(spec: JobSpec) -> PreparedJob:
         if not init.exists(WARM_START_FILE):
             raise UserError(f"--init-model {spec.init_model!r}: no {WARM_START_FILE} there (expected a model "
                             "directory written by edl, e.g. a previous run's CHECKPOINT_URI/model)")
+    return shards
+
+
+def open_checkpoints(spec: JobSpec) -> tuple[CheckpointStore, PrefixClaim]:
     store = open_store(spec.checkpoint_uri, "--checkpoint-uri")
     store.check()
     claim = PrefixClaim(store, spec)
     claim.check_owner()  # before anything is written there
-    return PreparedJob(spec, shards, CheckpointStore(store, spec.keep_checkpoints), claim)
+    return CheckpointStore(store, spec.keep_checkpoints), claim
 
 
 def timeouts_from_env() -> Timeouts:
@@ -70,10 +90,47 @@ def restore(ckpts: CheckpointStore) -> tuple[dict | None, str | None]:
     return state, ckpt.uri
 
 
-async def serve(master: Master, host: str, port: int) -> None:
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: ``/proc``), to 10 ms; None where that cannot be read."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class StartUp:
+    """How long each part of the master's start took (its log's "master up" line: what a restart costs)."""
+
+    def __init__(self) -> None:
+        age = process_age_s()
+        self.began = time.monotonic() - (age or 0.0)  # the process's start, where known
+        self.marks: list[tuple[str, float]] = [("imports", time.monotonic())] if age is not None else []
+
+    def mark(self, part: str) -> None:
+        self.marks.append((part, time.monotonic()))
+
+    def line(self, now: float) -> str:
+        parts, before = [], self.began
+        for part, t in self.marks:
+            parts.append(f"{part} {t - before:.3f} s")
+            before = t
+        return ", ".join(parts) + f"; listening at {now - self.began:.3f} s since the process started"
+
+
+async def serve(master: Master, host: str, port: int, startup: StartUp | None = None) -> None:
     config = uvicorn.Config(build_app(master), host=host, port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     ticker = asyncio.create_task(master.ticker())
+
+    async def report_startup() -> None:
+        while not server.started:
+            await asyncio.sleep(0.005)
+        if startup is not None:
+            log.info("master up: %s", startup.line(time.monotonic()))
+
+    reporter = asyncio.create_task(report_startup())
 
     async def watch_shutdown() -> None:
         await master.shutdown_requested.wait()
@@ -85,14 +142,29 @@ async def serve(master: Master, host: str, port: int) -> None:
     finally:
         ticker.cancel()
         watcher.cancel()
+        reporter.cancel()
 
 
 def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
-    spec, shards, ckpts, claim = prepare_job(spec)
-    # One live run per job; the holder id is the same for its restarts.
-    restarted = claim.acquire(Holder.of_this_process(token))
+    startup = StartUp()
+    holder = Holder.of_this_process(token)  # the holder id is the same for every master of one run
+    spec = resolve_data(spec)
+    ckpts, claim = open_checkpoints(spec)
+    restored: tuple[dict | None, str | None] | None = None
+    shards: list[Shard] = []
+    if claim.held_by(holder.id):
+        # A restart within the run (its master died): the data were checked when it started, and the
+        # checkpoint's queue is all it needs of them. Back sooner, for the trainers waiting on it.
+        restored = restore(ckpts)
+        startup.mark("checkpoint")
+    if restored is None or restored[0] is None:
+        shards = check_data(spec)
+        startup.mark("checks")
+    # One live run per job.
+    restarted = claim.acquire(holder)
+    startup.mark("lock")
     try:
-        return _serve_job(spec, shards, ckpts, claim, host, port, token, restarted)
+        return _serve_job(spec, shards, ckpts, claim, host, port, token, restarted, startup, restored)
     finally:
         claim.release()
 
@@ -104,9 +176,14 @@ def _lost_lock() -> None:
 
 
 def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim: PrefixClaim, host: str,
-               port: int, token: str, restarted: bool = False) -> int:
+               port: int, token: str, restarted: bool = False, startup: StartUp | None = None,
+               restored: tuple[dict | None, str | None] | None = None) -> int:
+    startup = startup or StartUp()
     claim.keep_renewing(_lost_lock)
-    state, uri = restore(ckpts)
+    if restored is None:
+        restored = restore(ckpts)
+        startup.mark("checkpoint")
+    state, uri = restored
     if state is None and spec.audit and not restarted:
         # A start from scratch: the records of an earlier start are not this run's. A restarted master's
         # are: its trainers go on from where they stopped.
@@ -122,10 +199,11 @@ def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim
                    time.monotonic())
         log.info("job %s was already complete at step %d", spec.job, job.final_step)
     master = Master(job, token, clock=time.monotonic)
+    startup.mark("job")
     log.info(
         "master for job %s on %s:%d: %d shards, %d rows per epoch, %d epochs, trainers %d..%d (desired %d)",
-        spec.job, host, port, len(shards), job.queue.rows_per_epoch, spec.epochs,
+        spec.job, host, port, len(job.queue.shards), job.queue.rows_per_epoch, spec.epochs,
         spec.min_trainers, spec.max_trainers, job.desired,
     )
-    asyncio.run(serve(master, host, port))
+    asyncio.run(serve(master, host, port, startup))
     return 0
