@@ -6,6 +6,8 @@ import asyncio
 import json
 import logging
 import os
+import select
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import NamedTuple
 import uvicorn
 
 from edl.api.data import Shard
+from edl.api.master import JobStatus, JobView
 from edl.api.spec import JobSpec
 from edl.data.splits import resolve_splits
 from edl.errors import UserError
@@ -101,12 +104,19 @@ def process_age_s() -> float | None:
 
 
 class StartUp:
-    """How long each part of the master's start took (its log's "master up" line: what a restart costs)."""
+    """How long each part of the master's start took (its log's "master up" line: what a restart costs).
+    From the process's start, or from ``woken_at``: a spare master told to start (its imports done before)."""
 
-    def __init__(self) -> None:
+    def __init__(self, woken_at: float | None = None) -> None:
+        self.since = "the standby was woken" if woken_at is not None else "the process started"
+        self.marks: list[tuple[str, float]] = []
         age = process_age_s()
-        self.began = time.monotonic() - (age or 0.0)  # the process's start, where known
-        self.marks: list[tuple[str, float]] = [("imports", time.monotonic())] if age is not None else []
+        if woken_at is not None:
+            self.began = woken_at
+        else:
+            self.began = time.monotonic() - (age or 0.0)  # the process's start, where known
+            if age is not None:
+                self.marks.append(("imports", time.monotonic()))
 
     def mark(self, part: str) -> None:
         self.marks.append((part, time.monotonic()))
@@ -116,11 +126,13 @@ class StartUp:
         for part, t in self.marks:
             parts.append(f"{part} {t - before:.3f} s")
             before = t
-        return ", ".join(parts) + f"; listening at {now - self.began:.3f} s since the process started"
+        return ", ".join(parts) + f"; listening at {now - self.began:.3f} s since {self.since}"
 
 
 async def serve(master: Master, host: str, port: int, startup: StartUp | None = None) -> None:
-    config = uvicorn.Config(build_app(master), host=host, port=port, log_level="warning", access_log=False)
+    # No websockets and no lifespan protocol: nothing to load for them at the start.
+    config = uvicorn.Config(build_app(master), host=host, port=port, log_level="warning", access_log=False,
+                            ws="none", lifespan="off")
     server = uvicorn.Server(config)
     ticker = asyncio.create_task(master.ticker())
 
@@ -145,8 +157,8 @@ async def serve(master: Master, host: str, port: int, startup: StartUp | None = 
         reporter.cancel()
 
 
-def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
-    startup = StartUp()
+def run_master(spec: JobSpec, host: str, port: int, token: str, woken_at: float | None = None) -> int:
+    startup = StartUp(woken_at)
     holder = Holder.of_this_process(token)  # the holder id is the same for every master of one run
     spec = resolve_data(spec)
     ckpts, claim = open_checkpoints(spec)
@@ -167,6 +179,37 @@ def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
         return _serve_job(spec, shards, ckpts, claim, host, port, token, restarted, startup, restored)
     finally:
         claim.release()
+
+
+STANDBY_POLL_S = 1.0  # a spare master asks its job's master how the job is this often
+
+
+def standby_done(view: JobView | None, unanswered_s: float, launcher_timeout_s: float) -> bool:
+    """Whether a spare master can give up waiting: its job is over or abandoned by its launcher (the
+    master says so), or the master has not answered for twice the launcher's timeout: a launcher that
+    wakes its spare within a poll of the master's death is not there."""
+    if view is not None:
+        return view.abandoned or view.status is not JobStatus.RUNNING
+    return unanswered_s > 2 * launcher_timeout_s
+
+
+def wait_as_standby(spec: JobSpec, host: str, port: int, token: str) -> bool:
+    """A spare master's wait (``edl master --standby``): ``True`` once told to start (a line on stdin),
+    ``False`` when it never will be (stdin closed, or ``standby_done``)."""
+    from edl.master.client import HttpMaster
+
+    link = HttpMaster(f"{host}:{port}", token, timeout_s=2.0, give_up_s=0.0)
+    answered = time.monotonic()
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], STANDBY_POLL_S)
+        if ready:
+            return bool(sys.stdin.readline())
+        view = link.status()
+        if view is not None:
+            answered = time.monotonic()
+        if standby_done(view, time.monotonic() - answered, spec.launcher_timeout_s):
+            log.info("standby master for job %s: not needed (the job is over, or its launcher is gone)", spec.job)
+            return False
 
 
 def _lost_lock() -> None:
