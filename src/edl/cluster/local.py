@@ -36,6 +36,7 @@ log = logging.getLogger("edl.launcher")
 
 _PR_SET_PDEATHSIG = 1
 STANDBY_AFTER_S = 5.0  # a spare master is started this long after each master
+STANDBY_ENV = "EDL_STANDBY_MASTER"  # "0": no spare (about 100 MB less; a restart is a cold start, as on Kubernetes)
 
 
 def _die_with_parent() -> None:
@@ -169,6 +170,8 @@ class LocalCluster:
         self._standby_later()
 
     def _standby_later(self) -> None:
+        if self.procs.env.get(STANDBY_ENV, "1") == "0":
+            return
         if self._standby_timer is not None:
             self._standby_timer.cancel()
         self._standby_timer = threading.Timer(STANDBY_AFTER_S, self._spawn_standby)
