@@ -36,7 +36,8 @@ log = logging.getLogger("edl.launcher")
 
 _PR_SET_PDEATHSIG = 1
 STANDBY_AFTER_S = 5.0  # a spare master is started this long after each master
-STANDBY_ENV = "EDL_STANDBY_MASTER"  # "0": no spare (about 100 MB less; a restart is a cold start, as on Kubernetes)
+# "0": no spare (it holds about 40 MB; without it a restart is a cold start, as on Kubernetes)
+STANDBY_ENV = "EDL_STANDBY_MASTER"
 
 
 def _die_with_parent() -> None:
