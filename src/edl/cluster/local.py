@@ -6,7 +6,9 @@ leaves no orphans behind; their output goes to one log file each.
 A spare master waits beside the master (``edl master --standby``: its imports done, nothing
 read or served) and is woken when the master dies, so that the trainers wait for a restart
 without a Python start-up in it. It is started ``STANDBY_AFTER_S`` after each master, not with it:
-the job's start has the machine to itself.
+the job's start has the machine to itself. It is started on the launcher's own thread (when the
+launcher asks whether the master is alive): a child's ``PR_SET_PDEATHSIG`` fires when the *thread*
+that started it ends, so a spare started from a timer thread was killed at once.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,51 +139,36 @@ class LocalCluster:
         self.address = f"127.0.0.1:{self.port}"
         self.master: Proc | None = None
         self.standby: Proc | None = None  # the spare master (``edl master --standby``), once started
-        self._standby_lock = threading.Lock()
-        self._save_lock = threading.Lock()
-        self._standby_timer: threading.Timer | None = None
-        self._closed = False
+        self._standby_due: float | None = None  # when to start the next spare (monotonic)
         self.procs_by_name: dict[str, Proc] = {}
 
     def _save(self) -> None:
-        with self._save_lock:  # one temporary file: the spare's timer thread saves too
-            self._write_job_file()
-
-    def _write_job_file(self) -> None:
         write_json_atomic(self.dir / "job.json", {
             "job": self.spec.job, "address": self.address, "token": self.token, "launcher_pid": os.getpid(),
             "master_pid": self.master.pid if self.master else None,
             "standby_pid": self.standby.pid if self.standby else None,
-            # A copy first (one C call): trainers come and go while the timer thread saves.
-            "trainers": {k: p.pid for k, p in dict(self.procs_by_name).items() if p.poll() is None},
+            "trainers": {k: p.pid for k, p in self.procs_by_name.items() if p.poll() is None},
         }, mode=0o600)  # it holds the job token
 
     def _master_args(self) -> list[str]:
         return ["master", *spec_to_argv(self.spec), "--port", str(self.port)]
 
     def _spawn_master(self) -> None:
-        with self._standby_lock:
-            standby, self.standby = self.standby, None
+        standby, self.standby = self.standby, None
         if standby is not None and _wake(standby):
             self.master = standby
         else:
             self.master = self.procs.spawn("master", self._master_args(), {"EDL_TOKEN": self.token})
         self._save()
-        self._standby_later()
+        if self.procs.env.get(STANDBY_ENV, "1") != "0":
+            self._standby_due = time.monotonic() + STANDBY_AFTER_S
 
-    def _standby_later(self) -> None:
-        if self.procs.env.get(STANDBY_ENV, "1") == "0":
+    def _keep_standby(self) -> None:
+        """Start the spare once it is due (on the launcher's thread: see the module's docstring)."""
+        if self._standby_due is None or time.monotonic() < self._standby_due:
             return
-        if self._standby_timer is not None:
-            self._standby_timer.cancel()
-        self._standby_timer = threading.Timer(STANDBY_AFTER_S, self._spawn_standby)
-        self._standby_timer.daemon = True
-        self._standby_timer.start()
-
-    def _spawn_standby(self) -> None:
-        with self._standby_lock:
-            if self._closed or self.standby is not None:
-                return
+        self._standby_due = None
+        if self.standby is None or self.standby.poll() is not None:
             self.standby = self.procs.spawn("master", [*self._master_args(), "--standby"], {"EDL_TOKEN": self.token},
                                             stdin_pipe=True)
             self._save()
@@ -195,6 +181,7 @@ class LocalCluster:
         return MasterEndpoint(self.address, self.token, adopted)
 
     def master_alive(self) -> bool:
+        self._keep_standby()  # the launcher asks on every round
         return self.master is not None and self.master.poll() is None
 
     def recreate_master(self) -> None:
@@ -234,11 +221,8 @@ class LocalCluster:
             self._save()
 
     def delete_job(self) -> None:
-        with self._standby_lock:
-            self._closed = True
-            if self._standby_timer is not None:
-                self._standby_timer.cancel()
-            standby, self.standby = self.standby, None
+        self._standby_due = None
+        standby, self.standby = self.standby, None
         procs = list(self.procs_by_name.values()) + [p for p in (self.master, standby) if p is not None]
         LocalProcesses.stop_all(procs, 3.0)
         self.procs_by_name.clear()
