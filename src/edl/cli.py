@@ -50,12 +50,21 @@ def cmd_train(a: argparse.Namespace) -> int:
 
 
 def cmd_master(a: argparse.Namespace) -> int:
+    import time
+
     from edl.jobargs import spec_from_args
-    from edl.master.main import run_master
+    from edl.master.main import run_master, wait_as_standby
 
     if not 0 < a.port < 65536:
         raise UserError(f"--port must be in 1..65535 (got {a.port})")
-    return run_master(spec_from_args(a), a.host, a.port, _token_from_env())
+    spec, token = spec_from_args(a), _token_from_env()
+    woken_at = None
+    if a.standby:
+        # A spare: its imports are done; it reads, locks and serves nothing until it is told to start.
+        if not wait_as_standby(spec, a.host, a.port, token):
+            return 0
+        woken_at = time.monotonic()
+    return run_master(spec, a.host, a.port, token, woken_at=woken_at)
 
 
 def cmd_trainer(a: argparse.Namespace) -> int:
@@ -371,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_arguments(m)
     m.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     m.add_argument("--port", type=int, default=8470, help="port to listen on (default 8470)")
+    m.add_argument("--standby", action="store_true",
+                   help="start up, then wait for a line on stdin before reading the job and serving it "
+                        "(the local launcher's spare master: a restart without a Python start-up)")
     m.set_defaults(fn=cmd_master)
 
     w = sub.add_parser("trainer", help="run one trainer (token from EDL_TOKEN)",

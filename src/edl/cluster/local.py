@@ -2,6 +2,13 @@
 
 Children die with the launcher (``PR_SET_PDEATHSIG``), so a killed ``edl train``
 leaves no orphans behind; their output goes to one log file each.
+
+A spare master waits beside the master (``edl master --standby``: its imports done, nothing
+read or served) and is woken when the master dies, so that the trainers wait for a restart
+without a Python start-up in it. It is started ``STANDBY_AFTER_S`` after each master, not with it:
+the job's start has the machine to itself. It is started on the launcher's own thread (when the
+launcher asks whether the master is alive): a child's ``PR_SET_PDEATHSIG`` fires when the *thread*
+that started it ends, so a spare started from a timer thread was killed at once.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from edl.net import free_port
 log = logging.getLogger("edl.launcher")
 
 _PR_SET_PDEATHSIG = 1
+STANDBY_AFTER_S = 5.0  # a spare master is started this long after each master
+# "0": no spare (it holds about 40 MB; without it a restart is a cold start, as on Kubernetes)
+STANDBY_ENV = "EDL_STANDBY_MASTER"
 
 
 def _die_with_parent() -> None:
@@ -72,14 +82,15 @@ class LocalProcesses:
     def log_path(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
 
-    def spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> Proc:
+    def spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None,
+              stdin_pipe: bool = False) -> Proc:
         log_path = self.log_path(name)
         f = log_path.open("ab")
         env = dict(self.env)
         env.update(extra_env or {})
         popen = subprocess.Popen(
             [sys.executable, "-m", "edl", *args],
-            stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
             env=env, preexec_fn=_die_with_parent, close_fds=True,
         )
         f.close()
@@ -100,6 +111,18 @@ class LocalProcesses:
                 p.popen.wait()
 
 
+def _wake(standby: Proc) -> bool:
+    """Start a spare master (a line on its stdin); ``False`` if it is gone."""
+    if standby.poll() is not None or standby.popen.stdin is None:
+        return False
+    try:
+        standby.popen.stdin.write(b"start\n")
+        standby.popen.stdin.close()
+    except OSError:  # it died meanwhile
+        return False
+    return True
+
+
 class LocalCluster:
     """The ``Cluster`` of local processes: the master and each trainer are children of the launcher.
 
@@ -115,19 +138,40 @@ class LocalCluster:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.master: Proc | None = None
+        self.standby: Proc | None = None  # the spare master (``edl master --standby``), once started
+        self._standby_due: float | None = None  # when to start the next spare (monotonic)
         self.procs_by_name: dict[str, Proc] = {}
 
     def _save(self) -> None:
         write_json_atomic(self.dir / "job.json", {
             "job": self.spec.job, "address": self.address, "token": self.token, "launcher_pid": os.getpid(),
             "master_pid": self.master.pid if self.master else None,
+            "standby_pid": self.standby.pid if self.standby else None,
             "trainers": {k: p.pid for k, p in self.procs_by_name.items() if p.poll() is None},
         }, mode=0o600)  # it holds the job token
 
+    def _master_args(self) -> list[str]:
+        return ["master", *spec_to_argv(self.spec), "--port", str(self.port)]
+
     def _spawn_master(self) -> None:
-        self.master = self.procs.spawn("master", ["master", *spec_to_argv(self.spec), "--port", str(self.port)],
-                                       {"EDL_TOKEN": self.token})
+        standby, self.standby = self.standby, None
+        if standby is not None and _wake(standby):
+            self.master = standby
+        else:
+            self.master = self.procs.spawn("master", self._master_args(), {"EDL_TOKEN": self.token})
         self._save()
+        if self.procs.env.get(STANDBY_ENV, "1") != "0":
+            self._standby_due = time.monotonic() + STANDBY_AFTER_S
+
+    def _keep_standby(self) -> None:
+        """Start the spare once it is due (on the launcher's thread: see the module's docstring)."""
+        if self._standby_due is None or time.monotonic() < self._standby_due:
+            return
+        self._standby_due = None
+        if self.standby is None or self.standby.poll() is not None:
+            self.standby = self.procs.spawn("master", [*self._master_args(), "--standby"], {"EDL_TOKEN": self.token},
+                                            stdin_pipe=True)
+            self._save()
 
     # ------------------------------------------------------------ Cluster
     def ensure_job(self) -> MasterEndpoint:
@@ -137,6 +181,7 @@ class LocalCluster:
         return MasterEndpoint(self.address, self.token, adopted)
 
     def master_alive(self) -> bool:
+        self._keep_standby()  # the launcher asks on every round
         return self.master is not None and self.master.poll() is None
 
     def recreate_master(self) -> None:
@@ -176,7 +221,9 @@ class LocalCluster:
             self._save()
 
     def delete_job(self) -> None:
-        procs = list(self.procs_by_name.values()) + ([self.master] if self.master else [])
+        self._standby_due = None
+        standby, self.standby = self.standby, None
+        procs = list(self.procs_by_name.values()) + [p for p in (self.master, standby) if p is not None]
         LocalProcesses.stop_all(procs, 3.0)
         self.procs_by_name.clear()
 

@@ -6,15 +6,19 @@ import asyncio
 import json
 import logging
 import os
+import select
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import NamedTuple
 
 import uvicorn
 
 from edl.api.data import Shard
+from edl.api.master import JobStatus, JobView
 from edl.api.spec import JobSpec
-from edl.data.dataset import Dataset, resolve_splits
+from edl.data.splits import resolve_splits
 from edl.errors import UserError
 from edl.master.job import Job, Timeouts
 from edl.master.server import Master, build_app
@@ -37,8 +41,23 @@ class PreparedJob(NamedTuple):
 
 def prepare_job(spec: JobSpec) -> PreparedJob:
     """Checks that fail fast with a ``UserError``: data set, checkpoint store."""
+    spec = resolve_data(spec)
+    shards = check_data(spec)
+    ckpts, claim = open_checkpoints(spec)
+    return PreparedJob(spec, shards, ckpts, claim)
+
+
+def resolve_data(spec: JobSpec) -> JobSpec:
+    """``data`` and ``eval_data`` as the files read (one listing: ``edl.data.splits``)."""
     data, held_out = resolve_splits(spec.data)
-    spec = replace(spec, data=data, eval_data=spec.eval_data or held_out)
+    return replace(spec, data=data, eval_data=spec.eval_data or held_out)
+
+
+def check_data(spec: JobSpec) -> list[Shard]:
+    """The training shards (every footer read), the held-out set and the warm start checked."""
+    # Imported here: a restarted master goes on from its checkpoint's queue and needs no Parquet reader.
+    from edl.data.dataset import Dataset
+
     shards = Dataset(spec.data).shards()
     if spec.eval_data:
         Dataset(spec.eval_data, "--eval-data").shards()
@@ -47,11 +66,15 @@ def prepare_job(spec: JobSpec) -> PreparedJob:
         if not init.exists(WARM_START_FILE):
             raise UserError(f"--init-model {spec.init_model!r}: no {WARM_START_FILE} there (expected a model "
                             "directory written by edl, e.g. a previous run's CHECKPOINT_URI/model)")
+    return shards
+
+
+def open_checkpoints(spec: JobSpec) -> tuple[CheckpointStore, PrefixClaim]:
     store = open_store(spec.checkpoint_uri, "--checkpoint-uri")
     store.check()
     claim = PrefixClaim(store, spec)
     claim.check_owner()  # before anything is written there
-    return PreparedJob(spec, shards, CheckpointStore(store, spec.keep_checkpoints), claim)
+    return CheckpointStore(store, spec.keep_checkpoints), claim
 
 
 def timeouts_from_env() -> Timeouts:
@@ -70,10 +93,56 @@ def restore(ckpts: CheckpointStore) -> tuple[dict | None, str | None]:
     return state, ckpt.uri
 
 
-async def serve(master: Master, host: str, port: int) -> None:
-    config = uvicorn.Config(build_app(master), host=host, port=port, log_level="warning", access_log=False)
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: ``/proc``), to 10 ms; None where that cannot be read."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class StartUp:
+    """How long each part of the master's start took (its log's "master up" line: what a restart costs).
+    From the process's start, or from ``woken_at``: a spare master told to start (its imports done before)."""
+
+    def __init__(self, woken_at: float | None = None) -> None:
+        self.since = "the standby was woken" if woken_at is not None else "the process started"
+        self.marks: list[tuple[str, float]] = []
+        age = process_age_s()
+        if woken_at is not None:
+            self.began = woken_at
+        else:
+            self.began = time.monotonic() - (age or 0.0)  # the process's start, where known
+            if age is not None:
+                self.marks.append(("imports", time.monotonic()))
+
+    def mark(self, part: str) -> None:
+        self.marks.append((part, time.monotonic()))
+
+    def line(self, now: float) -> str:
+        parts, before = [], self.began
+        for part, t in self.marks:
+            parts.append(f"{part} {t - before:.3f} s")
+            before = t
+        return ", ".join(parts) + f"; listening at {now - self.began:.3f} s since {self.since}"
+
+
+async def serve(master: Master, host: str, port: int, startup: StartUp | None = None) -> None:
+    # No websockets and no lifespan protocol: nothing to load for them at the start.
+    config = uvicorn.Config(build_app(master), host=host, port=port, log_level="warning", access_log=False,
+                            ws="none", lifespan="off")
     server = uvicorn.Server(config)
     ticker = asyncio.create_task(master.ticker())
+
+    async def report_startup() -> None:
+        while not server.started:
+            await asyncio.sleep(0.005)
+        if startup is not None:
+            log.info("master up: %s", startup.line(time.monotonic()))
+
+    reporter = asyncio.create_task(report_startup())
 
     async def watch_shutdown() -> None:
         await master.shutdown_requested.wait()
@@ -85,16 +154,62 @@ async def serve(master: Master, host: str, port: int) -> None:
     finally:
         ticker.cancel()
         watcher.cancel()
+        reporter.cancel()
 
 
-def run_master(spec: JobSpec, host: str, port: int, token: str) -> int:
-    spec, shards, ckpts, claim = prepare_job(spec)
-    # One live run per job; the holder id is the same for its restarts.
-    restarted = claim.acquire(Holder.of_this_process(token))
+def run_master(spec: JobSpec, host: str, port: int, token: str, woken_at: float | None = None) -> int:
+    startup = StartUp(woken_at)
+    holder = Holder.of_this_process(token)  # the holder id is the same for every master of one run
+    spec = resolve_data(spec)
+    ckpts, claim = open_checkpoints(spec)
+    restored: tuple[dict | None, str | None] | None = None
+    shards: list[Shard] = []
+    if claim.held_by(holder.id):
+        # A restart within the run (its master died): the data were checked when it started, and the
+        # checkpoint's queue is all it needs of them. Back sooner, for the trainers waiting on it.
+        restored = restore(ckpts)
+        startup.mark("checkpoint")
+    if restored is None or restored[0] is None:
+        shards = check_data(spec)
+        startup.mark("checks")
+    # One live run per job.
+    restarted = claim.acquire(holder)
+    startup.mark("lock")
     try:
-        return _serve_job(spec, shards, ckpts, claim, host, port, token, restarted)
+        return _serve_job(spec, shards, ckpts, claim, host, port, token, restarted, startup, restored)
     finally:
         claim.release()
+
+
+STANDBY_POLL_S = 1.0  # a spare master asks its job's master how the job is this often
+
+
+def standby_done(view: JobView | None, unanswered_s: float, launcher_timeout_s: float) -> bool:
+    """Whether a spare master can give up waiting: its job is over or abandoned by its launcher (the
+    master says so), or the master has not answered for twice the launcher's timeout: a launcher that
+    wakes its spare within a poll of the master's death is not there."""
+    if view is not None:
+        return view.abandoned or view.status is not JobStatus.RUNNING
+    return unanswered_s > 2 * launcher_timeout_s
+
+
+def wait_as_standby(spec: JobSpec, host: str, port: int, token: str) -> bool:
+    """A spare master's wait (``edl master --standby``): ``True`` once told to start (a line on stdin),
+    ``False`` when it never will be (stdin closed, or ``standby_done``)."""
+    from edl.master.client import HttpMaster
+
+    link = HttpMaster(f"{host}:{port}", token, timeout_s=2.0, give_up_s=0.0)
+    answered = time.monotonic()
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], STANDBY_POLL_S)
+        if ready:
+            return bool(sys.stdin.readline())
+        view = link.status()
+        if view is not None:
+            answered = time.monotonic()
+        if standby_done(view, time.monotonic() - answered, spec.launcher_timeout_s):
+            log.info("standby master for job %s: not needed (the job is over, or its launcher is gone)", spec.job)
+            return False
 
 
 def _lost_lock() -> None:
@@ -104,9 +219,14 @@ def _lost_lock() -> None:
 
 
 def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim: PrefixClaim, host: str,
-               port: int, token: str, restarted: bool = False) -> int:
+               port: int, token: str, restarted: bool = False, startup: StartUp | None = None,
+               restored: tuple[dict | None, str | None] | None = None) -> int:
+    startup = startup or StartUp()
     claim.keep_renewing(_lost_lock)
-    state, uri = restore(ckpts)
+    if restored is None:
+        restored = restore(ckpts)
+        startup.mark("checkpoint")
+    state, uri = restored
     if state is None and spec.audit and not restarted:
         # A start from scratch: the records of an earlier start are not this run's. A restarted master's
         # are: its trainers go on from where they stopped.
@@ -122,10 +242,11 @@ def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim
                    time.monotonic())
         log.info("job %s was already complete at step %d", spec.job, job.final_step)
     master = Master(job, token, clock=time.monotonic)
+    startup.mark("job")
     log.info(
         "master for job %s on %s:%d: %d shards, %d rows per epoch, %d epochs, trainers %d..%d (desired %d)",
-        spec.job, host, port, len(shards), job.queue.rows_per_epoch, spec.epochs,
+        spec.job, host, port, len(job.queue.shards), job.queue.rows_per_epoch, spec.epochs,
         spec.min_trainers, spec.max_trainers, job.desired,
     )
-    asyncio.run(serve(master, host, port))
+    asyncio.run(serve(master, host, port, startup))
     return 0

@@ -1,4 +1,4 @@
-"""The master's HTTP+JSON API (FastAPI), its Prometheus metrics and its clock.
+"""The master's HTTP+JSON API (Starlette), its Prometheus metrics and its clock.
 
 Every route but ``/healthz`` and ``/metrics`` needs the job's token
 (``Authorization: Bearer TOKEN``); without it the answer is 401 and nothing
@@ -10,21 +10,31 @@ notifications): open (health, metrics), trainer (membership and tasks),
 checkpoint and outcome (cuts, commits, the job's end), control (the launcher,
 the sidecar and the CLI). Answers are the types of ``edl.api.master`` in their
 JSON form; a ``UserError`` is a 400 with its message, a ``StaleError`` a 409.
+
+Starlette, not FastAPI: a restarted master is back sooner when it imports less (FastAPI and
+pydantic took 40 % of the master's start-up). Bodies are plain dataclasses (``Body.parse``);
+a body that does not fit is a 400 naming the field.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import hmac
+import json
 import logging
 import time
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
 
 from edl.api.data import CursorJSON, cursor_from_json
 from edl.api.master import (
@@ -48,14 +58,83 @@ from edl.master.job import Job
 log = logging.getLogger("edl.master")
 
 
-class RegisterBody(BaseModel):
+B = TypeVar("B", bound="Body")
+T = TypeVar("T")
+
+
+class Body:
+    """A request body: a dataclass read from the JSON object sent, each field checked against its type
+    (what a client may leave out has a default); anything else is a 400 naming the field."""
+
+    @classmethod
+    async def read(cls: type[B], request: Request) -> B:
+        try:
+            data = await request.json()
+        except ValueError as e:
+            raise UserError(f"{request.url.path}: the body is not JSON ({e})") from e
+        return cls.parse(data, request.url.path)
+
+    @classmethod
+    def parse(cls: type[B], data: object, where: str = "body") -> B:
+        if not isinstance(data, dict):
+            raise UserError(f"{where}: the body is not a JSON object")
+        hints = _hints(cls)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name not in data:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise UserError(f"{where}: {f.name!r} is missing")
+                continue
+            value = data[f.name]
+            if not _fits(value, hints[f.name]):
+                raise UserError(f"{where}: {f.name!r} is {json.dumps(value)[:100]}, not {hints[f.name]}")
+            values[f.name] = float(value) if hints[f.name] is float else value
+        return cls(**values)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _fits(value: object, hint: Any) -> bool:
+    """Whether a decoded JSON value fits ``hint`` (the types bodies use: scalars, lists, tuples, dicts, unions)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if origin is list or hint is list:
+        return isinstance(value, list) and all(_fits(v, args[0]) for v in value) if args else isinstance(value, list)
+    if origin is tuple:
+        return isinstance(value, list) and len(value) == len(args) and all(map(_fits, value, args))
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            return False
+        return not args or all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
+    return False
+
+
+@dataclass(frozen=True)
+class RegisterBody(Body):
     pid: int
     host: str
     store_port: int
     resume: dict | None = None  # ``ResumeReport``: where the trainer stopped under the master that restarted
 
 
-class HeartbeatBody(BaseModel):
+@dataclass(frozen=True)
+class HeartbeatBody(Body):
     generation: int = 0
     step: int = 0
     safe_cursor: CursorJSON = None
@@ -64,17 +143,20 @@ class HeartbeatBody(BaseModel):
     in_collective_s: float | None = None  # waiting in its generation's collective this long (None: not in one)
 
 
-class TaskBody(BaseModel):
+@dataclass(frozen=True)
+class TaskBody(Body):
     request_id: str
     safe_cursor: CursorJSON = None
 
 
-class TaskFailedBody(BaseModel):
+@dataclass(frozen=True)
+class TaskFailedBody(Body):
     task_id: int
     reason: str
 
 
-class SyncBody(BaseModel):
+@dataclass(frozen=True)
+class SyncBody(Body):
     generation: int
     step: int
     cursors: dict[str, CursorJSON]
@@ -82,52 +164,61 @@ class SyncBody(BaseModel):
     failed: bool = False
 
 
-class StepBody(BaseModel):
+@dataclass(frozen=True)
+class StepBody(Body):
     generation: int
 
 
-class ScaleBody(BaseModel):
+@dataclass(frozen=True)
+class ScaleBody(Body):
     trainers: int
 
 
-class UnschedulableBody(BaseModel):
+@dataclass(frozen=True)
+class UnschedulableBody(Body):
     count: int
 
 
-class ExitBody(BaseModel):
+@dataclass(frozen=True)
+class ExitBody(Body):
     code: int
 
 
-class FatalBody(BaseModel):
+@dataclass(frozen=True)
+class FatalBody(Body):
     message: str
     user: bool = False  # because of the user's input: the launcher exits 2
 
 
-class UserCodeFailedBody(BaseModel):
+@dataclass(frozen=True)
+class UserCodeFailedBody(Body):
     step: int
     part: str
     fingerprint: str
     log: str
-    rows: list[tuple[str, int, int]] = []
+    rows: list[tuple[str, int, int]] = field(default_factory=list)
 
 
-class CutBody(BaseModel):
+@dataclass(frozen=True)
+class CutBody(Body):
     generation: int
     step: int
     cursors: dict[str, CursorJSON]
 
 
-class CommittedBody(BaseModel):
+@dataclass(frozen=True)
+class CommittedBody(Body):
     generation: int
     step: int
     uri: str
     write_s: float
 
 
-class FinishBody(BaseModel):
+@dataclass(frozen=True)
+class FinishBody(Body):
     step: int
     final_model_uri: str | None = None
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class _JobCollector:
@@ -137,6 +228,8 @@ class _JobCollector:
         self.master = master
 
     def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         job = self.master.job
         v = job.status_view(self.master.clock())
         labels = ["job"]
@@ -240,55 +333,96 @@ class Master:
                 self.shutdown_requested.set()
 
 
-def build_app(master: Master) -> FastAPI:
-    app = FastAPI(title="edl master", docs_url=None, redoc_url=None, openapi_url=None)
+Handler = Callable[[Request], Awaitable[Any]]
 
-    def authorized(request: Request) -> None:
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), master.token.encode()):
-            raise HTTPException(status_code=401, detail="missing or wrong job token")
 
-    @app.exception_handler(UserError)
-    async def user_error(_: Request, exc: UserError) -> JSONResponse:
+class _Routes:
+    """One group of routes under ``prefix``, declared with ``@routes.get(path)`` / ``@routes.post(path)``.
+    A handler takes the request and returns a JSON-able answer (or a ``Response``). With ``token``
+    every route of the group needs ``Authorization: Bearer TOKEN`` (401 otherwise, nothing done)."""
+
+    def __init__(self, prefix: str = "", token: str | None = None) -> None:
+        self.prefix = prefix
+        self.token = token
+        self.routes: list[BaseRoute] = []
+
+    def get(self, path: str) -> Callable[[Handler], Handler]:
+        return self._add(path, "GET")
+
+    def post(self, path: str) -> Callable[[Handler], Handler]:
+        return self._add(path, "POST")
+
+    def _add(self, path: str, method: str) -> Callable[[Handler], Handler]:
+        def add(handler: Handler) -> Handler:
+            async def endpoint(request: Request) -> Response:
+                if self.token is not None and not _authorized(request, self.token):
+                    return JSONResponse({"detail": "missing or wrong job token"}, status_code=401)
+                answer = await handler(request)
+                return answer if isinstance(answer, Response) else JSONResponse(answer)
+
+            self.routes.append(Route(self.prefix + path, endpoint, methods=[method]))
+            return handler
+
+        return add
+
+
+def _authorized(request: Request, token: str) -> bool:
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+
+
+def _query(request: Request, name: str, kind: Callable[[str], T], default: T) -> T:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        return kind(raw)
+    except ValueError as e:
+        raise UserError(f"{request.url.path}: query parameter {name}={raw!r} is not {kind.__name__}") from e
+
+
+def build_app(master: Master) -> Starlette:
+    async def user_error(_: Request, exc: Exception) -> Response:
         return JSONResponse(status_code=400, content={"detail": str(exc)})
 
-    @app.exception_handler(StaleError)
-    async def stale(_: Request, exc: StaleError) -> JSONResponse:
+    async def stale(_: Request, exc: Exception) -> Response:
         return JSONResponse(status_code=409, content={"detail": str(exc)})
 
-    auth = [Depends(authorized)]
-    app.include_router(_open_routes(master))
-    app.include_router(_trainer_routes(master), dependencies=auth)
-    app.include_router(_checkpoint_routes(master), dependencies=auth)
-    app.include_router(_control_routes(master), dependencies=auth)
-    return app
+    routes = (_open_routes(master) + _trainer_routes(master) + _checkpoint_routes(master)
+              + _control_routes(master))
+    return Starlette(routes=routes, exception_handlers={UserError: user_error, StaleError: stale})
 
 
-def _open_routes(master: Master) -> APIRouter:
+def _open_routes(master: Master) -> list[BaseRoute]:
     """Health and metrics: no token (probes and Prometheus)."""
-    routes = APIRouter()
-    registry = CollectorRegistry()
-    registry.register(_JobCollector(master))
+    routes = _Routes()
+    registry: list[Any] = []  # made at the first scrape: prometheus_client is not imported before
 
     @routes.get("/healthz")
-    async def healthz() -> dict:
+    async def healthz(_: Request) -> dict:
         return {"ok": True, "master_uid": master.job.master_uid}
 
     @routes.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(generate_latest(registry).decode(), media_type="text/plain; version=0.0.4")
+    async def metrics(_: Request) -> Response:
+        from prometheus_client import CollectorRegistry, generate_latest
 
-    return routes
+        if not registry:
+            registry.append(CollectorRegistry())
+            registry[0].register(_JobCollector(master))
+        return PlainTextResponse(generate_latest(registry[0]).decode(), media_type="text/plain; version=0.0.4")
+
+    return routes.routes
 
 
-def _trainer_routes(master: Master) -> APIRouter:
+def _trainer_routes(master: Master) -> list[BaseRoute]:
     """What trainers call to join, stay in and leave generations, and to get their data."""
-    routes = APIRouter(prefix="/v1/trainers/{trainer}")
+    routes = _Routes("/v1/trainers/{trainer}", master.token)
     job = master.job
 
     @routes.post("/register")
-    async def register(trainer: str, body: RegisterBody) -> dict:
+    async def register(r: Request) -> dict:
+        trainer, body = r.path_params["trainer"], await RegisterBody.read(r)
         if job.status is JobStatus.RUNNING:
             resume = None if body.resume is None else ResumeReport.from_json(body.resume)
             job.register(trainer, body.pid, body.host, body.store_port, master.clock(), resume)
@@ -301,7 +435,9 @@ def _trainer_routes(master: Master) -> APIRouter:
         return {"master_uid": job.master_uid, "job_status": job.status.value}
 
     @routes.post("/heartbeat")
-    async def heartbeat(trainer: str, body: HeartbeatBody) -> dict:
+    async def heartbeat(r: Request) -> dict:
+        trainer = r.path_params["trainer"]
+        body = await HeartbeatBody.read(r)
         answer = job.heartbeat(trainer, body.step, cursor_from_json(body.safe_cursor), master.clock(), body.loss,
                                body.generation, body.in_collective_s)
         await master.notify()
@@ -314,7 +450,10 @@ def _trainer_routes(master: Master) -> APIRouter:
         return to_json(answer)
 
     @routes.get("/assignment")
-    async def assignment(trainer: str, after: int = 0, wait_s: float = 10.0) -> dict:
+    async def assignment(r: Request) -> dict:
+        trainer = r.path_params["trainer"]
+        after = _query(r, "after", int, 0)
+        wait_s = _query(r, "wait_s", float, 10.0)
         def decided() -> bool:
             answer = job.assignment_answer(trainer, after)
             return not (isinstance(answer, NoAssignment) and answer.why is Unassigned.WAIT)
@@ -323,7 +462,9 @@ def _trainer_routes(master: Master) -> APIRouter:
         return assignment_to_json(job.assignment_answer(trainer, after))
 
     @routes.post("/sync")
-    async def sync(trainer: str, body: SyncBody) -> dict:
+    async def sync(r: Request) -> dict:
+        trainer = r.path_params["trainer"]
+        body = await SyncBody.read(r)
         report = SyncReport(trainer, body.generation, body.step, cursors_from_json(body.cursors), body.store_port,
                             body.failed)
         if body.failed:
@@ -333,7 +474,8 @@ def _trainer_routes(master: Master) -> APIRouter:
         return {"ok": True}
 
     @routes.post("/first-step")
-    async def first_step(trainer: str, body: StepBody) -> dict:
+    async def first_step(r: Request) -> dict:
+        body = await StepBody.read(r)
         job.first_step(body.generation, master.clock())
         g = job.membership.current
         if g is not None and g.id == body.generation and g.pause_s is not None and g.reason is not Reason.START:
@@ -342,99 +484,113 @@ def _trainer_routes(master: Master) -> APIRouter:
         return {"ok": True}
 
     @routes.post("/task")
-    async def next_task(trainer: str, body: TaskBody) -> dict:
+    async def next_task(r: Request) -> dict:
+        trainer = r.path_params["trainer"]
+        body = await TaskBody.read(r)
         answer = job.next_task(trainer, body.request_id, cursor_from_json(body.safe_cursor), master.clock())
         return next_task_to_json(answer)
 
     @routes.post("/user-code-failed")
-    async def user_code_failed(trainer: str, body: UserCodeFailedBody) -> dict:
+    async def user_code_failed(r: Request) -> dict:
+        trainer = r.path_params["trainer"]
+        body = await UserCodeFailedBody.read(r)
         failure = UserCodeFailure(trainer, body.step, body.part, body.fingerprint, body.log,
-                                  tuple(tuple(r) for r in body.rows))
+                                  tuple(tuple(row) for row in body.rows))
         log.warning("trainer %s: %s raised %s (step %d)", trainer, body.part, body.fingerprint, body.step)
         user_error = job.user_code_failed(failure, master.clock())
         await master.notify()
         return {"user_error": user_error, "error": job.error if user_error else None}
 
     @routes.post("/task-failed")
-    async def task_failed(trainer: str, body: TaskFailedBody) -> dict:
+    async def task_failed(r: Request) -> dict:
+        trainer = r.path_params["trainer"]
+        body = await TaskFailedBody.read(r)
         log.warning("trainer %s could not process task %d: %s", trainer, body.task_id, body.reason)
         job.fail_task(trainer, body.task_id, body.reason, master.clock())
         await master.notify()
         return {"ok": True}
 
-    return routes
+    return routes.routes
 
 
-def _checkpoint_routes(master: Master) -> APIRouter:
+def _checkpoint_routes(master: Master) -> list[BaseRoute]:
     """Rank 0's checkpoints (a fenced cut, then its commit) and the job's outcome."""
-    routes = APIRouter()
+    routes = _Routes(token=master.token)
     job = master.job
 
     @routes.get("/v1/spec")
-    async def spec() -> dict:
+    async def spec(_: Request) -> dict:
         return job.spec.to_dict()
 
     @routes.post("/v1/checkpoints/cut")
-    async def cut(body: CutBody) -> dict:
+    async def cut(r: Request) -> dict:
+        body = await CutBody.read(r)
         return job.checkpoint_cut(body.generation, body.step, cursors_from_json(body.cursors), master.clock())
 
     @routes.post("/v1/checkpoints/committed")
-    async def committed(body: CommittedBody) -> dict:
+    async def committed(r: Request) -> dict:
+        body = await CommittedBody.read(r)
         ok = job.checkpoint_committed(CheckpointRecord(body.step, body.uri, body.write_s, body.generation))
         if ok:
             log.info("checkpoint committed at step %d: %s (%.2f s)", body.step, body.uri, body.write_s)
         return {"ok": ok}
 
     @routes.post("/v1/finish")
-    async def finish(body: FinishBody) -> dict:
+    async def finish(r: Request) -> dict:
+        body = await FinishBody.read(r)
         job.finish(body.step, body.final_model_uri, body.metrics, master.clock())
         await master.notify()
         return {"ok": True}
 
     @routes.post("/v1/fatal")
-    async def fatal(body: FatalBody) -> dict:
+    async def fatal(r: Request) -> dict:
+        body = await FatalBody.read(r)
         job.fatal(body.message, master.clock(), body.user)
         await master.notify()
         return {"ok": True}
 
-    return routes
+    return routes.routes
 
 
-def _control_routes(master: Master) -> APIRouter:
+def _control_routes(master: Master) -> list[BaseRoute]:
     """What the launcher, the sidecar and the CLI call: status, size, trainer exits, shutdown."""
-    routes = APIRouter()
+    routes = _Routes(token=master.token)
     job = master.job
 
     @routes.get("/v1/status")
-    async def status() -> dict:
+    async def status(_: Request) -> dict:
         return job.status_view(master.clock()).to_json()
 
     @routes.get("/v1/summary")
-    async def summary() -> dict:
+    async def summary(_: Request) -> dict:
         return job.summary(master.clock())
 
     @routes.post("/v1/scale")
-    async def scale(body: ScaleBody) -> dict:
+    async def scale(r: Request) -> dict:
+        body = await ScaleBody.read(r)
         job.scale(body.trainers)
         log.info("desired trainers set to %d", body.trainers)
         await master.notify()
         return {"desired_trainers": job.desired}
 
     @routes.post("/v1/unschedulable")
-    async def unschedulable(body: UnschedulableBody) -> dict:
+    async def unschedulable(r: Request) -> dict:
+        body = await UnschedulableBody.read(r)
         job.report_unschedulable(body.count, master.clock())
         log.info("%d trainer(s) unschedulable; desired trainers now %d", body.count, job.desired)
         await master.notify()
         return {"desired_trainers": job.desired}
 
     @routes.post("/v1/checkpoints/request")
-    async def request_checkpoint() -> dict:
+    async def request_checkpoint(_: Request) -> dict:
         job.request_checkpoint()
         log.info("checkpoint requested")
         return {"ok": True, "committed": len(job.checkpoints)}
 
     @routes.post("/v1/trainers/{trainer}/exited")
-    async def exited(trainer: str, body: ExitBody) -> dict:
+    async def exited(r: Request) -> dict:
+        trainer = r.path_params["trainer"]
+        body = await ExitBody.read(r)
         job.trainer_exited(trainer, body.code, master.clock())
         if body.code != 0:
             log.warning("trainer %s exited with code %d", trainer, body.code)
@@ -442,20 +598,21 @@ def _control_routes(master: Master) -> APIRouter:
         return {"ok": True}
 
     @routes.post("/v1/trainers/{trainer}/drain")
-    async def drain(trainer: str) -> dict:
+    async def drain(r: Request) -> dict:
+        trainer = r.path_params["trainer"]
         job.drain(trainer, master.clock())
         log.info("draining trainer %s", trainer)
         await master.notify()
         return {"ok": True}
 
     @routes.post("/v1/launcher/beat")
-    async def launcher_beat() -> dict:
+    async def launcher_beat(_: Request) -> dict:
         job.launcher_beat(master.clock())
         return {"ok": True, "abandoned": job.abandoned}
 
     @routes.post("/v1/shutdown")
-    async def shutdown() -> dict:
+    async def shutdown(_: Request) -> dict:
         master.shutdown_requested.set()
         return {"ok": True}
 
-    return routes
+    return routes.routes

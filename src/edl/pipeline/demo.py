@@ -239,7 +239,8 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
 
 def _serve_published(model_dir: Path, data: Path, out: Path, console: Console) -> dict:
     """The published model in use: served by ``edl serve``, the held-out split sent to it over HTTP."""
-    from edl.data.dataset import Dataset, resolve_splits
+    from edl.data.dataset import Dataset
+    from edl.data.splits import resolve_splits
     from edl.modeldef import load_model_def
     from edl.serving.client import running_server, served_accuracy
 

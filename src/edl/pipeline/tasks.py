@@ -41,7 +41,8 @@ def evaluate_model_in_full(model_dir: str, data_uri: str,
                            model_def: str) -> tuple[dict[str, float], list[list[int]] | None]:
     """``evaluate_model``'s metrics and the confusion matrix (row: true class, column: predicted;
     ``None`` when the outputs are not class scores)."""
-    from edl.data.dataset import Dataset, resolve_splits
+    from edl.data.dataset import Dataset
+    from edl.data.splits import resolve_splits
     from edl.modeldef import load_model_def
     from edl.storage.checkpoint import WARM_START_FILE, decode_arrays
     from edl.trainer.export import evaluate

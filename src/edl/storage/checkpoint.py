@@ -27,11 +27,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from edl.errors import EdlError, StorageError
 from edl.storage.store import ObjectStore
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("edl.checkpoint")
 
@@ -48,12 +50,16 @@ def checkpoint_name(step: int) -> str:
 
 
 def encode_arrays(arrays: dict[str, np.ndarray]) -> bytes:
+    import numpy as np  # here: a master reads checkpoints' master.json only, and need not import numpy
+
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
 
 
 def decode_arrays(data: bytes) -> dict[str, np.ndarray]:
+    import numpy as np
+
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
 

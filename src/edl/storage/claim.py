@@ -214,6 +214,11 @@ class PrefixClaim:
         return (f"job {current.job!r} is already running on {self.store.uri}: {current.describe()}; "
                 "wait for it to end or stop it")
 
+    def held_by(self, holder_id: str) -> bool:
+        """Whether the lock is ``holder_id``'s now: this is a restart within that run (one read, no wait)."""
+        current, _ = self._current()
+        return current is not None and current.holder.id == holder_id
+
     def acquire(self, holder: Holder) -> bool:
         """Take the lock (free, ours, or stale) and record the owner if none is; ``UserError`` if a
         live run holds it, or if a racing run won the conditional write. ``True`` when the lock was

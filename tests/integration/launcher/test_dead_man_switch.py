@@ -33,9 +33,11 @@ def running(pid: int) -> bool:
 def test_a_launcher_gone_silent_mid_run_leaves_no_process_of_its_job(digits, tmp_path, job_runner, edl_home, sig):
     job = job_runner("deadman", job_args(digits, tmp_path, epochs=400, trainers=2)).start()
     job.wait_for(lambda s: s["step"] > 20 and s["world_size"] == 2, what="two trainers training")
+    wait_for(lambda: job.info().get("standby_pid") is not None, 60, "the spare master", every=0.2)
     info = job.info()
-    pids = [info["master_pid"], *info["trainers"].values()]
-    assert len(pids) == 3 and all(running(p) for p in pids)
+    # The spare master too: nobody is left to wake it.
+    pids = [info["master_pid"], info["standby_pid"], *info["trainers"].values()]
+    assert len(pids) == 4 and all(running(p) for p in pids)
     os.kill(job.proc.pid, sig)
     stopped = time.monotonic()
     try:

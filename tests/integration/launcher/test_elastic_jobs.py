@@ -132,6 +132,8 @@ def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runn
     assert resumed[0]["base_step"] >= before - 1 > ckpt_step + 100  # no step rolled back to the checkpoint
     master_log = (job.home / "jobs" / "mgo" / "logs" / "master.log").read_text()
     assert "restarted master: going on from the trainers' step" in master_log
+    # The new master was the launcher's spare, woken (its imports done before the kill).
+    assert "since the standby was woken" in master_log
 
 
 def test_master_and_a_trainer_killed_together_fall_back_to_the_checkpoint(digits, tmp_path, job_runner):

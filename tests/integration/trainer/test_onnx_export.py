@@ -13,7 +13,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _held_out(digits) -> tuple[np.ndarray, np.ndarray]:
-    from edl.data.dataset import Dataset, resolve_splits
+    from edl.data.dataset import Dataset
+    from edl.data.splits import resolve_splits
     from edl.zoo._classifier import collate
 
     _, test = resolve_splits(str(digits))

@@ -1,11 +1,11 @@
-"""The master's HTTP API in-process (FastAPI's test client): token, refusals, metrics."""
+"""The master's HTTP API in-process (Starlette's test client): token, refusals, metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 
 from edl.api.spec import JobSpec
 from edl.master.job import Job
@@ -74,3 +74,27 @@ def test_status_and_metrics():
     text = client.get("/metrics").text
     assert 'edl_world_size{job="api"} 1.0' in text
     assert 'edl_generation_changes_total{job="api",reason="start"} 1.0' in text
+
+
+def test_a_body_that_does_not_fit_is_a_400_naming_the_field_and_changes_nothing():
+    client, job = make_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post("/v1/scale", json={"trainers": "three"}, headers=auth)
+    assert r.status_code == 400 and "'trainers' is \"three\"" in r.json()["detail"]
+    r = client.post("/v1/scale", json={"trainers": True}, headers=auth)  # JSON true is not an int
+    assert r.status_code == 400 and "'trainers'" in r.json()["detail"]
+    r = client.post("/v1/trainers/t1/register", json={"host": "h", "store_port": 1}, headers=auth)
+    assert r.status_code == 400 and "'pid' is missing" in r.json()["detail"]
+    r = client.post("/v1/trainers/t1/register", content=b"{not json", headers=auth)
+    assert r.status_code == 400 and "not JSON" in r.json()["detail"]
+    r = client.post("/v1/trainers/t1/sync", json={"generation": 1, "step": 2, "cursors": {"t1": ["x", 0]},
+                                                  "store_port": 1}, headers=auth)
+    assert r.status_code == 400 and "'cursors'" in r.json()["detail"]
+    r = client.get("/v1/trainers/t1/assignment", params={"after": "soon"}, headers=auth)
+    assert r.status_code == 400 and "after='soon'" in r.json()["detail"]
+    assert job.desired == 1 and not job.membership.trainers
+    # What fits is taken, ints where floats are asked for included, and optional fields may be left out.
+    r = client.post("/v1/trainers/t1/register", json={"pid": 1, "host": "h", "store_port": 1}, headers=auth)
+    assert r.status_code == 200 and "t1" in job.membership.trainers
+    r = client.post("/v1/trainers/t1/heartbeat", json={"step": 0, "wait_s": 0}, headers=auth)
+    assert r.status_code == 200 and r.json()["known"] is True

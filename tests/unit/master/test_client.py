@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 
 from edl.api.data import Cursor, Shard
 from edl.api.master import Assignment, JobStatus, JobView, NoAssignment, Phase, Source, TrainerState, Unassigned

@@ -70,7 +70,7 @@ def test_a_finished_job_whose_launcher_went_silent_ends_too():
 def test_the_beat_route_needs_the_token_and_the_ticker_ends_the_master_after_the_linger():
     import asyncio
 
-    from fastapi.testclient import TestClient
+    from starlette.testclient import TestClient
 
     from edl.master.server import Master, build_app
 

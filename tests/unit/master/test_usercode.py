@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 
 from edl.api.data import Shard
 from edl.api.master import UserCodeFailure
