@@ -203,7 +203,12 @@ class Launcher:
         self.cluster.record("MasterLost", "master lost; recreating it (it resumes from the last checkpoint)",
                             warning=True)
         say(self.console, "master lost; recreating it (it resumes from the last checkpoint)")
-        self.cluster.recreate_master()
+        address = self.cluster.recreate_master()
+        # A new link: the successor's address (pod-ip: its own), and no kept-alive connection that a
+        # Service's connection tracking would still route to the old master while it lives on.
+        assert self.endpoint is not None
+        self.endpoint = replace(self.endpoint, address=address)
+        self.master = self.master_factory(self.endpoint)
 
     # ---------------------------------------------------------------- loop
     def _tell(self, report: Callable[[], object]) -> bool:
