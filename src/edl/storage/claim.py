@@ -40,6 +40,7 @@ from pathlib import Path
 
 from edl.api.spec import JobSpec
 from edl.errors import StorageError, UserError
+from edl.procs import ended
 from edl.storage.store import ObjectStore
 
 log = logging.getLogger("edl.storage")
@@ -175,16 +176,7 @@ def pid_namespace() -> str:
 
 
 def holder_dead(holder: Holder) -> bool:
-    if not holder.pidns or holder.pidns != pid_namespace():
-        return False
-    try:
-        stat = Path(f"/proc/{holder.pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    # A killed process whose parent has not reaped it yet is a zombie: dead all the same.
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    return bool(holder.pidns) and holder.pidns == pid_namespace() and ended(holder.pid)
 
 
 # ------------------------------------------------------------- the store I/O
