@@ -32,6 +32,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from edl.procs import wait_ended
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, EdlJob, write_result  # noqa: E402
 
@@ -47,20 +49,6 @@ def _failure_after(g: int):
         return next((x for x in s["generations"] if x["master_generation"] > g and x["reason"] == "failure"
                      and x["first_step_at"] is not None), None)
     return find
-
-
-def _gone(pid: int, timeout: float) -> bool:
-    """The process ended (a zombie until the launcher reaps it counts as ended)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ", 1)[1].startswith("Z"):
-                    return True
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def one_case(job: EdlJob, n: int, rank: int, kind: str, st: dict) -> tuple[dict, dict]:
@@ -86,7 +74,7 @@ def one_case(job: EdlJob, n: int, rank: int, kind: str, st: dict) -> tuple[dict,
         case["excluded_after_s"] = round(fail["triggered_at"] - t_fault, 3)
         st = job.wait_for(lambda s, m=st["step"]: s["step"] > m + 5, timeout=120)  # the others go on
         os.kill(victim["pid"], signal.SIGCONT)
-        case["woken_left_cleanly"] = _gone(victim["pid"], 30)
+        case["woken_left_cleanly"] = wait_ended(victim["pid"], 30)
         log = job.home / "jobs" / job.name / "logs" / f"{victim['id']}.log"
         case["woken_told"] = "dropped from the job" in log.read_text(errors="replace")
     st = job.wait_for(_settled(n, st["step"] + 10), timeout=180)  # the replacement joined

@@ -143,8 +143,9 @@ class Cluster(Protocol):
         or keeps crashing, with its own reason: waiting for it cannot help."""
         ...
 
-    def recreate_master(self) -> None:
-        """Replace a lost master; it resumes from the job's last checkpoint."""
+    def recreate_master(self) -> str:
+        """Replace a lost master; it resumes from the job's last checkpoint. Returns the successor's
+        address, which differs from the old one where the address is the master pod's own (pod-ip)."""
         ...
 
     def trainers(self) -> list[TrainerPod]:

@@ -70,14 +70,13 @@ class KubeCluster:
         token = base64.b64decode((secret.get("data") or {})["token"]).decode()
         self.kube.create(m.master_service(self.spec, self.opts, self.owner))
         pod = self.kube.get("pods", self.names["master"])
-        if pod is None or pod_phase(pod).terminated:
-            self.recreate_master()
+        address = self.recreate_master() if pod is None or pod_phase(pod).terminated else None
         adopted = not created
         if adopted:
             self.reown()
         self.record("JobAdopted" if adopted else "JobCreated",
                     f"job {self.spec.job}: {'adopted existing' if adopted else 'created'} token, service and master")
-        return MasterEndpoint(self._master_address(), token, adopted)
+        return MasterEndpoint(address or self._master_address(), token, adopted)
 
     def reown(self) -> None:
         """A retried step is a new pod: the job it adopts still names the first step's pod as its
@@ -99,15 +98,17 @@ class KubeCluster:
         if moved:
             log.info("re-owned %d objects of job %s to pod %s", moved, self.spec.job, self.owner["name"])
 
-    def _master_address(self) -> str:
+    def _master_address(self, uid: str | None = None) -> str:
+        """The Service's name; with ``pod-ip`` the master pod's IP (of the pod ``uid`` when given: a
+        successor's, never the IP its predecessor had), once it has one."""
         if self.master_via == "pod-ip":
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
+            deadline = self.clock() + 300
+            while self.clock() < deadline:
                 pod = self.kube.get("pods", self.names["master"])
                 ip = ((pod or {}).get("status") or {}).get("podIP")
-                if ip:
+                if ip and (uid is None or pod["metadata"]["uid"] == uid):
                     return f"{ip}:{m.MASTER_PORT}"
-                time.sleep(0.2)
+                self.sleep(0.2)
             raise UserError(f"master pod {self.names['master']} got no IP within 300 s")
         return m.master_address(self.spec.job, self.opts.namespace)
 
@@ -166,9 +167,10 @@ class KubeCluster:
             raise PermanentError(f"master of job {self.spec.job} keeps crashing ({restarts} restarts); "
                                  f"last exit {code}: {line}")
 
-    def recreate_master(self) -> None:
+    def recreate_master(self) -> str:
         """Replace the master pod: a graceful delete (the old master takes its grace period, its last
-        writes end), then the successor under the same name once the old one is gone, never beside it."""
+        writes end), then the successor under the same name once the old one is gone, never beside it.
+        Returns the successor's address (with ``pod-ip``, its own IP, once it has one)."""
         name = self.names["master"]
         pod = self.kube.get("pods", name)
         if pod is not None:
@@ -182,6 +184,7 @@ class KubeCluster:
         if old_uid is not None and created["metadata"]["uid"] == old_uid:
             # A 409 that handed back the dying pod (it cannot, after _wait_gone; never adopt it).
             raise TemporaryError(f"master pod {name} is still being deleted")
+        return self._master_address(created["metadata"]["uid"])
 
     def _wait_gone(self, uid: str) -> None:
         """Until the pod ``uid`` is gone (404, or another pod under its name). Bounded by its grace

@@ -184,10 +184,11 @@ class LocalCluster:
         self._keep_standby()  # the launcher asks on every round
         return self.master is not None and self.master.poll() is None
 
-    def recreate_master(self) -> None:
+    def recreate_master(self) -> str:
         if self.master is not None and self.master.poll() == 2:  # it refused the job: restarting cannot help
             raise UserError(self.master.last_line().removeprefix("edl: error: ") or "the master refused the job")
         self._spawn_master()
+        return self.address
 
     def trainers(self) -> list[TrainerPod]:
         out = []

@@ -25,6 +25,7 @@ import os
 from edl.api.images import trainer_image_for
 from edl.api.spec import JobSpec, K8sOptions, node_selector, tolerations
 from edl.jobargs import spec_to_argv
+from edl.storage.claim import POD_UID_ENV
 
 MASTER_PORT = 8470
 APP = "edl"
@@ -145,7 +146,9 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
         # The pod's own address, not 0.0.0.0: the same on a cluster, and on a node whose pods share
         # one network (the test plane's kubelet) two masters do not fight over one port.
         "args": [*spec_to_argv(spec), "--host", "$(POD_IP)", "--port", str(MASTER_PORT)],
-        "env": [_token_env(spec.job), *_s3_env(opts), _POD_IP_ENV],
+        # The pod's uid: a master restarted in place knows the run lock's holder was its own earlier run.
+        "env": [_token_env(spec.job), *_s3_env(opts), _POD_IP_ENV,
+                {"name": POD_UID_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
         "ports": [{"name": "http", "containerPort": MASTER_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": MASTER_PORT}, "periodSeconds": 5},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},

@@ -12,6 +12,7 @@ local processes and the simulator.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit, TrainerPod
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.spec import JobSpec
 from edl.console import clip, plain_console, say
-from edl.errors import KubeForbiddenError, PermanentError, TemporaryError, UserError
+from edl.errors import EdlError, KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.reconcile import plan_trainers
 from edl.trainer.audit import audit
@@ -34,6 +35,10 @@ log = logging.getLogger("edl.launcher")
 # A master whose pod looks alive but that has not answered for this long is replaced.
 MASTER_SILENCE_LIMIT_S = 60.0
 BEAT_EVERY_S = 1.0  # at most one beat a second (the local launcher polls ten times a second)
+# The background beats stop once the launcher's own loop has not come round for this long: a launcher
+# wedged for good must not keep its job alive. Longer than any bounded wait of one round (a master's
+# graceful delete and its successor's start, API calls retried while the API is away).
+LOOP_STALL_S = 600.0
 
 
 def http_master(endpoint: MasterEndpoint) -> HttpMaster:
@@ -132,7 +137,9 @@ class Launcher:
                  sleep: Callable[[float], None] = time.sleep, max_master_restarts: int = 10,
                  master_start_timeout_s: float = 300.0, api_away_limit_s: float = 600.0,
                  master_silence_limit_s: float = MASTER_SILENCE_LIMIT_S,
-                 master_factory: Callable[[MasterEndpoint], ControlLink] = http_master) -> None:
+                 master_factory: Callable[[MasterEndpoint], ControlLink] = http_master,
+                 beat_in_background: bool = False, beat_every_s: float = BEAT_EVERY_S,
+                 loop_stall_s: float = LOOP_STALL_S) -> None:
         self.spec = spec
         self.cluster = cluster
         self.max_trainer_failures = max_trainer_failures
@@ -162,11 +169,21 @@ class Launcher:
         self.master: ControlLink | None = None
         self.cancelled = False
         self.last_beat: float | None = None  # when the master last heard this launcher is alive
+        self.beat_every_s = beat_every_s
+        # Beat from a thread of its own as well (real time; callers on a virtual clock leave it off), so
+        # that no blocking wait of a round silences the launcher: an API call retried for seconds, a
+        # master's graceful delete, a successor's start.
+        self.beat_in_background = beat_in_background
+        self.loop_stall_s = loop_stall_s
+        self.loop_at = clock()  # when the launcher's loop last came round
+        self._stop_beating = threading.Event()
 
     # --------------------------------------------------------------- start
     def start(self) -> MasterEndpoint:
         self.endpoint = self.cluster.ensure_job()
         self.master = self.master_factory(self.endpoint)
+        if self.beat_in_background:
+            threading.Thread(target=self._beat_in_background, name="edl-launcher-beat", daemon=True).start()
         self._seen_names(t.name for t in self.cluster.trainers())  # adopted: continue after theirs
         self.wait_for_master()
         return self.endpoint
@@ -189,6 +206,7 @@ class Launcher:
     def wait_for_master(self) -> None:
         deadline = self.clock() + self.master_start_timeout_s
         while self.clock() < deadline:
+            self.loop_at = self.clock()
             if self.master.healthy():
                 return
             if not self.cluster.master_alive():
@@ -203,7 +221,12 @@ class Launcher:
         self.cluster.record("MasterLost", "master lost; recreating it (it resumes from the last checkpoint)",
                             warning=True)
         say(self.console, "master lost; recreating it (it resumes from the last checkpoint)")
-        self.cluster.recreate_master()
+        address = self.cluster.recreate_master()
+        # A new link: the successor's address (pod-ip: its own), and no kept-alive connection that a
+        # Service's connection tracking would still route to the old master while it lives on.
+        assert self.endpoint is not None
+        self.endpoint = replace(self.endpoint, address=address)
+        self.master = self.master_factory(self.endpoint)
 
     # ---------------------------------------------------------------- loop
     def _tell(self, report: Callable[[], object]) -> bool:
@@ -217,11 +240,31 @@ class Launcher:
 
     def beat(self) -> None:
         """Tell the master this launcher is alive (its dead-man switch, ``edl.master.deadman``). Sent
-        before anything asks the cluster's API, which may be away: the master is reached without it."""
-        now = self.clock()
-        if self.master is not None and (self.last_beat is None or now - self.last_beat >= BEAT_EVERY_S):
-            if self._tell(self.master.launcher_beat):
+        before anything asks the cluster's API, which may be away: the master is reached without it.
+        Called by the launcher's loops: it also marks the loop as coming round."""
+        self.loop_at = self.clock()
+        self._beat()
+
+    def _beat(self) -> None:
+        now, master = self.clock(), self.master  # the link may be replaced meanwhile (a new master)
+        if master is not None and (self.last_beat is None or now - self.last_beat >= self.beat_every_s):
+            if self._tell(master.launcher_beat):
                 self.last_beat = now
+
+    def _beat_in_background(self) -> None:
+        stalled = False
+        while not self._stop_beating.wait(self.beat_every_s):
+            if self.clock() - self.loop_at > self.loop_stall_s:
+                if not stalled:
+                    log.warning("the launcher's loop has not come round for %.0f s: no more beats; its master "
+                                "ends the job after its --launcher-timeout", self.loop_stall_s)
+                stalled = True
+                continue
+            stalled = False
+            try:
+                self._beat()
+            except EdlError as e:  # a refused beat (401, 4xx): the loop's own calls hear of it
+                log.debug("background beat: %s", e)
 
     def tick(self) -> JobView | None:
         """One round. Returns the master's status once the job is no longer running."""
@@ -410,6 +453,7 @@ class Launcher:
 
     def shutdown(self, delete: bool = True) -> None:
         """Stop the master and remove every object of the job (idempotent)."""
+        self._stop_beating.set()
         if self.master is not None:
             self._tell(self.master.shutdown)
         if delete:

@@ -85,7 +85,7 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
     cluster = KubeCluster(kube, spec, opts, owner, master_via)
     launcher = Launcher(spec, cluster, max_trainer_failures=max_trainer_failures,
                         pending_timeout_s=opts.pending_timeout_s, trainer_prefix=cluster.trainer_prefix,
-                        console=console)
+                        console=console, beat_in_background=True)
     previous = {sig: signal.signal(sig, _cancel) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         endpoint = launcher.start()

@@ -122,7 +122,7 @@ class LocalLauncher:
         env.setdefault("PYTHONUNBUFFERED", "1")
         cluster = LocalCluster(self.spec, self.dir, env)
         launcher = Launcher(self.spec, cluster, max_trainer_failures=self.max_trainer_failures,
-                            console=self.console, master_start_timeout_s=60.0)
+                            console=self.console, master_start_timeout_s=60.0, beat_in_background=True)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _interrupt)
         stop_sidecar = threading.Event()

@@ -4,11 +4,18 @@ Answers map to errors the same way for every caller: an unreachable master or a 
 temporary (retried until the client's give-up time), 401 is a ``UserError`` naming the token,
 400 a ``UserError`` with the master's reason, 409 a ``StaleError`` (the request named a
 generation that is no longer current), any other 4xx a ``PermanentError``.
+
+A registration (a trainer joining, or joining again after its master restarted) makes every link
+of this process to that address drop its kept-alive connections before its next request: a
+Service routes a new connection to the master it has now, but a kept-alive one stays with the
+old master, which may live on beside its successor until the run lock fences it. Each link
+reconnects in the thread that uses it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import httpx
@@ -37,6 +44,17 @@ class MasterUnavailable(TemporaryError):
     """The master did not answer, or answered 5xx (it may be restarting)."""
 
 
+_registrations: dict[str, int] = {}  # base URL -> registrations sent there by this process
+_registrations_lock = threading.Lock()
+
+
+def _registered(base: str, new: bool = False) -> int:
+    with _registrations_lock:
+        if new:
+            _registrations[base] = _registrations.get(base, 0) + 1
+        return _registrations.get(base, 0)
+
+
 def default_give_up_s() -> float:
     return float(os.environ.get("EDL_MASTER_GIVE_UP_S", "300"))
 
@@ -54,14 +72,23 @@ class HttpMaster:
         self.base = address if address.startswith("http") else f"http://{address}"
         self.name = name or f"master at {self.base}"
         self.give_up_s = default_give_up_s() if give_up_s is None else give_up_s
-        self._http = httpx.Client(
+        self._token, self._timeout_s = token, timeout_s
+        self._http = self._client()
+        self._joined = _registered(self.base)  # the registrations its connections have seen
+
+    def _client(self) -> httpx.Client:
+        return httpx.Client(
             base_url=self.base,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(timeout_s, connect=min(2.0, timeout_s)),
+            headers={"Authorization": f"Bearer {self._token}"},
+            timeout=httpx.Timeout(self._timeout_s, connect=min(2.0, self._timeout_s)),
         )
 
     # ------------------------------------------------------------------ transport
     def _once(self, method: str, path: str, body: dict | None, params: dict | None) -> httpx.Response:
+        if (joined := _registered(self.base)) != self._joined:
+            # Someone here (re)registered since: whoever answers at the address now is the master.
+            self._joined, old, self._http = joined, self._http, self._client()
+            old.close()
         try:
             r = self._http.request(method, path, json=body, params=params)
         except httpx.TransportError as e:
@@ -154,6 +181,7 @@ class HttpMaster:
         body: dict[str, Any] = {"pid": pid, "host": host, "store_port": store_port}
         if resume is not None:
             body["resume"] = resume.to_json()
+        _registered(self.base, new=True)
         return Registration.from_json(self._call("POST", f"/v1/trainers/{trainer}/register", body))
 
     def assignment(self, trainer: str, after: int, wait_s: float) -> Assignment | NoAssignment:

@@ -248,5 +248,6 @@ def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim
         spec.job, host, port, len(job.queue.shards), job.queue.rows_per_epoch, spec.epochs,
         spec.min_trainers, spec.max_trainers, job.desired,
     )
+    claim.wait_fenced()  # a predecessor of this run that may live on has stopped by now (after the work above)
     asyncio.run(serve(master, host, port, startup))
     return 0

@@ -31,6 +31,7 @@ class SimCluster:
         self.spec = sim.jobs[job].spec
         self.trainer_prefix = f"{job}-trainer-"
         self.deleted: list[str] = []
+        self.address = f"sim/{job}"
 
     @property
     def now(self) -> float:
@@ -44,16 +45,17 @@ class SimCluster:
         adopted = bool(self._pods("master"))
         if not adopted:
             self.recreate_master()
-        return MasterEndpoint(f"sim/{self.job}", "sim", adopted)
+        return MasterEndpoint(self.address, "sim", adopted)
 
     def master_alive(self) -> bool:
         return bool(self._pods("master")) or self.sim.jobs[self.job].completed_at is not None
 
-    def recreate_master(self) -> None:
+    def recreate_master(self) -> str:
         for p in self._pods("master"):
             self.sim._delete(p)
         pod = self.sim._create(self.job, "job", "master", MASTER, self.spec.priority, self.now, self.spec.startup_s, 0)
         pod.name = f"{self.job}-master"
+        return self.address
 
     def trainers(self) -> list[TrainerPod]:
         out = []

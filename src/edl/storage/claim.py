@@ -15,6 +15,12 @@ decisions (``owner_problem``, ``lock_verdict``) are pure; ``PrefixClaim`` does t
 Staleness is judged on the reader's own monotonic clock, never by comparing clocks of two machines:
 as Kubernetes' leader election does, a lock is stale once its reader has watched it stay unchanged
 (the same version) for its TTL; a lock seen to change meanwhile belongs to a live run.
+
+A master restarted within its run takes the lock at once, but may still have a predecessor
+alive (a lost node's processes run on until fenced). Its write fences that one: the predecessor's
+next renewal fails and it stops. So the successor serves only ``FENCE_S`` after taking the lock
+(``fence_s``, pure; ``PrefixClaim.wait_fenced``), unless the predecessor is known gone: its pid
+gone on this machine, or the same pod (a container restarted in place: the old one has stopped).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 
 from edl.api.spec import JobSpec
 from edl.errors import StorageError, UserError
+from edl.procs import ended
 from edl.storage.store import ObjectStore
 
 log = logging.getLogger("edl.storage")
@@ -46,6 +53,9 @@ WATCH_EVERY_S = 1.0  # how often a contender reads the lock while it decides
 # How long a launcher (which only asks) watches before leaving the decision to the master: long
 # enough to see a live run's renewal.
 ASK_FOR_S = RENEW_EVERY_S * 1.6
+# A restarted master's wait before it serves: its live predecessor's next renewal, which fails and stops it.
+FENCE_S = RENEW_EVERY_S + 1.0
+POD_UID_ENV = "EDL_POD_UID"  # the master pod's uid (downward API), where it runs in a pod
 
 
 # ------------------------------------------------------------------ the owner
@@ -86,17 +96,20 @@ def owner_problem(owner: dict | None, spec: JobSpec, where: str) -> str | None:
 @dataclass(frozen=True)
 class Holder:
     """Who holds the lock: ``id`` is the same for every master of one run; ``pid``/``pidns`` tell a
-    process on this machine whether the holder is still alive without waiting for the expiry."""
+    process on this machine whether the holder is still alive without waiting for the expiry;
+    ``pod`` (a pod's uid, or empty) tells a container restarted in place that the holder was its
+    own earlier run."""
 
     id: str
     pid: int
     pidns: str
     host: str
+    pod: str = ""
 
     @classmethod
     def of_this_process(cls, token: str) -> Holder:
         return cls(hashlib.sha256(token.encode()).hexdigest()[:16], os.getpid(), pid_namespace(),
-                   socket.gethostname())
+                   socket.gethostname(), os.environ.get(POD_UID_ENV, ""))
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,19 @@ def lock_verdict(current: LockRecord | None, me: str | None, *, holder_dead: boo
     return Verdict.WATCH
 
 
+def fence_s(current: Holder | None, me: Holder, *, holder_dead: bool) -> float:
+    """How long ``me``, having just taken the lock from ``current``, waits before it serves. Only a
+    predecessor of the same run may still live (another run's lock is taken only once its holder
+    is dead or was seen silent for the TTL); it stops at its next renewal, which now fails."""
+    if current is None or current.id != me.id or holder_dead:
+        return 0.0
+    if (current.pid, current.pidns, current.host) == (me.pid, me.pidns, me.host):
+        return 0.0  # this very process took it again
+    if current.pod and current.pod == me.pod:
+        return 0.0  # the same pod: its container restarted in place, so the old one has stopped
+    return FENCE_S
+
+
 def pid_namespace() -> str:
     """This machine's boot and pid namespace: two processes with the same value see the same pids."""
     try:
@@ -150,16 +176,7 @@ def pid_namespace() -> str:
 
 
 def holder_dead(holder: Holder) -> bool:
-    if not holder.pidns or holder.pidns != pid_namespace():
-        return False
-    try:
-        stat = Path(f"/proc/{holder.pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    # A killed process whose parent has not reaped it yet is a zombie: dead all the same.
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    return bool(holder.pidns) and holder.pidns == pid_namespace() and ended(holder.pid)
 
 
 # ------------------------------------------------------------- the store I/O
@@ -174,6 +191,8 @@ class PrefixClaim:
         self.sleep = sleep
         self.version: str | None = None  # of the lock object we hold
         self.record: LockRecord | None = None
+        self.serve_after: float | None = None  # on self.clock: a predecessor is fenced by then
+        self.predecessor: LockRecord | None = None
         self._stop = threading.Event()
 
     def check_owner(self) -> None:
@@ -234,10 +253,24 @@ class PrefixClaim:
         if current is not None and current.holder.id != holder.id:
             log.warning("took over the lock of %s on %s (its process is gone, or it was not renewed for %.0f s)",
                         current.describe(), self.store.uri, current.ttl_s)
+        fence = fence_s(current.holder if current else None, holder,
+                        holder_dead=current is not None and holder_dead(current.holder))
+        self.serve_after, self.predecessor = self.clock() + fence, current if fence else None
         self.version, self.record = new, record
         if self.store.get_versioned(OWNER_KEY) is None:
             self.store.put_if(OWNER_KEY, json.dumps(owner_record(self.spec)).encode(), None)
         return current is not None and current.holder.id == holder.id
+
+    def wait_fenced(self) -> None:
+        """Until a predecessor of this run that may still live has tried to renew, failed and stopped
+        (see ``fence_s``); at once when there is none."""
+        if self.serve_after is None:
+            return
+        left = self.serve_after - self.clock()
+        if left > 0 and self.predecessor is not None:
+            log.info("waiting %.1f s for the previous master of this run, %s, to see the lock taken and stop",
+                     left, self.predecessor.describe())
+            self.sleep(left)
 
     def renew(self) -> bool:
         """Extend our lock; ``False`` if it is no longer ours (a run took it over)."""

@@ -153,10 +153,11 @@ def test_a_lost_master_is_replaced(backend):
     backend.settle(backend.cluster.master_alive, 120, "the master to run")
     backend.lose_master()
     backend.settle(lambda: not backend.cluster.master_alive(), 60, "the master to be seen lost")
-    backend.cluster.recreate_master()
+    successor = backend.cluster.recreate_master()
     backend.settle(backend.cluster.master_alive, 120, "the new master to run")
     again = backend.cluster.ensure_job()
     assert again.adopted and again.token == first.token
+    assert again.address == successor  # where the successor answers (pod-ip: its own pod's IP)
 
 
 def test_delete_job_removes_everything_and_is_idempotent(backend):

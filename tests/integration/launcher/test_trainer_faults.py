@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 
 import pytest
 
+from edl.procs import wait_ended
 from tests.conftest import run_edl
 
 pytestmark = pytest.mark.timeout(420)
@@ -50,19 +50,6 @@ def fault(job, st: dict, rank: int, sig: signal.Signals) -> tuple[dict, dict, di
     return victim, g, st
 
 
-def gone(pid: int, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ", 1)[1].startswith("Z"):
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def scale(job, n: int) -> None:
     r = run_edl("scale", job.name, "--trainers", str(n), env={"EDL_HOME": str(job.home)})
     assert r.returncode == 0, r.stderr
@@ -90,7 +77,7 @@ def test_trainer_faults_at_any_rank_cost_at_most_the_failed_step(digits, tmp_pat
     assert g["world_size"] == 2
     st = job.wait_for(lambda s: s["step"] > st["step"] + 10, what="progress without the stopped trainer")
     os.kill(victim["pid"], signal.SIGCONT)  # woken: it is told it was dropped, and leaves on its own
-    assert gone(victim["pid"]), "the woken trainer did not leave"
+    assert wait_ended(victim["pid"], 30), "the woken trainer did not leave"
     log = (job.home / "jobs" / job.name / "logs" / f"{victim['id']}.log").read_text(errors="replace")
     assert "dropped from the job" in log and "Traceback" not in log, log[-2000:]
     # SIGKILL of the last rank of 2 (the replacement of the woken one may have joined: then of 3).

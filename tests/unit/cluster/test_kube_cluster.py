@@ -199,6 +199,40 @@ def test_a_lost_master_is_deleted_gracefully_and_its_successor_created_only_once
     assert kube.pods["edl-mnist-master"]["metadata"]["uid"] == "new"
 
 
+class ReschedulingKube(DyingKube):
+    """The old master has the IP 10.0.0.1; its successor gets 10.0.0.2 two seconds after it is created
+    (scheduled, its sandbox up), as a kubelet reports ``status.podIP``."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock, grace_s=5.0)
+        self.pods["edl-mnist-master"]["status"]["podIP"] = "10.0.0.1"
+        self.created_at: float | None = None
+
+    def get(self, resource: str, name: str) -> dict | None:
+        pod = super().get(resource, name)
+        if pod is not None and pod["metadata"]["uid"] == "new" and self.clock.t >= (self.created_at or 0) + 2:
+            pod.setdefault("status", {})["podIP"] = "10.0.0.2"
+        return pod
+
+    def create(self, obj: dict) -> tuple[dict, bool]:
+        self.created_at = self.clock.t
+        return super().create(obj)
+
+
+def test_with_pod_ip_a_recreated_master_is_reached_at_its_own_ip_not_its_predecessors():
+    clock = FakeClock(0.0)
+    kube = ReschedulingKube(clock)
+    c = KubeCluster(kube, SPEC, K8sOptions(namespace="ml"), master_via="pod-ip", clock=clock, sleep=clock.sleep)
+    assert c._master_address() == "10.0.0.1:8470"
+    assert c.recreate_master() == "10.0.0.2:8470"
+    assert clock.t >= kube.created_at + 2  # waited for the successor's IP
+
+
+def test_through_the_service_a_recreated_master_keeps_the_services_address():
+    clock = FakeClock(0.0)
+    assert dying_cluster(DyingKube(clock, grace_s=1.0), clock).recreate_master() == "edl-mnist-master.ml.svc:8470"
+
+
 def test_a_master_that_never_goes_is_not_adopted_back():
     from edl.errors import TemporaryError
 

@@ -46,7 +46,7 @@ class FlakyCluster:
         self._check()
         return True
 
-    def recreate_master(self) -> None:
+    def recreate_master(self) -> str:
         raise AssertionError("the master was not lost")
 
     def trainers(self) -> list[TrainerPod]:

@@ -31,9 +31,13 @@ def link_to(job: Job, token: str = TOKEN) -> tuple[HttpMaster, TestClient]:
 
     app = build_app(asyncio.new_event_loop().run_until_complete(make()))
     link = HttpMaster("testserver", token, give_up_s=0.0)
-    http = TestClient(app, base_url=link.base, headers={"Authorization": f"Bearer {token}"})
-    link._http = http  # the app in-process instead of a socket
-    return link, http
+
+    def client() -> TestClient:
+        return TestClient(app, base_url=link.base, headers={"Authorization": f"Bearer {token}"})
+
+    link._client = client  # type: ignore[method-assign]  # the app in-process instead of a socket
+    link._http = client()  # (a registration makes the link open a new one: see edl.master.client)
+    return link, client()
 
 
 def test_typed_answers_round_trip_their_json(job):

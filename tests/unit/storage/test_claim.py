@@ -7,14 +7,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
 from edl.api.spec import JobSpec
 from edl.errors import UserError
-from edl.storage.claim import (LOCK_KEY, OWNER_KEY, Holder, LockRecord, PrefixClaim, Verdict, fingerprint,
-                               holder_dead, lock_verdict, owner_problem, owner_record, pid_namespace,
-                               resume_fields)
+from edl.storage.claim import (FENCE_S, LOCK_KEY, OWNER_KEY, RENEW_EVERY_S, Holder, LockRecord, PrefixClaim,
+                               Verdict, fence_s, fingerprint, holder_dead, lock_verdict, owner_problem,
+                               owner_record, pid_namespace, resume_fields)
 from edl.storage.store import open_store
 from tests.clock import FakeClock
 
@@ -157,3 +158,39 @@ def test_a_killed_but_unreaped_holder_counts_as_dead():
     finally:
         child.kill()
         child.wait()
+
+
+def test_fence_decision():
+    me = Holder("run", 10, "ns-b", "node-b", pod="pod-2")
+    assert fence_s(None, me, holder_dead=False) == 0.0  # nobody held it
+    assert fence_s(Holder("other", 1, "ns-a", "node-a"), me, holder_dead=False) == 0.0  # another run's, taken as stale
+    assert fence_s(Holder("run", 1, "ns-a", "node-a", pod="pod-1"), me, holder_dead=False) == FENCE_S  # may live on
+    assert fence_s(Holder("run", 1, "ns-a", "node-a", pod="pod-1"), me, holder_dead=True) == 0.0  # its pid is gone
+    assert fence_s(Holder("run", 1, "ns-a", "node-b", pod="pod-2"), me, holder_dead=False) == 0.0  # restarted in place
+    assert fence_s(me, me, holder_dead=False) == 0.0  # this process again
+    assert fence_s(Holder("run", 1, "ns-a", "node-a"), Holder("run", 10, "ns-b", "node-b"), holder_dead=False) == FENCE_S
+
+
+def test_a_restarted_master_waits_until_its_live_predecessors_renewal_has_failed(tmp_path):
+    store = open_store(str(tmp_path / "ckpt"))
+    predecessor = PrefixClaim(store, spec())
+    predecessor.acquire(Holder("run", 1, "another-machine", "node-a", pod="pod-1"))  # on a lost node, alive
+    renewed: list[bool] = []
+    clock = FakeClock(1000.0, on_sleep=lambda: renewed.append(predecessor.renew()))  # it renews meanwhile
+    successor = PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep)
+    assert successor.acquire(replace(Holder.of_this_process("run-token"), id="run")) is True
+    assert clock.slept == 0.0  # the lock is taken at once...
+    successor.wait_fenced()
+    assert clock.slept >= RENEW_EVERY_S  # ...but it serves only once the predecessor has tried to renew
+    assert renewed and not any(renewed)  # and failed: it stops
+
+
+def test_a_master_restarted_in_its_own_pod_serves_at_once(tmp_path, monkeypatch):
+    store = open_store(str(tmp_path / "ckpt"))
+    PrefixClaim(store, spec()).acquire(Holder("run", 1, "an-earlier-container", "pod", pod="pod-1"))
+    monkeypatch.setenv("EDL_POD_UID", "pod-1")
+    clock = FakeClock(1000.0)
+    restarted = PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep)
+    restarted.acquire(replace(Holder.of_this_process("run-token"), id="run"))
+    restarted.wait_fenced()
+    assert clock.slept == 0.0
