@@ -34,7 +34,11 @@ def store_sockets(host: str, port: int) -> list[int]:
     """This process's file descriptors of TCP connections to the store at ``host:port``."""
     peer = (socket.gethostbyname(host), port)
     out: list[int] = []
-    for name in os.listdir("/proc/self/fd"):
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out  # no /proc (not Linux): the group still forms, with Nagle's delays
+    for name in names:
         try:
             if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
                 continue
@@ -54,9 +58,14 @@ def store_sockets(host: str, port: int) -> list[int]:
 def no_delay(fds: list[int]) -> None:
     """Turn Nagle's algorithm off on these TCP sockets."""
     for fd in fds:
-        s = socket.socket(fileno=os.dup(fd))
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # closed since it was found
         try:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # no longer a TCP socket: the number was reused
         finally:
             s.close()
 
