@@ -9,7 +9,8 @@
    Per case: the pause (the master's: from learning of the fault to the next completed step),
    fault to next completed step, steps rolled back, whether every survivor stayed, and for a hang
    how long until it was excluded and how the woken trainer ended.
-2. edl, graceful changes: scale-up 1 -> 2 and drain 2 -> 1, their pauses.
+2. edl, graceful changes: scale-up 1 -> 2 -> ... -> ``--graceful-largest`` (default 4) and drain back
+   to 1, ``--rounds`` times: each change's pause, by group size (``--skip-faults``: only these).
 3. torchrun --standalone --nproc_per_node 2 (restart-all) with the same MLP in DDP: SIGKILL one
    worker; time from the kill to the next completed step after the restart. torch is in the
    optional ``bench`` extra; without it the column reads "not installed".
@@ -111,22 +112,26 @@ def scale(job: EdlJob, n: int) -> None:
                    env={**os.environ, "EDL_HOME": str(job.home)}, stdout=subprocess.DEVNULL)
 
 
-def graceful_pauses(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
-    """Scale-up 1 -> 2 and drain 2 -> 1, ``rounds`` times each."""
+def graceful_pauses(tmp: Path, data: Path, batch: int, rounds: int, largest: int = 4) -> dict:
+    """Scale-up 1 -> 2 -> ... -> ``largest`` and drain back down to 1, ``rounds`` times: each change's pause,
+    by the group size it changes into (scale-up) or out of (drain)."""
     job = EdlJob("graceful", [
         "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
-        "--min-trainers", "1", "--max-trainers", "2", "--trainers", "1",
+        "--min-trainers", "1", "--max-trainers", str(largest), "--trainers", "1",
         "--checkpoint-uri", str(tmp / "ckpt-graceful"), "--checkpoint-interval", "1e9",
     ], tmp / "home-graceful", tmp / "edl-graceful.log")
-    out: dict = {"scale_up": [], "scale_down": []}
+    out: dict = {"scale_up": [], "scale_down": [], "by_size": {}}
+    steps = [(n, "scale_up", n) for n in range(2, largest + 1)] + [(n, "scale_down", n + 1) for n in range(largest - 1, 0, -1)]
     try:
         st = job.wait_for(_settled(1, 20))
         for _ in range(rounds):
-            for n, key in ((2, "scale_up"), (1, "scale_down")):
+            for n, key, size in steps:
                 g = st["generation"]
                 scale(job, n)
                 st = job.wait_for(lambda s, g=g, n=n: s["generation"] > g and _settled(n, 0)(s))
-                out[key].append(st["generations"][-1]["pause_s"])
+                pause = st["generations"][-1]["pause_s"]
+                out[key].append(pause)
+                out["by_size"].setdefault(str(size), {"scale_up": [], "scale_down": []})[key].append(pause)
                 st = job.wait_for(_settled(n, st["step"] + 20))
     finally:
         job.stop()
@@ -195,6 +200,9 @@ def main() -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4], help="group sizes (default 2 3 4)")
     p.add_argument("--batch-size", type=int, default=64, help="records per trainer per step (default 64)")
     p.add_argument("--rounds", type=int, default=3, help="graceful changes and torchrun kills (default 3)")
+    p.add_argument("--graceful-largest", type=int, default=4,
+                   help="graceful changes scale 1 -> ... -> this and back (default 4)")
+    p.add_argument("--skip-faults", action="store_true", help="only the graceful changes (and torchrun)")
     console = Console(width=150)
     p.add_argument("--keep", action="store_true", help="keep the jobs' directories (logs) for a look afterwards")
     a = p.parse_args()
@@ -206,10 +214,12 @@ def main() -> int:
 
         prepare_synthetic(str(tmp / "data"), 50000, 256, 10, shards=4)
         data = tmp / "data" / "train"
-        console.print("edl: SIGKILL of every rank, SIGSTOP of the first and the last ...")
-        cases = edl_cases(tmp, data, a.batch_size, a.sizes, console)
-        console.print("edl: graceful scale-up 1 -> 2 and drain 2 -> 1 ...")
-        graceful = graceful_pauses(tmp, data, a.batch_size, a.rounds)
+        cases: list[dict] = []
+        if not a.skip_faults:
+            console.print("edl: SIGKILL of every rank, SIGSTOP of the first and the last ...")
+            cases = edl_cases(tmp, data, a.batch_size, a.sizes, console)
+        console.print(f"edl: graceful scale-up 1 -> {a.graceful_largest} and drain back to 1 ...")
+        graceful = graceful_pauses(tmp, data, a.batch_size, a.rounds, a.graceful_largest)
         tr: dict | None = None
         if importlib.util.find_spec("torch") is not None:
             console.print("torchrun: SIGKILL of one worker ...")
@@ -223,17 +233,18 @@ def main() -> int:
         "command": "python bench/recovery.py " + " ".join(sys.argv[1:]),
         "cases": cases, "graceful": graceful, "torchrun": tr if tr is not None else "not installed",
         "median": {"scale_up_pause_s": med(graceful["scale_up"]), "drain_pause_s": med(graceful["scale_down"])},
+        "graceful_median_by_size": {n: {k: med(v) for k, v in d.items() if v} for n, d in graceful["by_size"].items()},
         "worst": {
-            "sigkill_pause_s": max(c["pause_s"] for c in kills),
-            "sigkill_fault_to_next_step_s": max(c["fault_to_next_step_s"] for c in kills),
-            "sigkill_rolled_back_steps": max(c["rolled_back_steps"] for c in kills),
+            "sigkill_pause_s": max(c["pause_s"] for c in kills) if kills else None,
+            "sigkill_fault_to_next_step_s": max(c["fault_to_next_step_s"] for c in kills) if kills else None,
+            "sigkill_rolled_back_steps": max(c["rolled_back_steps"] for c in kills) if kills else None,
             "sigstop_excluded_after_s": max(c["excluded_after_s"] for c in stops) if stops else None,
             "sigstop_rolled_back_steps": max(c["rolled_back_steps"] for c in stops) if stops else None,
             "survivors_lost": sum(not c["survivors_kept"] for c in cases),
         },
         "torchrun_kill_to_next_step_s": torch_s,
     }
-    path = write_result("recovery", result)
+    path = write_result("recovery_graceful" if a.skip_faults else "recovery", result)  # keeps the faults' figures
     t = Table(title="trainer faults, one row per case (seconds; target: SIGKILL pause ≤ 1, hang excluded ≤ 10)")
     for col in ("fault", "n", "rank", "pause", "fault → next step", "excluded after", "rolled back",
                 "survivors kept", "woken left", "torchrun (restart-all)"):
@@ -245,6 +256,7 @@ def main() -> int:
                   ("yes" if c["woken_left_cleanly"] and c["woken_told"] else "NO") if "woken_told" in c else "-",
                   torch_cell if c["fault"] == "sigkill" and c["group_size"] == 2 else "-")
     console.print(t)
+    console.print(f"graceful pauses by group size, median of {a.rounds}: {result['graceful_median_by_size']}")
     console.print(f"worst: {result['worst']}; graceful, median of {a.rounds}: {result['median']}; written to {path}")
     return 0
 

@@ -30,6 +30,46 @@ class Abandoned(CollectiveError):
     """The loop left a collective that can no longer complete (the master aborted its generation)."""
 
 
+def store_sockets(host: str, port: int) -> list[int]:
+    """This process's file descriptors of TCP connections to the store at ``host:port``."""
+    peer = (socket.gethostbyname(host), port)
+    out: list[int] = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out  # no /proc (not Linux): the group still forms, with Nagle's delays
+    for name in names:
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            s = socket.socket(fileno=os.dup(int(name)))  # a second descriptor of the same socket
+        except OSError:
+            continue  # closed meanwhile, or not ours to read
+        try:
+            if s.type == socket.SOCK_STREAM and s.family == socket.AF_INET and s.getpeername() == peer:
+                out.append(int(name))
+        except OSError:
+            pass  # not connected
+        finally:
+            s.close()  # closes the duplicate only
+    return out
+
+
+def no_delay(fds: list[int]) -> None:
+    """Turn Nagle's algorithm off on these TCP sockets."""
+    for fd in fds:
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # closed since it was found
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # no longer a TCP socket: the number was reused
+        finally:
+            s.close()
+
+
 def _wait_listening(host: str, port: int, deadline: float) -> None:
     # Paddle's TCPStore client retries every 3 s when the server is not up yet;
     # probing the port ourselves keeps the rendezvous in the tens of milliseconds.
@@ -61,7 +101,15 @@ class Group:
         try:
             if rank != 0:
                 _wait_listening(host, port, deadline)
-            self._store = core.TCPStore(host, port, rank == 0, world, timeout_s)
+            # Paddle's store client writes each request in several small pieces (command, key length,
+            # key, value) on a socket that keeps Nagle's algorithm on, so every piece after the first
+            # waits for the store's delayed ACK (40 ms on Linux): Gloo's rendezvous, a few requests per
+            # peer, took about 0.35 s per peer that way. So the store is made without its own
+            # barrier (world 0: no requests inside the constructor; Gloo's rendezvous waits on every
+            # peer's key anyway, and rank 0 is known to listen before the others connect), and its
+            # connection gets TCP_NODELAY before the first request.
+            self._store = core.TCPStore(host, port, rank == 0, 0, timeout_s)
+            no_delay(store_sockets(host, port))
             gid = group_id  # must be the same on every rank: derived from the generation
             if backend == "gloo":
                 self._pg = core.ProcessGroupGloo.create(self._store, rank, world, gid)
