@@ -123,6 +123,7 @@ class TrainerPod:
     node: str | None = None
     exit: TrainerExit | None = None  # set once terminated, or CANNOT_START while it can never start
     message: str = ""  # for a terminated pod or one that cannot start: what happened, one line
+    hint: str | None = None  # the node it was created to prefer (``Cluster.create_trainer``), if any
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,10 @@ class Cluster(Protocol):
         """Every trainer of the job that still exists, terminated ones included until deleted."""
         ...
 
-    def create_trainer(self, name: str) -> None: ...
+    def create_trainer(self, name: str, node: str | None = None) -> None:
+        """A new trainer; ``node``: the node it should prefer (the plan's), never one it must have:
+        where that node has no room the scheduler places it elsewhere."""
+        ...
 
     def delete_trainer(self, name: str) -> None:
         """Idempotent: deleting a trainer that is gone is fine."""

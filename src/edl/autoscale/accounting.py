@@ -76,6 +76,13 @@ class Capacity:
             self._gpu_offset_known = True
         return self._gpu_offset
 
+    def take(self, node: int, req: Resources) -> None:
+        """Count a pod already bound to ``node`` (one the policy keeps where it is)."""
+        self.free_cpu[node] -= req.cpu
+        self.free_mem[node] -= req.memory
+        self.free_gpu[node] -= req.gpu
+        self._heaps.clear()  # rebuilt lazily by the next ``place``: taking is rare next to placing
+
     def release(self, node: int, req: Resources) -> None:
         self.free_cpu[node] += req.cpu
         self.free_mem[node] += req.memory
@@ -91,11 +98,12 @@ class Capacity:
 
 
 def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
-             pending: list[Pod] | None = None) -> Capacity:
+             pending: list[Pod] | None = None, bound: dict[str, list[str]] | None = None) -> Capacity:
     """Free capacity after the non-terminated pods bound to each node.
 
     With ``planned`` (the jobs whose trainers the caller is planning), those trainers are
-    left out, and so are pods still waiting for a node, which go to ``pending`` instead.
+    left out, and so are pods still waiting for a node, which go to ``pending`` instead;
+    ``bound`` collects, per planned job, the nodes its left-out trainers are bound to.
     One pass over the pods: this is the hot loop of a decision on a large cluster.
     """
     nodes = sorted(snapshot.nodes, key=lambda n: n.name)
@@ -113,6 +121,8 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
             continue
         if planned is not None:
             if p.job is not None and p.role == "trainer" and p.job in planned:
+                if bound is not None and p.node is not None:
+                    bound.setdefault(p.job, []).append(p.node)
                 continue
             if phase is waiting:
                 if pending is not None:

@@ -24,7 +24,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from edl.api.data import CursorJSON, cursor_from_json
 from edl.api.master import (
@@ -88,6 +88,7 @@ class StepBody(BaseModel):
 
 class ScaleBody(BaseModel):
     trainers: int
+    nodes: list[str] = Field(default_factory=list, max_length=10_000)  # the plan's node per trainer
 
 
 class UnschedulableBody(BaseModel):
@@ -415,8 +416,9 @@ def _control_routes(master: Master) -> APIRouter:
 
     @routes.post("/v1/scale")
     async def scale(body: ScaleBody) -> dict:
-        job.scale(body.trainers)
-        log.info("desired trainers set to %d", body.trainers)
+        job.scale(body.trainers, tuple(body.nodes))
+        log.info("desired trainers set to %d%s", body.trainers,
+                 f" (planned on {len(set(body.nodes))} node(s))" if body.nodes else "")
         await master.notify()
         return {"desired_trainers": job.desired}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dataclasses
 
 import pytest
@@ -49,14 +51,15 @@ def job_view(status: JobStatus, desired: int, generations=()) -> JobView:
 
 class MemoryMaster:
     def __init__(self, desired: int, status: JobStatus = JobStatus.RUNNING) -> None:
-        self.desired, self.st, self.calls = desired, status, []
+        self.desired, self.st, self.calls, self.hints = desired, status, [], ()
 
     def status(self):
-        return job_view(self.st, self.desired)
+        return replace(job_view(self.st, self.desired), node_hints=self.hints)
 
-    def scale(self, n):
-        self.calls.append(n)
-        self.desired = n
+    def scale(self, n, nodes=()):
+        if n != self.desired:
+            self.calls.append(n)  # size changes; a new placement alone is in ``hints``
+        self.desired, self.hints = n, tuple(nodes)
 
 
 def nodes(n, cpu=8.0):
