@@ -1,0 +1,65 @@
+"""Placement in the plan: ``Policy.plan``'s nodes, and which of them new trainers get."""
+
+from __future__ import annotations
+
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
+from edl.api.policy import Plan, free_hints
+from edl.autoscale.policy import get_policy
+
+T = Resources(cpu=2, memory=1)
+
+
+def node(name: str, cpu: float) -> Node:
+    return Node(name, Resources(cpu, 100, 0))
+
+
+def trainer(job: str, i: int, on: str | None) -> Pod:
+    return Pod(f"{job}-t{i}", T, PodPhase.RUNNING if on else PodPhase.PENDING, 0, on, job, "trainer")
+
+
+def test_new_trainers_go_best_fit_around_a_service_and_held_ones_stay():
+    # n0 half taken by a higher-priority service; the job holds one trainer on n1.
+    web = Pod("web-0", Resources(4, 1), PodPhase.RUNNING, 1000, "n0")
+    j = JobDemand("a", 1, 5, 1, T)
+    plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), (web, trainer("a", 0, "n1")), (j,)))
+    assert plan.sizes == {"a": 5}
+    # The held trainer stays on n1; the four new ones fill n0's rest (the fuller node) first.
+    assert plan.nodes["a"] == ("n0", "n0", "n1", "n1", "n1")
+
+
+def test_a_waiting_higher_priority_pod_is_planned_before_new_trainers():
+    waiting = Pod("web-0", Resources(6, 1), PodPhase.PENDING, 1000, None)
+    j = JobDemand("a", 1, 8, 1, T)
+    plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), (waiting, trainer("a", 0, "n0")), (j,)))
+    # The service is planned first, best fit (into n0's 6 free cores, beside our trainer): new trainers
+    # go to n1, not where the service will go.
+    assert plan.sizes["a"] == 5 and plan.nodes["a"] == ("n0", "n1", "n1", "n1", "n1")
+
+
+def test_plan_and_decide_agree_on_sizes_and_edl2017_places_nothing():
+    j, k = JobDemand("a", 1, 6, 2, T), JobDemand("b", 2, 6, 2, T, priority=1)
+    pods = (trainer("a", 0, "n0"), trainer("a", 1, "n1"), trainer("b", 0, "n0"), trainer("b", 1, None))
+    s = Snapshot((node("n0", 8), node("n1", 6)), pods, (j, k))
+    for name in ("edl", "edl2017"):
+        p = get_policy(name)
+        assert p.plan(s).sizes == p.decide(s)
+    assert get_policy("edl2017").plan(s).nodes == {}
+    plan = get_policy("edl").plan(s)
+    assert all(len(plan.nodes[n]) == plan.sizes[n] for n in plan.sizes)  # it all fits: every trainer placed
+
+
+def test_a_trainer_that_fits_nowhere_now_gets_no_node():
+    # The sizing re-places every trainer from scratch (5 fit); as the trainers sit now, 4 do.
+    j = JobDemand("a", 1, 8, 3, Resources(3, 1))
+    pods = tuple(trainer("a", i, n) for i, n in enumerate(("n0", "n1", "n2")))
+    pods = tuple(Pod(p.name, Resources(3, 1), p.phase, 0, p.node, "a", "trainer") for p in pods)
+    plan = get_policy("edl").plan(Snapshot((node("n0", 5), node("n1", 5), node("n2", 6)), pods, (j,)))
+    assert len(plan.nodes["a"]) <= plan.sizes["a"]
+    assert sorted(plan.nodes["a"])[:3] == ["n0", "n1", "n2"]
+
+
+def test_free_hints_are_the_planned_nodes_no_live_trainer_holds_or_prefers():
+    assert free_hints(("n0", "n0", "n1", "n2"), ["n0", None, "n2"]) == ["n0", "n1"]
+    assert free_hints(("n0",), ["n0", "n0"]) == []  # a trainer the plan did not put there takes nothing
+    assert free_hints((), ["n0"]) == []
+    assert Plan({"a": 1}).nodes == {}
