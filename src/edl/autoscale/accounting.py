@@ -14,6 +14,7 @@ from edl.api.cluster import Pod, PodPhase, Resources, Snapshot
 
 _TERMINATED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 EPS = 1e-9
+WASTE_LOOKAHEAD = 8  # how many best fits ``place`` weighs against the waste each would leave
 GPU_NODE_LAST = 1e9  # added to a GPU node's free CPU when ordering nodes for a pod that needs no GPU
 
 
@@ -34,12 +35,18 @@ class Capacity:
     def _fits(self, i: int, cpu: float, mem: float, gpu: float) -> bool:
         return self.free_cpu[i] + EPS >= cpu and self.free_mem[i] + EPS >= mem and self.free_gpu[i] + EPS >= gpu
 
-    def place(self, req: Resources) -> int | None:
+    def place(self, req: Resources, waste_below: float = 0.0) -> int | None:
         """Bind one pod of ``req`` to the fitting node with the least free CPU; ``None`` if none fits.
 
         A pod that needs no GPU goes to a node with GPUs only when no other node holds it: a CPU
         trainer there takes the cores the GPU jobs need (best fit alone prefers those nodes when
-        they are the smaller ones)."""
+        they are the smaller ones).
+
+        ``waste_below``: CPU left on a node below this is waste (no pod of the cluster's shapes fits
+        it). Of the ``WASTE_LOOKAHEAD`` best fits, the first that leaves no waste (nothing, or at least
+        that much) is taken; if none does, the best fit."""
+        if waste_below > 0:
+            return self._place_least_waste(req, waste_below)
         key = (req.cpu, req.memory, req.gpu)
         heap = self._heaps.get(key)
         free_cpu = self.free_cpu
@@ -66,6 +73,27 @@ class Capacity:
                 heapq.heappop(heap)
             return i
         return None
+
+    def _place_least_waste(self, req: Resources, waste_below: float) -> int | None:
+        seen: list[int] = []  # best fits taken one after the other (a node may come twice)
+        chosen = None
+        while len(seen) < WASTE_LOOKAHEAD:
+            i = self.place(req)
+            if i is None:
+                break
+            seen.append(i)
+            left = self.free_cpu[i]
+            if left < EPS or left + EPS >= waste_below:
+                chosen = len(seen) - 1
+                break
+        if not seen:
+            return None
+        if chosen is None:
+            chosen = 0
+        for k in reversed(range(len(seen))):  # hand back every take but the chosen one
+            if k != chosen:
+                self.release(seen[k], req)
+        return seen[chosen]
 
     def _gpu_offsets(self) -> list[float] | None:
         """Per node, what is added to free CPU in the heap order of pods that need no GPU: nodes with
@@ -98,12 +126,14 @@ class Capacity:
 
 
 def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
-             pending: list[Pod] | None = None, bound: dict[str, list[str]] | None = None) -> Capacity:
+             pending: list[Pod] | None = None, bound: dict[str, list[str]] | None = None,
+             shapes: set[float] | None = None) -> Capacity:
     """Free capacity after the non-terminated pods bound to each node.
 
     With ``planned`` (the jobs whose trainers the caller is planning), those trainers are
     left out, and so are pods still waiting for a node, which go to ``pending`` instead;
-    ``bound`` collects, per planned job, the nodes its left-out trainers are bound to.
+    ``bound`` collects, per planned job, the nodes its left-out trainers are bound to, and
+    ``shapes`` the CPU requests of the pods counted (the shapes that come back: fixed pods, services).
     One pass over the pods: this is the hot loop of a decision on a large cluster.
     """
     nodes = sorted(snapshot.nodes, key=lambda n: n.name)
@@ -129,6 +159,8 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
                     pending.append(p)
                 continue
         r = p.requests
+        if shapes is not None:
+            shapes.add(r.cpu)
         rc += r.cpu
         rm += r.memory
         rg += r.gpu

@@ -121,14 +121,15 @@ class EdlPolicy:
     def plan(self, snapshot: Snapshot) -> Plan:
         pending: list[Pod] = []
         bound: dict[str, list[str]] = {}
-        cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending, bound)
+        shapes: set[float] = set()
+        cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending, bound, shapes)
         base = cap.copy()
         sizes = self._sizes(snapshot, cap, pending)
-        return Plan(sizes, self._placement(snapshot.jobs, sizes, base, pending, bound))
+        return Plan(sizes, self._placement(snapshot.jobs, sizes, base, pending, bound, shapes))
 
     @staticmethod
     def _placement(jobs: tuple[JobDemand, ...], sizes: dict[str, int], cap: Capacity, pending: list[Pod],
-                   bound: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+                   bound: dict[str, list[str]], shapes: set[float] | frozenset[float] = frozenset()) -> dict[str, tuple[str, ...]]:
         """Where each job's trainers go: those it holds stay (up to its size), then, tier by tier,
         the pods waiting for a node are placed and the new trainers go best fit into what is left.
 
@@ -143,13 +144,16 @@ class EdlPolicy:
                 cap.take(index[n], j.trainer)
             kept[j.name] = mine
         out: dict[str, tuple[str, ...]] = {}
+        # Less CPU than the smallest pod the policy knows of is lost to every pod: best fit avoids
+        # leaving that where a near-best node would not.
+        smallest = min((c for c in (*(j.trainer.cpu for j in jobs), *shapes) if c > 0), default=0.0)
         for tier in sorted({j.priority for j in jobs} | {p.priority for p in pending}, reverse=True):
             for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
                 cap.place(p.requests)
             for j in sorted((j for j in jobs if j.priority == tier), key=lambda j: j.name):
                 nodes = list(kept[j.name])
                 for _ in range(sizes.get(j.name, 0) - len(nodes)):
-                    i = cap.place(j.trainer)
+                    i = cap.place(j.trainer, smallest)
                     if i is None:
                         break
                     nodes.append(cap.names[i])

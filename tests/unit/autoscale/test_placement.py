@@ -63,3 +63,17 @@ def test_free_hints_are_the_planned_nodes_no_live_trainer_holds_or_prefers():
     assert free_hints(("n0",), ["n0", "n0"]) == []  # a trainer the plan did not put there takes nothing
     assert free_hints((), ["n0"]) == []
     assert Plan({"a": 1}).nodes == {}
+
+
+def test_best_fit_passes_over_a_node_it_would_leave_with_cores_no_pod_can_use():
+    from edl.autoscale.accounting import capacity
+
+    s = Snapshot((node("n0", 7), node("n1", 12), node("n2", 5)), (), ())
+    five = Resources(5, 1)
+    assert capacity(s).place(five) == 2  # plain best fit: the exact fit
+    cap = capacity(s)
+    assert cap.place(five, waste_below=4) == 2  # an exact fit leaves no waste either
+    assert cap.place(five, waste_below=4) == 1  # n0 would keep 2 cores nothing fits; n1 keeps 7
+    assert cap.free_cpu == [7, 7, 0]  # the looks ahead handed back what they took
+    assert cap.place(five, waste_below=4) in (0, 1) and cap.place(five, waste_below=4) in (0, 1)
+    assert cap.place(five, waste_below=4) is None
