@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from edl.api.cluster import Pod, PodPhase, Resources, Snapshot
+from edl.api.cluster import Pod, PodPhase, Resources, Snapshot, may_run_on
 
 _TERMINATED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 EPS = 1e-9
@@ -31,11 +31,13 @@ class Capacity:
     _heaps: dict[tuple[float, float, float], list[tuple[float, int]]] = field(default_factory=dict)
     _gpu_offset: list[float] | None = None
     _gpu_offset_known: bool = False
+    # Jobs whose trainers may go to some nodes only (selector, tolerations): the node indices they may.
+    eligible: dict[str, frozenset[int]] = field(default_factory=dict)
 
     def _fits(self, i: int, cpu: float, mem: float, gpu: float) -> bool:
         return self.free_cpu[i] + EPS >= cpu and self.free_mem[i] + EPS >= mem and self.free_gpu[i] + EPS >= gpu
 
-    def place(self, req: Resources, waste_below: float = 0.0) -> int | None:
+    def place(self, req: Resources, waste_below: float = 0.0, job: str | None = None) -> int | None:
         """Bind one pod of ``req`` to the fitting node with the least free CPU; ``None`` if none fits.
 
         A pod that needs no GPU goes to a node with GPUs only when no other node holds it: a CPU
@@ -44,20 +46,25 @@ class Capacity:
 
         ``waste_below``: CPU left on a node below this is waste (no pod of the cluster's shapes fits
         it). Of the ``WASTE_LOOKAHEAD`` best fits, the first that leaves no waste (nothing, or at least
-        that much) is taken; if none does, the best fit."""
+        that much) is taken; if none does, the best fit.
+
+        ``job``: a trainer of this job, which goes only where it may (``eligible``)."""
         if waste_below > 0:
-            return self._place_least_waste(req, waste_below)
-        key = (req.cpu, req.memory, req.gpu)
+            return self._place_least_waste(req, waste_below, job)
+        allowed = self.eligible.get(job) if job is not None else None
+        fit = (req.cpu, req.memory, req.gpu)
+        key = fit if allowed is None else (*fit, job)
         heap = self._heaps.get(key)
         free_cpu = self.free_cpu
         off = None if req.gpu > 0 else self._gpu_offsets()
         if heap is None:
-            heap = [(free_cpu[i] + (off[i] if off else 0.0), i) for i in range(len(self.names)) if self._fits(i, *key)]
+            heap = [(free_cpu[i] + (off[i] if off else 0.0), i) for i in (range(len(self.names)) if allowed is None
+                                                                          else sorted(allowed)) if self._fits(i, *fit)]
             heapq.heapify(heap)
             self._heaps[key] = heap
         while heap:
             cpu_at_push, i = heap[0]
-            if not self._fits(i, *key):
+            if not self._fits(i, *fit):
                 heapq.heappop(heap)
                 continue
             now = free_cpu[i] + off[i] if off else free_cpu[i]
@@ -67,18 +74,18 @@ class Capacity:
             free_cpu[i] -= req.cpu
             self.free_mem[i] -= req.memory
             self.free_gpu[i] -= req.gpu
-            if self._fits(i, *key):
+            if self._fits(i, *fit):
                 heapq.heapreplace(heap, (free_cpu[i] + off[i] if off else free_cpu[i], i))
             else:
                 heapq.heappop(heap)
             return i
         return None
 
-    def _place_least_waste(self, req: Resources, waste_below: float) -> int | None:
+    def _place_least_waste(self, req: Resources, waste_below: float, job: str | None) -> int | None:
         seen: list[int] = []  # best fits taken one after the other (a node may come twice)
         chosen = None
         while len(seen) < WASTE_LOOKAHEAD:
-            i = self.place(req)
+            i = self.place(req, job=job)
             if i is None:
                 break
             seen.append(i)
@@ -117,12 +124,14 @@ class Capacity:
         self.free_gpu[node] += req.gpu
         off = self._gpu_offsets()
         for key, heap in self._heaps.items():
-            if self._fits(node, *key):
+            if len(key) > 3 and node not in self.eligible[key[3]]:
+                continue  # a heap of one job's nodes: not this one
+            if self._fits(node, *key[:3]):
                 heapq.heappush(heap, (self.free_cpu[node] + (off[node] if off and key[2] <= 0 else 0.0), node))
 
     def copy(self) -> "Capacity":
         return Capacity(self.names, list(self.free_cpu), list(self.free_mem), list(self.free_gpu), self.total,
-                        self.requested)
+                        self.requested, eligible=self.eligible)
 
 
 def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
@@ -138,6 +147,8 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
     """
     nodes = sorted(snapshot.nodes, key=lambda n: n.name)
     names = [n.name for n in nodes]
+    eligible = {j.name: frozenset(i for i, n in enumerate(nodes) if may_run_on(j, n))
+                for j in snapshot.jobs if j.node_selector or j.tolerations}
     index = {n: i for i, n in enumerate(names)}
     free_cpu = [n.allocatable.cpu for n in nodes]
     free_mem = [n.allocatable.memory for n in nodes]
@@ -171,7 +182,7 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
                 free_cpu[i] -= r.cpu
                 free_mem[i] -= r.memory
                 free_gpu[i] -= r.gpu
-    return Capacity(names, free_cpu, free_mem, free_gpu, total, Resources(rc, rm, rg))
+    return Capacity(names, free_cpu, free_mem, free_gpu, total, Resources(rc, rm, rg), eligible=eligible)
 
 
 def pods_by_job(pods: tuple[Pod, ...]) -> dict[str, list[Pod]]:

@@ -153,7 +153,7 @@ class EdlPolicy:
             for j in sorted((j for j in jobs if j.priority == tier), key=lambda j: j.name):
                 nodes = list(kept[j.name])
                 for _ in range(sizes.get(j.name, 0) - len(nodes)):
-                    i = cap.place(j.trainer, smallest)
+                    i = cap.place(j.trainer, smallest, j.name)
                     if i is None:
                         break
                     nodes.append(cap.names[i])
@@ -212,7 +212,7 @@ class EdlPolicy:
                 target[j.name] = j.min  # waits for its minimum
                 continue
             while have < want[j.name]:
-                node = cap.place(j.trainer)
+                node = cap.place(j.trainer, job=j.name)
                 if node is None:
                     break
                 placed.append(node)
@@ -271,7 +271,7 @@ class EdlPolicy:
     def _place_min(cap: Capacity, j: JobDemand, alloc: dict[str, int]) -> None:
         placed = []
         for _ in range(j.min):
-            node = cap.place(j.trainer)
+            node = cap.place(j.trainer, job=j.name)
             if node is None:
                 break
             placed.append(node)
@@ -304,7 +304,7 @@ class EdlPolicy:
         while heap:
             _, _, name = heapq.heappop(heap)
             j = by_name[name]
-            if cap.place(j.trainer) is None:
+            if cap.place(j.trainer, job=j.name) is None:
                 continue  # no node holds another trainer of this shape
             alloc[name] += 1
             push(j)

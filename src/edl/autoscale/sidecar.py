@@ -83,6 +83,8 @@ class SidecarConfig:
     max: int
     period_s: float = 10.0
     jitter_s: float = 2.0
+    node_selector: tuple[tuple[str, str], ...] = ()  # where the trainers may go (``JobDemand``)
+    tolerations: tuple[tuple[str, str, str], ...] = ()
 
 
 def job_offset(job: str, jitter_s: float) -> float:
@@ -122,7 +124,8 @@ class Sidecar:
             rows_left = max(0.0, float(status.rows_per_epoch * status.epochs - sum(status.done_rows)))
         return JobDemand(name=self.cfg.job, min=self.cfg.min, max=self.cfg.max,
                          current=status.desired_trainers, trainer=self.cfg.trainer, priority=priority,
-                         throughput=self.meter.curve(), rescale_cost_s=rescale_cost_s(status), remaining=rows_left)
+                         throughput=self.meter.curve(), rescale_cost_s=rescale_cost_s(status), remaining=rows_left,
+                         node_selector=self.cfg.node_selector, tolerations=self.cfg.tolerations)
 
     def step(self) -> int | None:
         """One decision. Returns the new size if it changed it, else ``None``."""

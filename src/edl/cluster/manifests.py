@@ -160,7 +160,10 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
                  "--jitter", repr(float(opts.sidecar_jitter_s)),
                  "--min-trainers", str(spec.min_trainers), "--max-trainers", str(spec.max_trainers),
                  "--trainer-cpu", opts.trainer_cpu, "--trainer-memory", opts.trainer_memory,
-                 "--trainer-gpu", str(opts.trainer_gpu)],
+                 "--trainer-gpu", str(opts.trainer_gpu),
+                 # The plan counts only the nodes the trainers may go to.
+                 *(("--trainer-node-selector", opts.trainer_node_selector) if opts.trainer_node_selector else ()),
+                 *(("--trainer-tolerations", opts.trainer_tolerations) if opts.trainer_tolerations else ())],
         "env": [_token_env(spec.job), _POD_IP_ENV,
                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                 # The pod owns the sidecar's demand Lease (garbage-collected with the job).

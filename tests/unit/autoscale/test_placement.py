@@ -77,3 +77,40 @@ def test_best_fit_passes_over_a_node_it_would_leave_with_cores_no_pod_can_use():
     assert cap.free_cpu == [7, 7, 0]  # the looks ahead handed back what they took
     assert cap.place(five, waste_below=4) in (0, 1) and cap.place(five, waste_below=4) in (0, 1)
     assert cap.place(five, waste_below=4) is None
+
+
+# ------------------------------------------------- the trainers' node selector and tolerations
+def pool_nodes() -> tuple[Node, ...]:
+    gpu_pool = (("pool", "training"),)
+    taint = (("dedicated", "training", "NoSchedule"),)
+    return (Node("n0", Resources(8, 100)), Node("n1", Resources(8, 100), gpu_pool, taint),
+            Node("n2", Resources(8, 100), gpu_pool))
+
+
+def test_a_job_is_planned_only_onto_the_nodes_its_selector_and_tolerations_allow():
+    from edl.api.cluster import may_run_on
+
+    free = JobDemand("free", 1, 20, 1, T)
+    pooled = JobDemand("pooled", 1, 20, 1, T, node_selector=(("pool", "training"),),
+                       tolerations=(("dedicated", "training", "NoSchedule"),))
+    selected = JobDemand("selected", 1, 20, 1, T, node_selector=(("pool", "training"),),
+                         tolerations=(("other", "", "NoSchedule"),))
+    n0, n1, n2 = pool_nodes()
+    assert [may_run_on(pooled, n) for n in (n0, n1, n2)] == [False, True, True]
+    assert [may_run_on(selected, n) for n in (n0, n1, n2)] == [False, False, True]  # n1's taint not tolerated
+    assert [may_run_on(free, n) for n in (n0, n1, n2)] == [True, True, True]  # names no pool: not kept off
+    for j, most in ((pooled, 8), (selected, 4)):
+        plan = get_policy("edl").plan(Snapshot(pool_nodes(), (), (j,)))
+        assert plan.sizes[j.name] == most  # 2-core trainers: two 8-core nodes, or one
+        assert set(plan.nodes[j.name]) == ({"n1", "n2"} if j is pooled else {"n2"})
+        assert get_policy("edl").decide(Snapshot(pool_nodes(), (), (j,))) == plan.sizes
+
+
+def test_the_selector_and_tolerations_travel_in_the_published_demand():
+    from edl.api.cluster import decode_demand, encode_demand
+
+    d = JobDemand("ns/a", 1, 4, 2, T, node_selector=(("pool", "a"),), tolerations=(("gpu", "", "NoSchedule"),))
+    assert decode_demand(encode_demand(d)) == d
+    old = encode_demand(JobDemand("ns/b", 1, 4, 2, T)).replace(',"node_selector":[]', "").replace(
+        ',"tolerations":[]', "")
+    assert decode_demand(old).node_selector == ()  # a peer of an older edl publishes neither
