@@ -81,6 +81,26 @@ class Capacity:
             return i
         return None
 
+    def place_many(self, req: Resources, count: int, waste_below: float = 0.0, job: str | None = None) -> list[int]:
+        """``place`` up to ``count`` times; a node chosen is filled while it holds more (what repeated best
+        fit does, as the node stays the fullest that fits), at one heap look-up per node, not per pod.
+        The heaps are lazy: entries of a node whose free space shrank are re-filed when next seen."""
+        out: list[int] = []
+        while len(out) < count:
+            i = self.place(req, waste_below, job)
+            if i is None:
+                break
+            out.append(i)
+            while len(out) < count and self._fits(i, req.cpu, req.memory, req.gpu):
+                left = self.free_cpu[i] - req.cpu
+                if waste_below > 0 and EPS <= left and left + EPS < waste_below:
+                    break  # the next one would leave waste here: let ``place`` look again
+                self.free_cpu[i] = left
+                self.free_mem[i] -= req.memory
+                self.free_gpu[i] -= req.gpu
+                out.append(i)
+        return out
+
     def _place_least_waste(self, req: Resources, waste_below: float, job: str | None) -> int | None:
         seen: list[int] = []  # best fits taken one after the other (a node may come twice)
         chosen = None
@@ -142,7 +162,7 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
     With ``planned`` (the jobs whose trainers the caller is planning), those trainers are
     left out, and so are pods still waiting for a node, which go to ``pending`` instead;
     ``bound`` collects, per planned job, the nodes its left-out trainers are bound to, and
-    ``shapes`` the CPU requests of the pods counted (the shapes that come back: fixed pods, services).
+    ``shapes`` the CPU requests of the jobs' other pods (fixed pods).
     One pass over the pods: this is the hot loop of a decision on a large cluster.
     """
     nodes = sorted(snapshot.nodes, key=lambda n: n.name)
@@ -170,8 +190,8 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
                     pending.append(p)
                 continue
         r = p.requests
-        if shapes is not None:
-            shapes.add(r.cpu)
+        if shapes is not None and p.job is not None:
+            shapes.add(r.cpu)  # pods that come back with every job of their kind
         rc += r.cpu
         rm += r.memory
         rg += r.gpu

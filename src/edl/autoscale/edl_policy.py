@@ -146,17 +146,15 @@ class EdlPolicy:
         out: dict[str, tuple[str, ...]] = {}
         # Less CPU than the smallest pod the policy knows of is lost to every pod: best fit avoids
         # leaving that where a near-best node would not.
-        smallest = min((c for c in (*(j.trainer.cpu for j in jobs), *shapes) if c > 0), default=0.0)
+        smallest = min((c for c in (*(j.trainer.cpu for j in jobs), *shapes, *(p.requests.cpu for p in pending))
+                        if c > 0), default=0.0)
         for tier in sorted({j.priority for j in jobs} | {p.priority for p in pending}, reverse=True):
             for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
                 cap.place(p.requests)
             for j in sorted((j for j in jobs if j.priority == tier), key=lambda j: j.name):
                 nodes = list(kept[j.name])
-                for _ in range(sizes.get(j.name, 0) - len(nodes)):
-                    i = cap.place(j.trainer, smallest, j.name)
-                    if i is None:
-                        break
-                    nodes.append(cap.names[i])
+                nodes += (cap.names[i] for i in cap.place_many(j.trainer, sizes.get(j.name, 0) - len(nodes), smallest,
+                                                               j.name))
                 out[j.name] = tuple(sorted(nodes))
         return out
 
