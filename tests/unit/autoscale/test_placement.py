@@ -114,3 +114,20 @@ def test_the_selector_and_tolerations_travel_in_the_published_demand():
     old = encode_demand(JobDemand("ns/b", 1, 4, 2, T)).replace(',"node_selector":[]', "").replace(
         ',"tolerations":[]', "")
     assert decode_demand(old).node_selector == ()  # a peer of an older edl publishes neither
+
+
+def test_filling_a_node_at_a_time_places_as_repeated_best_fit_does():
+    import random
+
+    from edl.autoscale.accounting import capacity
+
+    rng = random.Random(7)
+    for _ in range(50):
+        nodes = tuple(node(f"n{i}", rng.choice([4, 6, 8, 17.654])) for i in range(rng.randint(1, 6)))
+        taken = tuple(Pod(f"p{i}", Resources(rng.choice([1, 3, 4]), 1), PodPhase.RUNNING, 0,
+                          rng.choice(nodes).name) for i in range(rng.randint(0, 6)))
+        req, k = Resources(rng.choice([1, 2, 5]), 1), rng.randint(1, 12)
+        one, many = capacity(Snapshot(nodes, taken, ())), capacity(Snapshot(nodes, taken, ()))
+        singles = [i for i in (one.place(req) for _ in range(k)) if i is not None]
+        assert sorted(many.place_many(req, k)) == sorted(singles)
+        assert many.free_cpu == one.free_cpu
