@@ -468,6 +468,7 @@ def _free_cpu(core, node: str) -> float:
     return alloc - used
 
 
+@pytest.mark.timeout(480)
 def test_trainers_land_where_the_plan_puts_them_beside_a_higher_priority_service(steps, kube):
     """Seed case 2, scaled down: a higher-priority Deployment holds half of node-0. The sidecar's plan
     packs new trainers best fit around it (node-0's rest first, where the default scheduler's spread
