@@ -28,7 +28,8 @@ class Capacity:
     free_gpu: list[float]
     total: Resources
     requested: Resources  # all non-terminated pods counted, pending included
-    _heaps: dict[tuple[float, float, float], list[tuple[float, int]]] = field(default_factory=dict)
+    # Best-fit heaps per trainer shape (cpu, memory, gpu), and per (shape, job) for a job with eligible nodes.
+    _heaps: dict[tuple, list[tuple[float, int]]] = field(default_factory=dict)
     _gpu_offset: list[float] | None = None
     _gpu_offset_known: bool = False
     # Jobs whose trainers may go to some nodes only (selector, tolerations): the node indices they may.
