@@ -49,7 +49,7 @@ def main() -> int:
         times = []
         for _ in range(5):
             t = time.perf_counter()
-            policy.decide(snap)
+            policy.plan(snap)  # what the sidecar runs: the sizes and where the trainers go
             times.append(time.perf_counter() - t)
         result[f"{name}_median_s"] = statistics.median(times)
         console.print(f"{name}: median {1000 * statistics.median(times):.0f} ms per decision (target ≤ 200 ms)")

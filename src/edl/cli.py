@@ -236,7 +236,8 @@ def _simulate_generated(a: argparse.Namespace, policies: list[str]) -> int:
 
 def cmd_sidecar(a: argparse.Namespace) -> int:
     from edl.api.cluster import Resources
-    from edl.api.spec import sidecar_problems, trainer_range_problems, trainer_resource_problems
+    from edl.api.spec import (node_selector, sidecar_problems, tolerations, trainer_range_problems,
+                              trainer_resource_problems)
     from edl.autoscale.policy import POLICY_NAMES
     from edl.autoscale.run import run_sidecar
     from edl.cluster.kube_api import quantity
@@ -245,8 +246,16 @@ def cmd_sidecar(a: argparse.Namespace) -> int:
                         sidecar_problems(a.policy, a.period, a.jitter, POLICY_NAMES),
                         trainer_resource_problems(a.trainer_cpu, a.trainer_memory, a.trainer_gpu))
     trainer = Resources(quantity(a.trainer_cpu), quantity(a.trainer_memory) / 2 ** 30, float(a.trainer_gpu))
+    try:
+        selector = tuple(sorted(node_selector(a.trainer_node_selector).items()))
+    except ValueError as e:
+        raise UserError(f"--trainer-node-selector {e}") from None
+    try:
+        tolerated = tuple((t["key"], t.get("value", ""), t["effect"]) for t in tolerations(a.trainer_tolerations))
+    except ValueError as e:
+        raise UserError(f"--trainer-tolerations {e}") from None
     return run_sidecar(a.job_name, a.master, _token_from_env(), a.namespace, a.policy, a.period, a.jitter,
-                       a.min_trainers, a.max_trainers, trainer, a.kubeconfig)
+                       a.min_trainers, a.max_trainers, trainer, a.kubeconfig, selector, tolerated)
 
 
 def _kubernetes_job(a: argparse.Namespace) -> tuple[JobSpec, K8sOptions]:
@@ -456,6 +465,11 @@ def build_parser() -> argparse.ArgumentParser:
     sc2.add_argument("--trainer-cpu", default="1", help="CPU request of one trainer pod (default 1)")
     sc2.add_argument("--trainer-memory", default="1Gi", help="memory request of one trainer pod (default 1Gi)")
     sc2.add_argument("--trainer-gpu", type=int, default=0, help="GPUs of one trainer pod; 0: CPU (default 0)")
+    sc2.add_argument("--trainer-node-selector", default="",
+                     help="KEY=VALUE,...: the trainers' nodeSelector; the plan counts only the nodes it selects")
+    sc2.add_argument("--trainer-tolerations", default="",
+                     help="KEY[=VALUE]:EFFECT,...: the trainers' tolerations; with them, the plan counts a tainted "
+                          "node only if they tolerate its taints")
     _add_kubeconfig(sc2)
     sc2.set_defaults(fn=cmd_sidecar)
 

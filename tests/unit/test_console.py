@@ -90,7 +90,7 @@ class DyingCluster:
             raise KubeUnavailableError(error)
         return list(self.pods.values())
 
-    def create_trainer(self, name: str) -> None:
+    def create_trainer(self, name: str, node: str | None = None) -> None:
         exit, message = self.exits.pop(0) if self.exits else (None, "")
         phase = PodPhase.RUNNING if exit is None else PodPhase.FAILED
         self.pods[name] = TrainerPod(name, phase, 0.0, "node", exit, message)

@@ -53,6 +53,8 @@ class PodPhase(str, Enum):
 class Node:
     name: str
     allocatable: Resources
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,9 @@ class JobDemand:
     throughput: tuple[float, ...] = ()
     rescale_cost_s: float = 0.0  # measured pause of one generation change
     remaining: float | None = None  # samples of work left, when the job knows (None: endless)
+    # Where its trainer pods may go (``--trainer-node-selector``, ``--trainer-tolerations``):
+    node_selector: tuple[tuple[str, str], ...] = ()  # (key, value): every one must be a node label
+    tolerations: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect); value "": any (Exists)
 
     def speed(self, n: int) -> float:
         """Throughput with ``n`` trainers: measured where known, linear beyond (conservative)."""
@@ -93,6 +98,23 @@ class JobDemand:
         last = len(t) - 1
         per = t[last] / last if last else t[1]
         return t[last] + (n - last) * per * 0.5  # unmeasured: assume diminishing returns
+
+
+NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")  # taints that keep new pods off a node
+
+
+def may_run_on(d: JobDemand, n: Node) -> bool:
+    """Whether ``d``'s trainer pods may be scheduled to ``n``: its selector matches the node's labels,
+    and, when the job names tolerations (a pool of its own), every NoSchedule/NoExecute taint of the
+    node is tolerated. A job that names none is not kept off tainted nodes here: such taints also
+    hold nodes for a while (a drain, a test), and its trainers already there keep running."""
+    labels = dict(n.labels)
+    if any(labels.get(k) != v for k, v in d.node_selector):
+        return False
+    if not d.tolerations:
+        return True
+    return all(any(tk == k and tv in ("", v) and te in ("", e) for tk, tv, te in d.tolerations)
+               for k, v, e in n.taints if e in NO_SCHEDULE_EFFECTS)
 
 
 @dataclass(frozen=True)
@@ -123,6 +145,7 @@ class TrainerPod:
     node: str | None = None
     exit: TrainerExit | None = None  # set once terminated, or CANNOT_START while it can never start
     message: str = ""  # for a terminated pod or one that cannot start: what happened, one line
+    hint: str | None = None  # the node it was created to prefer (``Cluster.create_trainer``), if any
 
 
 @dataclass(frozen=True)
@@ -152,7 +175,10 @@ class Cluster(Protocol):
         """Every trainer of the job that still exists, terminated ones included until deleted."""
         ...
 
-    def create_trainer(self, name: str) -> None: ...
+    def create_trainer(self, name: str, node: str | None = None) -> None:
+        """A new trainer; ``node``: the node it should prefer (the plan's), never one it must have:
+        where that node has no room the scheduler places it elsewhere."""
+        ...
 
     def delete_trainer(self, name: str) -> None:
         """Idempotent: deleting a trainer that is gone is fine."""
@@ -203,7 +229,9 @@ def decode_demand(text: str) -> JobDemand:
                       priority=int(b.get("priority", 0)),
                       throughput=tuple(float(x) for x in b.get("throughput") or ()),
                       rescale_cost_s=float(b.get("rescale_cost_s") or 0.0),
-                      remaining=None if b.get("remaining") is None else float(b["remaining"]))
+                      remaining=None if b.get("remaining") is None else float(b["remaining"]),
+                      node_selector=tuple((str(k), str(v)) for k, v in b.get("node_selector") or ()),
+                      tolerations=tuple((str(k), str(v), str(e)) for k, v, e in b.get("tolerations") or ()))
     except (KeyError, TypeError, json.JSONDecodeError) as e:
         raise ValueError(f"malformed demand: {e}") from e
     if not 0 <= d.min <= d.max or d.current < 0:

@@ -182,6 +182,9 @@ class JobView:
     checkpoints: tuple[CheckpointRecord, ...]
     elapsed_s: float
     abandoned: bool = False  # the launcher went silent: the master is ending the job (``edl.master.deadman``)
+    # Where the sidecar's plan puts the job's trainers, one node per trainer (``edl.api.policy.Plan``):
+    # the launcher gives new trainer pods the ones no trainer has yet as their preferred node.
+    node_hints: tuple[str, ...] = ()
     user_error: bool = False  # failed because of the user's input (``error`` names it): a retry cannot help
 
     def to_json(self) -> dict:
@@ -200,6 +203,7 @@ class JobView:
             generations=tuple(GenerationSummary.from_json(g) for g in d["generations"]),
             checkpoints=tuple(CheckpointRecord.from_json(c) for c in d["checkpoints"]),
             elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False), user_error=d.get("user_error", False),
+            node_hints=tuple(d.get("node_hints") or ()),
         )
 
 
@@ -388,8 +392,9 @@ class ControlLink(Protocol):
         """The run summary, a JSON document that launchers extend and write as is."""
         ...
 
-    def scale(self, trainers: int) -> int:
-        """Set the desired trainer count; answers it. Outside the job's min..max: ``UserError``."""
+    def scale(self, trainers: int, nodes: tuple[str, ...] = ()) -> int:
+        """Set the desired trainer count, and where the trainers should go (``JobView.node_hints``;
+        empty: anywhere); answers the count. Outside the job's min..max: ``UserError``."""
         ...
 
     def report_unschedulable(self, count: int) -> int:

@@ -1,15 +1,33 @@
-"""The scaling policy interface: ``decide(snapshot) -> {job: target trainers}``.
+"""The scaling policy interface: ``plan(snapshot) -> Plan`` (sizes, and where new trainers go).
 
 Policies are pure and deterministic: the same snapshot gives the same plan, so
 the sidecars of different jobs agree without a central controller, and the
 simulator runs exactly the code the sidecar runs.
+
+A plan's placement is a hint, not a binding: it travels sidecar -> master -> launcher
+and becomes a *preferred* node affinity on each new trainer pod (``edl.cluster.manifests``),
+so the real scheduler follows it where the node still has room and goes elsewhere where not.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol
 
 from edl.api.cluster import Snapshot
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Target trainer count per job and, where the policy places trainers, the node of each.
+
+    ``nodes[job]`` lists one node name per trainer of the job's target (sorted; a node appears
+    once per trainer on it): the trainers it holds now where they stay, then the new ones. A job
+    without an entry has no placement (the scheduler alone decides)."""
+
+    sizes: dict[str, int]
+    nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Policy(Protocol):
@@ -19,7 +37,21 @@ class Policy(Protocol):
         """Target trainer count for every job in ``snapshot.jobs``, each within its min..max."""
         ...
 
+    def plan(self, snapshot: Snapshot) -> Plan:
+        """``decide``'s sizes and the planned node of every trainer (``Plan.nodes``)."""
+        ...
+
     def remaining_key(self, jobs: tuple) -> tuple:
         """What the decision reads of the jobs' remaining work (it changes every instant; the
         plan does not, unless this key does). Lets a caller skip a decision that cannot differ."""
         ...
+
+
+def free_hints(planned: Iterable[str], taken: Iterable[str | None]) -> list[str]:
+    """The planned nodes no trainer of the job has yet: ``planned`` less ``taken`` (as multisets).
+
+    ``taken`` holds, per live trainer, the node it is bound to or else the node it was hinted to
+    (``None``: neither). The launcher and the simulator give new trainers these, in order."""
+    left = Counter(planned)
+    left.subtract(n for n in taken if n is not None)
+    return sorted(left.elements())

@@ -10,10 +10,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from edl.api.cluster import Pod, PodPhase, Resources, Snapshot
+from edl.api.cluster import Pod, PodPhase, Resources, Snapshot, may_run_on
 
 _TERMINATED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 EPS = 1e-9
+WASTE_LOOKAHEAD = 8  # how many best fits ``place`` weighs against the waste each would leave
 GPU_NODE_LAST = 1e9  # added to a GPU node's free CPU when ordering nodes for a pod that needs no GPU
 
 
@@ -27,30 +28,44 @@ class Capacity:
     free_gpu: list[float]
     total: Resources
     requested: Resources  # all non-terminated pods counted, pending included
-    _heaps: dict[tuple[float, float, float], list[tuple[float, int]]] = field(default_factory=dict)
+    # Best-fit heaps per trainer shape (cpu, memory, gpu), and per (shape, job) for a job with eligible nodes.
+    _heaps: dict[tuple, list[tuple[float, int]]] = field(default_factory=dict)
     _gpu_offset: list[float] | None = None
     _gpu_offset_known: bool = False
+    # Jobs whose trainers may go to some nodes only (selector, tolerations): the node indices they may.
+    eligible: dict[str, frozenset[int]] = field(default_factory=dict)
 
     def _fits(self, i: int, cpu: float, mem: float, gpu: float) -> bool:
         return self.free_cpu[i] + EPS >= cpu and self.free_mem[i] + EPS >= mem and self.free_gpu[i] + EPS >= gpu
 
-    def place(self, req: Resources) -> int | None:
+    def place(self, req: Resources, waste_below: float = 0.0, job: str | None = None) -> int | None:
         """Bind one pod of ``req`` to the fitting node with the least free CPU; ``None`` if none fits.
 
         A pod that needs no GPU goes to a node with GPUs only when no other node holds it: a CPU
         trainer there takes the cores the GPU jobs need (best fit alone prefers those nodes when
-        they are the smaller ones)."""
-        key = (req.cpu, req.memory, req.gpu)
+        they are the smaller ones).
+
+        ``waste_below``: CPU left on a node below this is waste (no pod of the cluster's shapes fits
+        it). Of the ``WASTE_LOOKAHEAD`` best fits, the first that leaves no waste (nothing, or at least
+        that much) is taken; if none does, the best fit.
+
+        ``job``: a trainer of this job, which goes only where it may (``eligible``)."""
+        if waste_below > 0:
+            return self._place_least_waste(req, waste_below, job)
+        allowed = self.eligible.get(job) if job is not None else None
+        fit = (req.cpu, req.memory, req.gpu)
+        key = fit if allowed is None else (*fit, job)
         heap = self._heaps.get(key)
         free_cpu = self.free_cpu
         off = None if req.gpu > 0 else self._gpu_offsets()
         if heap is None:
-            heap = [(free_cpu[i] + (off[i] if off else 0.0), i) for i in range(len(self.names)) if self._fits(i, *key)]
+            heap = [(free_cpu[i] + (off[i] if off else 0.0), i) for i in (range(len(self.names)) if allowed is None
+                                                                          else sorted(allowed)) if self._fits(i, *fit)]
             heapq.heapify(heap)
             self._heaps[key] = heap
         while heap:
             cpu_at_push, i = heap[0]
-            if not self._fits(i, *key):
+            if not self._fits(i, *fit):
                 heapq.heappop(heap)
                 continue
             now = free_cpu[i] + off[i] if off else free_cpu[i]
@@ -60,12 +75,53 @@ class Capacity:
             free_cpu[i] -= req.cpu
             self.free_mem[i] -= req.memory
             self.free_gpu[i] -= req.gpu
-            if self._fits(i, *key):
+            if self._fits(i, *fit):
                 heapq.heapreplace(heap, (free_cpu[i] + off[i] if off else free_cpu[i], i))
             else:
                 heapq.heappop(heap)
             return i
         return None
+
+    def place_many(self, req: Resources, count: int, waste_below: float = 0.0, job: str | None = None) -> list[int]:
+        """``place`` up to ``count`` times; a node chosen is filled while it holds more (what repeated best
+        fit does, as the node stays the fullest that fits), at one heap look-up per node, not per pod.
+        The heaps are lazy: entries of a node whose free space shrank are re-filed when next seen."""
+        out: list[int] = []
+        while len(out) < count:
+            i = self.place(req, waste_below, job)
+            if i is None:
+                break
+            out.append(i)
+            while len(out) < count and self._fits(i, req.cpu, req.memory, req.gpu):
+                left = self.free_cpu[i] - req.cpu
+                if waste_below > 0 and EPS <= left and left + EPS < waste_below:
+                    break  # the next one would leave waste here: let ``place`` look again
+                self.free_cpu[i] = left
+                self.free_mem[i] -= req.memory
+                self.free_gpu[i] -= req.gpu
+                out.append(i)
+        return out
+
+    def _place_least_waste(self, req: Resources, waste_below: float, job: str | None) -> int | None:
+        seen: list[int] = []  # best fits taken one after the other (a node may come twice)
+        chosen = None
+        while len(seen) < WASTE_LOOKAHEAD:
+            i = self.place(req, job=job)
+            if i is None:
+                break
+            seen.append(i)
+            left = self.free_cpu[i]
+            if left < EPS or left + EPS >= waste_below:
+                chosen = len(seen) - 1
+                break
+        if not seen:
+            return None
+        if chosen is None:
+            chosen = 0
+        for k in reversed(range(len(seen))):  # hand back every take but the chosen one
+            if k != chosen:
+                self.release(seen[k], req)
+        return seen[chosen]
 
     def _gpu_offsets(self) -> list[float] | None:
         """Per node, what is added to free CPU in the heap order of pods that need no GPU: nodes with
@@ -76,30 +132,44 @@ class Capacity:
             self._gpu_offset_known = True
         return self._gpu_offset
 
+    def take(self, node: int, req: Resources) -> None:
+        """Count a pod already bound to ``node`` (one the policy keeps where it is)."""
+        self.free_cpu[node] -= req.cpu
+        self.free_mem[node] -= req.memory
+        self.free_gpu[node] -= req.gpu
+        self._heaps.clear()  # rebuilt lazily by the next ``place``: taking is rare next to placing
+
     def release(self, node: int, req: Resources) -> None:
         self.free_cpu[node] += req.cpu
         self.free_mem[node] += req.memory
         self.free_gpu[node] += req.gpu
         off = self._gpu_offsets()
         for key, heap in self._heaps.items():
-            if self._fits(node, *key):
+            if len(key) > 3 and node not in self.eligible[key[3]]:
+                continue  # a heap of one job's nodes: not this one
+            if self._fits(node, *key[:3]):
                 heapq.heappush(heap, (self.free_cpu[node] + (off[node] if off and key[2] <= 0 else 0.0), node))
 
     def copy(self) -> "Capacity":
         return Capacity(self.names, list(self.free_cpu), list(self.free_mem), list(self.free_gpu), self.total,
-                        self.requested)
+                        self.requested, eligible=self.eligible)
 
 
 def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
-             pending: list[Pod] | None = None) -> Capacity:
+             pending: list[Pod] | None = None, bound: dict[str, list[str]] | None = None,
+             shapes: set[float] | None = None) -> Capacity:
     """Free capacity after the non-terminated pods bound to each node.
 
     With ``planned`` (the jobs whose trainers the caller is planning), those trainers are
-    left out, and so are pods still waiting for a node, which go to ``pending`` instead.
+    left out, and so are pods still waiting for a node, which go to ``pending`` instead;
+    ``bound`` collects, per planned job, the nodes its left-out trainers are bound to, and
+    ``shapes`` the CPU requests of the jobs' other pods (fixed pods).
     One pass over the pods: this is the hot loop of a decision on a large cluster.
     """
     nodes = sorted(snapshot.nodes, key=lambda n: n.name)
     names = [n.name for n in nodes]
+    eligible = {j.name: frozenset(i for i, n in enumerate(nodes) if may_run_on(j, n))
+                for j in snapshot.jobs if j.node_selector or j.tolerations}
     index = {n: i for i, n in enumerate(names)}
     free_cpu = [n.allocatable.cpu for n in nodes]
     free_mem = [n.allocatable.memory for n in nodes]
@@ -113,12 +183,16 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
             continue
         if planned is not None:
             if p.job is not None and p.role == "trainer" and p.job in planned:
+                if bound is not None and p.node is not None:
+                    bound.setdefault(p.job, []).append(p.node)
                 continue
             if phase is waiting:
                 if pending is not None:
                     pending.append(p)
                 continue
         r = p.requests
+        if shapes is not None and p.job is not None:
+            shapes.add(r.cpu)  # pods that come back with every job of their kind
         rc += r.cpu
         rm += r.memory
         rg += r.gpu
@@ -129,7 +203,7 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
                 free_cpu[i] -= r.cpu
                 free_mem[i] -= r.memory
                 free_gpu[i] -= r.gpu
-    return Capacity(names, free_cpu, free_mem, free_gpu, total, Resources(rc, rm, rg))
+    return Capacity(names, free_cpu, free_mem, free_gpu, total, Resources(rc, rm, rg), eligible=eligible)
 
 
 def pods_by_job(pods: tuple[Pod, ...]) -> dict[str, list[Pod]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from edl.autoscale.accounting import capacity, pods_by_job
 from edl.api.cluster import JobDemand, PodPhase, Snapshot
+from edl.api.policy import Plan
 
 MAX_LOAD = 0.97
 
@@ -47,6 +48,9 @@ class Edl2017:
             elif ps and all(p.phase is PodPhase.PENDING for p in ps):
                 pending.append(j)
         return list(snapshot.jobs) if pending else running
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        return Plan(self.decide(snapshot))  # the 2017 autoscaler set counts only; the scheduler placed
 
     def decide(self, snapshot: Snapshot) -> dict[str, int]:
         cap = capacity(snapshot)

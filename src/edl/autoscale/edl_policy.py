@@ -20,6 +20,11 @@
    Forced shrinks (higher-priority demand, minimums) always go through.
 4. Real placement: every trainer is bound to a node that can hold it (best fit
    on CPU, memory and GPU), so the plan never exceeds what the cluster holds.
+5. The plan says where new trainers go (``plan``): the trainers a job holds stay
+   where they are, the new ones go best fit into what is left after every pod
+   the policy knows of (fixed pods, services, waiting higher-priority pods). The
+   launcher turns each into a preferred node affinity: the scheduler packs
+   trainers as the sizes assumed instead of spreading them into fragments.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import math
 
 from edl.autoscale.accounting import Capacity, capacity
 from edl.api.cluster import JobDemand, Pod, Snapshot
+from edl.api.policy import Plan
 
 
 def log_gain(j: JobDemand, n: int) -> float:
@@ -108,11 +114,53 @@ class EdlPolicy:
         self.keep_bonus = keep_bonus
 
     def decide(self, snapshot: Snapshot) -> dict[str, int]:
-        planned = frozenset(j.name for j in snapshot.jobs)
-        # Everything but the trainers we are planning counts as load; pods still waiting for a
-        # node are placed below, by priority.
         pending: list[Pod] = []
-        cap = capacity(snapshot, planned, pending)
+        cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending)
+        return self._sizes(snapshot, cap, pending)
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        pending: list[Pod] = []
+        bound: dict[str, list[str]] = {}
+        shapes: set[float] = set()
+        cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending, bound, shapes)
+        base = cap.copy()
+        sizes = self._sizes(snapshot, cap, pending)
+        return Plan(sizes, self._placement(snapshot.jobs, sizes, base, pending, bound, shapes))
+
+    @staticmethod
+    def _placement(jobs: tuple[JobDemand, ...], sizes: dict[str, int], cap: Capacity, pending: list[Pod],
+                   bound: dict[str, list[str]], shapes: set[float] | frozenset[float] = frozenset()) -> dict[str, tuple[str, ...]]:
+        """Where each job's trainers go: those it holds stay (up to its size), then, tier by tier,
+        the pods waiting for a node are placed and the new trainers go best fit into what is left.
+
+        Best fit on the cluster as it is, not as the sizing saw it (that one re-placed every
+        trainer from scratch): a new trainer that fits nowhere now gets no node (the scheduler
+        alone places it, or it waits for a drain to free room)."""
+        index = {n: i for i, n in enumerate(cap.names)}
+        kept: dict[str, list[str]] = {}
+        for j in jobs:
+            mine = sorted(n for n in bound.get(j.name, ()) if n in index)[: sizes.get(j.name, 0)]
+            for n in mine:
+                cap.take(index[n], j.trainer)
+            kept[j.name] = mine
+        out: dict[str, tuple[str, ...]] = {}
+        # Less CPU than the smallest pod the policy knows of is lost to every pod: best fit avoids
+        # leaving that where a near-best node would not.
+        smallest = min((c for c in (*(j.trainer.cpu for j in jobs), *shapes, *(p.requests.cpu for p in pending))
+                        if c > 0), default=0.0)
+        for tier in sorted({j.priority for j in jobs} | {p.priority for p in pending}, reverse=True):
+            for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
+                cap.place(p.requests)
+            for j in sorted((j for j in jobs if j.priority == tier), key=lambda j: j.name):
+                nodes = list(kept[j.name])
+                nodes += (cap.names[i] for i in cap.place_many(j.trainer, sizes.get(j.name, 0) - len(nodes), smallest,
+                                                               j.name))
+                out[j.name] = tuple(sorted(nodes))
+        return out
+
+    def _sizes(self, snapshot: Snapshot, cap: Capacity, pending: list[Pod]) -> dict[str, int]:
+        # Everything but the trainers we are planning counts as load (``cap``); pods still waiting
+        # for a node (``pending``) are placed below, by priority.
         tiers = sorted({j.priority for j in snapshot.jobs} | {p.priority for p in pending}, reverse=True)
         alloc = {j.name: 0 for j in snapshot.jobs}
         # Strict priority for what must run: waiting pods and every job's minimum, tier by tier.
@@ -162,7 +210,7 @@ class EdlPolicy:
                 target[j.name] = j.min  # waits for its minimum
                 continue
             while have < want[j.name]:
-                node = cap.place(j.trainer)
+                node = cap.place(j.trainer, job=j.name)
                 if node is None:
                     break
                 placed.append(node)
@@ -221,7 +269,7 @@ class EdlPolicy:
     def _place_min(cap: Capacity, j: JobDemand, alloc: dict[str, int]) -> None:
         placed = []
         for _ in range(j.min):
-            node = cap.place(j.trainer)
+            node = cap.place(j.trainer, job=j.name)
             if node is None:
                 break
             placed.append(node)
@@ -254,7 +302,7 @@ class EdlPolicy:
         while heap:
             _, _, name = heapq.heappop(heap)
             j = by_name[name]
-            if cap.place(j.trainer) is None:
+            if cap.place(j.trainer, job=j.name) is None:
                 continue  # no node holds another trainer of this shape
             alloc[name] += 1
             push(j)

@@ -39,7 +39,9 @@ def watch_abandonment(master: ControlLink, job: str, stop: threading.Event,
 
 
 def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
-                min_trainers: int, max_trainers: int, trainer: Resources, kubeconfig: str | None) -> int:
+                min_trainers: int, max_trainers: int, trainer: Resources, kubeconfig: str | None,
+                node_selector: tuple[tuple[str, str], ...] = (),
+                tolerations: tuple[tuple[str, str, str], ...] = ()) -> int:
     """Run the sidecar until SIGTERM; its settings come validated (``edl sidecar``: ``edl.api.spec``)."""
     chosen = get_policy(policy)
     kube = KubeApi(load_api_client(kubeconfig), namespace)
@@ -48,7 +50,8 @@ def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, 
     # nobody cleans up (the launcher killed): the garbage collector follows the owners.
     view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)),
                            owner=pod_from_env()).start()
-    cfg = SidecarConfig(f"{namespace}/{job}", trainer, min_trainers, max_trainers, period_s, jitter_s)
+    cfg = SidecarConfig(f"{namespace}/{job}", trainer, min_trainers, max_trainers, period_s, jitter_s,
+                        node_selector, tolerations)
     link = HttpMaster(master, token, timeout_s=5.0, give_up_s=10.0)
     sidecar = Sidecar(cfg, view, link, chosen)
     stop = threading.Event()

@@ -83,6 +83,8 @@ class SidecarConfig:
     max: int
     period_s: float = 10.0
     jitter_s: float = 2.0
+    node_selector: tuple[tuple[str, str], ...] = ()  # where the trainers may go (``JobDemand``)
+    tolerations: tuple[tuple[str, str, str], ...] = ()
 
 
 def job_offset(job: str, jitter_s: float) -> float:
@@ -122,7 +124,8 @@ class Sidecar:
             rows_left = max(0.0, float(status.rows_per_epoch * status.epochs - sum(status.done_rows)))
         return JobDemand(name=self.cfg.job, min=self.cfg.min, max=self.cfg.max,
                          current=status.desired_trainers, trainer=self.cfg.trainer, priority=priority,
-                         throughput=self.meter.curve(), rescale_cost_s=rescale_cost_s(status), remaining=rows_left)
+                         throughput=self.meter.curve(), rescale_cost_s=rescale_cost_s(status), remaining=rows_left,
+                         node_selector=self.cfg.node_selector, tolerations=self.cfg.tolerations)
 
     def step(self) -> int | None:
         """One decision. Returns the new size if it changed it, else ``None``."""
@@ -151,19 +154,24 @@ class Sidecar:
         peers[mine.name] = mine  # our freshest figures, whatever the cache holds
         snapshot = Snapshot(tuple(self.view.nodes()), tuple(pods), tuple(sorted(peers.values(), key=lambda d: d.name)),
                             now)
-        plan = self.policy.decide(snapshot)
+        plan = self.policy.plan(snapshot)
         self.decisions += 1
-        target = max(self.cfg.min, min(self.cfg.max, plan.get(mine.name, mine.current)))
+        target = max(self.cfg.min, min(self.cfg.max, plan.sizes.get(mine.name, mine.current)))
         blocked_at = status.unschedulable_at
         if blocked_at is not None and now - blocked_at < UNSCHEDULABLE_BACKOFF_PERIODS * self.cfg.period_s:
             # The launcher just gave up on Pending trainers: the snapshot overstates what fits
             # (taints, affinity, fragmentation the policy does not see). Do not grow for a while.
             target = min(target, mine.current)
+        # Where the plan puts our trainers: the launcher turns the nodes none of them holds yet into
+        # preferred node affinities of the trainers it creates next.
+        nodes = plan.nodes.get(mine.name, ())[:target]
         if target == mine.current:
+            if nodes != status.node_hints:
+                self.master.scale(target, nodes)
             return None
         log.info("scale %s: %d -> %d trainers (policy %s, %d jobs, %d nodes)", self.cfg.job, mine.current, target,
                  self.policy.name, len(peers), len(snapshot.nodes))
-        self.master.scale(target)
+        self.master.scale(target, nodes)
         return target
 
     def run(self, stop: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> None:

@@ -390,8 +390,10 @@ def decode_node(obj: dict) -> Node | None:
         if cond.get("type") == "Ready" and cond.get("status") != "True":
             return None
     a = status.get("allocatable") or {}
+    labels = tuple(sorted((obj["metadata"].get("labels") or {}).items()))
+    taints = tuple((t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in spec.get("taints") or ())
     return Node(obj["metadata"]["name"], Resources(quantity(a.get("cpu")), quantity(a.get("memory")) / GIB,
-                                                   quantity(a.get(GPU_KEY))))
+                                                   quantity(a.get(GPU_KEY))), labels, taints)
 
 
 def node_ready(obj: dict | None) -> str:

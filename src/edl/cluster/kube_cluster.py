@@ -212,7 +212,8 @@ class KubeCluster:
             if exit_ is None and (why := cannot_start(pod)) is not None:
                 exit_, message = TrainerExit.CANNOT_START, f"trainer {why}"
             out.append(TrainerPod(meta["name"], phase, _timestamp(meta.get("creationTimestamp")),
-                                  (pod.get("spec") or {}).get("nodeName"), exit_, message))
+                                  (pod.get("spec") or {}).get("nodeName"), exit_, message,
+                                  m.preferred_node(pod.get("spec") or {})))
         lost = self._lost_nodes({t.node for t in out if t.node and not t.phase.terminated})
         for i, t in enumerate(out):
             if t.node in lost and not t.phase.terminated:
@@ -223,8 +224,8 @@ class KubeCluster:
                                          f"{self.opts.node_lost_timeout_s:.0f} s")
         return out
 
-    def create_trainer(self, name: str) -> None:
-        self.kube.create(m.trainer_pod(self.spec, self.opts, name, self.owner))
+    def create_trainer(self, name: str, node: str | None = None) -> None:
+        self.kube.create(m.trainer_pod(self.spec, self.opts, name, self.owner, node))
 
     def delete_trainer(self, name: str) -> None:
         # On a lost node a graceful delete never completes: nobody there confirms it.

@@ -208,7 +208,7 @@ class LocalCluster:
                                           f"exit code {code}: {clip(line)}"))
         return out
 
-    def create_trainer(self, name: str) -> None:
+    def create_trainer(self, name: str, node: str | None = None) -> None:  # one machine: no node to prefer
         args = ["trainer", "--id", name, "--master", self.address]  # --audit: the log goes under the checkpoints
         # EDL_TRAINER_LOG: where a trainer whose user code raised says its traceback is (its output's file).
         self.procs_by_name[name] = self.procs.spawn(name, args, {"EDL_TOKEN": self.token,

@@ -163,7 +163,10 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
                  "--jitter", repr(float(opts.sidecar_jitter_s)),
                  "--min-trainers", str(spec.min_trainers), "--max-trainers", str(spec.max_trainers),
                  "--trainer-cpu", opts.trainer_cpu, "--trainer-memory", opts.trainer_memory,
-                 "--trainer-gpu", str(opts.trainer_gpu)],
+                 "--trainer-gpu", str(opts.trainer_gpu),
+                 # The plan counts only the nodes the trainers may go to.
+                 *(("--trainer-node-selector", opts.trainer_node_selector) if opts.trainer_node_selector else ()),
+                 *(("--trainer-tolerations", opts.trainer_tolerations) if opts.trainer_tolerations else ())],
         "env": [_token_env(spec.job), _POD_IP_ENV,
                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                 # The pod owns the sidecar's demand Lease (garbage-collected with the job).
@@ -227,9 +230,36 @@ def trainer_template(spec: JobSpec, opts: K8sOptions, owner: dict | None = None)
                          "spec": trainer_pod_spec(spec, opts)}}
 
 
-def trainer_pod(spec: JobSpec, opts: K8sOptions, name: str, owner: dict | None = None) -> dict:
+PREFERRED_NODE_WEIGHT = 100  # the most a preferred term can weigh: NodeAffinity then scores the node 100
+
+
+def trainer_pod(spec: JobSpec, opts: K8sOptions, name: str, owner: dict | None = None,
+                node: str | None = None) -> dict:
+    """A trainer pod; ``node``: where the plan puts it, as a *preferred* node affinity.
+
+    Preferred, never required: a node that filled up since the plan was made must not leave the
+    trainer Pending. ``matchFields`` on ``metadata.name`` names the node itself (its hostname label
+    need not match its name). In kube-scheduler's default profile NodeAffinity weighs 2 against 1
+    each for NodeResourcesFit and BalancedAllocation, so a node that has room wins over the spread
+    the scheduler would otherwise choose (``edl.sim.kube_scheduler`` models the same)."""
+    pod_spec = trainer_pod_spec(spec, opts)
+    if node is not None:
+        pod_spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": PREFERRED_NODE_WEIGHT,
+             "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}}]}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": _pod_meta(name, spec.job, "trainer", opts, owner),
-            "spec": trainer_pod_spec(spec, opts)}
+            "spec": pod_spec}
+
+
+def preferred_node(pod_spec: dict) -> str | None:
+    """The node ``trainer_pod`` made the pod prefer, read back from its spec (``None``: none)."""
+    terms = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+             .get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    for term in terms:
+        for f in (term.get("preference") or {}).get("matchFields") or []:
+            if f.get("key") == "metadata.name" and f.get("operator") == "In" and len(f.get("values") or ()) == 1:
+                return f["values"][0]
+    return None
 
 
 def network_policies(spec: JobSpec, opts: K8sOptions) -> list[dict]:

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit, TrainerPod
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
+from edl.api.policy import free_hints
 from edl.api.spec import JobSpec
 from edl.console import clip, plain_console, say
 from edl.errors import EdlError, KubeForbiddenError, PermanentError, TemporaryError, UserError
@@ -345,11 +346,16 @@ class Launcher:
             self.cluster.record("ScaleDown", f"draining {', '.join(plan.drain)} (desired "
                                              f"{st.desired_trainers})")
         if plan.create:
+            # The sidecar's plan names a node per trainer: new ones prefer those no trainer that stays
+            # holds or prefers yet (preferred only: the scheduler still places them where there is room).
+            leaving = {*plan.delete, *plan.drain, *self.draining}
+            hints = free_hints(st.node_hints, (t.node or t.hint for t in trainers
+                                               if not t.phase.terminated and t.name not in leaving))
             names = []
-            for _ in range(plan.create):
+            for k in range(plan.create):
                 self.counter += 1
                 names.append(f"{self.prefix}{self.counter}")
-                self.cluster.create_trainer(names[-1])
+                self.cluster.create_trainer(names[-1], hints[k] if k < len(hints) else None)
             self.cluster.record("ScaleUp", f"started {', '.join(names)} (desired {st.desired_trainers})")
 
     def run(self, view: ProgressView | None = None, poll_s: float = 0.1) -> JobView:

@@ -143,8 +143,9 @@ class HttpMaster:
     def summary(self) -> dict[str, Any] | None:
         return self._poll("/v1/summary")
 
-    def scale(self, trainers: int) -> int:
-        return int(self._call("POST", "/v1/scale", {"trainers": trainers})["desired_trainers"])
+    def scale(self, trainers: int, nodes: tuple[str, ...] = ()) -> int:
+        body = {"trainers": trainers, "nodes": list(nodes)} if nodes else {"trainers": trainers}
+        return int(self._call("POST", "/v1/scale", body)["desired_trainers"])
 
     def report_unschedulable(self, count: int) -> int:
         return int(self._call("POST", "/v1/unschedulable", {"count": count})["desired_trainers"])

@@ -92,6 +92,7 @@ class Job:
         # Cuts handed out, by (generation, step), until their checkpoint commits: the queue state to restore.
         self.pending_cuts: dict[tuple[int, int], dict[str, Any]] = {}
         self.unschedulable_at: float | None = None  # last time the launcher gave up on Pending trainers
+        self.node_hints: tuple[str, ...] = ()  # the sidecar's planned node per trainer (not checkpointed)
         # The launcher's beats; its silence abandons the job (from this master's start: a full timeout).
         self.deadman = DeadMan(spec.launcher_timeout_s, now)
         desired = spec.trainers
@@ -161,11 +162,14 @@ class Job:
     def abandoned(self) -> bool:
         return self.deadman.abandoned
 
-    def scale(self, n: int) -> None:
+    def scale(self, n: int, nodes: tuple[str, ...] = ()) -> None:
         lo, hi = self.spec.min_trainers, self.spec.max_trainers
         if not lo <= n <= hi:
             raise UserError(f"--trainers {n} is outside this job's range {lo}..{hi}")
+        if len(nodes) > n:
+            raise UserError(f"{len(nodes)} node hints for {n} trainers")
         self.membership.config.desired = n
+        self.node_hints = tuple(nodes)
 
     def register(self, trainer: str, pid: int, host: str, store_port: int, now: float,
                  resume: ResumeReport | None = None) -> None:
@@ -461,6 +465,7 @@ class Job:
             generation=gen.id if gen else 0,
             world_size=gen.world_size if gen else 0,
             desired_trainers=self.desired,
+            node_hints=self.node_hints,
             unschedulable_at=self.unschedulable_at,
             min_trainers=self.spec.min_trainers,
             max_trainers=self.spec.max_trainers,

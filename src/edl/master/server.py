@@ -59,6 +59,7 @@ log = logging.getLogger("edl.master")
 
 
 B = TypeVar("B", bound="Body")
+MAX_PLANNED_NODES = 10_000  # a plan names one node per trainer
 T = TypeVar("T")
 
 
@@ -172,6 +173,7 @@ class StepBody(Body):
 @dataclass(frozen=True)
 class ScaleBody(Body):
     trainers: int
+    nodes: list[str] = field(default_factory=list)  # the plan's node per trainer (at most MAX_PLANNED_NODES)
 
 
 @dataclass(frozen=True)
@@ -568,8 +570,11 @@ def _control_routes(master: Master) -> list[BaseRoute]:
     @routes.post("/v1/scale")
     async def scale(r: Request) -> dict:
         body = await ScaleBody.read(r)
-        job.scale(body.trainers)
-        log.info("desired trainers set to %d", body.trainers)
+        if len(body.nodes) > MAX_PLANNED_NODES:
+            raise UserError(f"/v1/scale: 'nodes' has {len(body.nodes)} entries, at most {MAX_PLANNED_NODES}")
+        job.scale(body.trainers, tuple(body.nodes))
+        log.info("desired trainers set to %d%s", body.trainers,
+                 f" (planned on {len(set(body.nodes))} node(s))" if body.nodes else "")
         await master.notify()
         return {"desired_trainers": job.desired}
 

@@ -62,13 +62,15 @@ class SimCluster:
         for p in self._pods("trainer"):
             phase = PodPhase.RUNNING if p.running else PodPhase.PENDING
             node = None if p.node is None else self.sim.node_names[p.node]
-            out.append(TrainerPod(p.name or f"p{p.id}", phase, p.created, node))
+            out.append(TrainerPod(p.name or f"p{p.id}", phase, p.created, node,
+                                  hint=None if p.hint is None else self.sim.node_names[p.hint]))
         return out
 
-    def create_trainer(self, name: str) -> None:
+    def create_trainer(self, name: str, node: str | None = None) -> None:
         j = self.spec
         pod = self.sim._create(self.job, "job", "trainer", j.trainer, j.priority, self.now, j.startup_s, j.drain_s)
         pod.name = name
+        pod.hint = self.sim.node_index.get(node) if node is not None else None
 
     def delete_trainer(self, name: str) -> None:
         for p in self._pods("trainer"):
@@ -123,19 +125,20 @@ class SimMaster:
             epochs_completed=1 if done else 0, rows_per_epoch=int(work), done_rows=(int(min(js.done, work)),),
             step=0, loss=None, trainers=(), generations=(),
             checkpoints=tuple(CheckpointRecord(k, "", 0.0, 0) for k in range(self.checkpoints)),
-            elapsed_s=self.sim.now,
+            elapsed_s=self.sim.now, node_hints=js.hints,
         )
 
     def summary(self) -> dict[str, Any] | None:
         st = self.status()  # the simulated job keeps no run summary beyond its status
         return None if st is None else st.to_json()
 
-    def scale(self, trainers: int) -> int:
+    def scale(self, trainers: int, nodes: tuple[str, ...] = ()) -> int:
         self._reachable()
         spec = self._js().spec
         if not spec.min <= trainers <= spec.max:
             raise UserError(f"--trainers {trainers} is outside this job's range {spec.min}..{spec.max}")
         self._js().target = trainers
+        self._js().hints = tuple(nodes)
         return trainers
 
     def report_unschedulable(self, count: int) -> int:

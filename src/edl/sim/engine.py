@@ -3,9 +3,11 @@
 Time advances in ticks (1 s by default). Each tick, in order: controllers make
 pods match their owners' wishes (service replica schedules, each job's fixed
 pods and trainer target), the autoscaler decides every ``period_s`` from a
-snapshot exactly as the sidecar would, the scheduler binds pending pods
-(priority first; spreading score like kube-scheduler's LeastAllocated; priority
-preemption of strictly lower-priority pods), bound pods start after their
+snapshot exactly as the sidecar would (its plan's placement becomes each new
+trainer's preferred node, as the launcher makes it on Kubernetes), the scheduler
+binds pending pods (priority first; kube-scheduler's default profile,
+``edl.sim.kube_scheduler``, so a preferred node is followed only where the real
+scheduler would; priority preemption of strictly lower-priority pods), bound pods start after their
 start-up latency, and jobs make progress at their modelled throughput, pausing
 for ``rescale_cost_s`` whenever their running trainer count changes (a job's start
 is not a change: as edl's master does, its first generation forms once every trainer
@@ -24,8 +26,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
+from edl.api.policy import free_hints
 from edl.autoscale.policy import get_policy
 from edl.master.membership import START_GRACE_S
+from edl.sim.kube_scheduler import Scheduler
 from edl.sim.scenario import ScenarioJob, Scenario
 
 EPS = 1e-9
@@ -49,6 +53,7 @@ class SimPod:
     view: Pod | None = None  # cached snapshot view and the state it was built from
     view_key: tuple | None = None
     name: str | None = None  # set for pods created by name (a launcher's trainers and master)
+    hint: int | None = None  # the node of its preferred node affinity (a trainer the plan placed)
 
 
 @dataclass
@@ -67,6 +72,7 @@ class JobState:
     formed_at: float | None = None  # its first generation formed
     curve: tuple[float, ...] = ()  # throughput with n trainers, n = 0..max (computed once)
     roles: tuple[str, ...] = ()  # its pods' roles other than trainer: fixed pods, and a launcher's master
+    hints: tuple[str, ...] = ()  # the plan's nodes for its trainers (``Plan.nodes``)
 
     def __post_init__(self) -> None:
         self.curve = tuple(self.spec.throughput(n) for n in range(max(self.spec.max, self.spec.static) + 1))
@@ -92,6 +98,8 @@ class Simulation:
         self.used = np.zeros_like(self.alloc)
         self.total_cpu = float(self.alloc[:, 0].sum())
         self.node_names = [f"node-{i:05d}" for i in range(len(self.alloc))]
+        self.node_index = {n: i for i, n in enumerate(self.node_names)}
+        self.scheduler = Scheduler(scenario.nodes_to_score_percent, pack=scenario.scoring == "pack")
         self.pods: dict[int, SimPod] = {}
         self.by_owner: dict[str, dict[int, SimPod]] = {}  # owner -> its pods, for O(own pods) lookups
         self.next_id = 0
@@ -167,12 +175,17 @@ class Simulation:
                 and (role is None or p.role == role)]
 
     def _reconcile(self, owner: str, kind: str, role: str, want: int, req: Resources, prio: int, t: float,
-                   startup: float, grace_s: float = 0.0) -> None:
+                   startup: float, grace_s: float = 0.0, hints: tuple[str, ...] = ()) -> None:
         if self.active.get((owner, role), 0) == want:
             return  # the common case, without looking at the pods
         have = self._owned(owner, role)
-        for _ in range(want - len(have)):
-            self._create(owner, kind, role, req, prio, t, startup, grace_s)
+        # New pods prefer the planned nodes no pod of theirs has yet (bound there, or preferring it).
+        free = free_hints(hints, (self.node_names[p.node] if p.node is not None else
+                                  None if p.hint is None else self.node_names[p.hint] for p in have)) if hints else []
+        for k in range(want - len(have)):
+            pod = self._create(owner, kind, role, req, prio, t, startup, grace_s)
+            if k < len(free):
+                pod.hint = self.node_index[free[k]]
         if len(have) > want:
             # Remove unscheduled pods first, then the youngest (as a ReplicaSet does).
             have.sort(key=lambda p: (p.node is not None, p.running, -p.created, -p.id))
@@ -202,7 +215,8 @@ class Simulation:
             # edl's launcher drains a trainer at a step boundary before deleting it; a plain
             # Job controller (off, edl2017) deletes and waits out the grace period.
             grace = j.drain_s if self.policy_name == "edl" else j.termination_s
-            self._reconcile(j.name, "job", "trainer", js.target, j.trainer, j.priority, t, j.startup_s, grace)
+            self._reconcile(j.name, "job", "trainer", js.target, j.trainer, j.priority, t, j.startup_s, grace,
+                            js.hints)
 
     # ------------------------------------------------------------- autoscaler
     def _demands(self) -> tuple[JobDemand, ...]:
@@ -247,13 +261,14 @@ class Simulation:
         if self.reuse_plans and not self.changed and key == self._last_key:
             return  # the same input up to remaining work, the same completion order: the same plan
         snap = self.snapshot(t, jobs)
-        plan = self.policy.decide(snap)
+        plan = self.policy.plan(snap)
         self.decisions += 1
         self.changed, self._last_key = False, key
-        for name, n in plan.items():
+        for name, n in plan.sizes.items():
             if name in self.external:
                 continue  # sized by its own sidecar
             js = self.jobs[name]
+            js.hints = plan.nodes.get(name, ())
             if not js.spec.min <= n <= js.spec.max:
                 raise AssertionError(f"policy planned {n} trainers for {name} outside {js.spec.min}..{js.spec.max}")
             if js.target != n:
@@ -266,16 +281,8 @@ class Simulation:
         for p in pending:
             if p.id not in self.pods:
                 continue  # preempted while we went
-            free = self.alloc - self.used
-            fits = np.all(free + EPS >= p.req, axis=1)
-            if fits.any():
-                # kube-scheduler's LeastAllocated (spread, the default) or MostAllocated (pack).
-                after = (free[:, :2] - p.req[:2]) / np.maximum(self.alloc[:, :2], EPS)
-                sign = -1.0 if self.sc.scoring == "pack" else 1.0
-                score = np.where(fits, sign * after.mean(axis=1), -np.inf)
-                best = np.flatnonzero(score >= score.max() - 1e-12)
-                node = int(best[self.rng_sched.randrange(len(best))])
-            else:
+            node = self.scheduler.pick(self.alloc, self.used, p.req, p.hint, self.rng_sched.randrange)
+            if node is None:
                 node = self._preempt(p) if self.sc.preemption else None
                 if node is None:
                     continue

@@ -83,6 +83,7 @@ class Scenario:
     tick_s: float = 1.0
     preemption: bool = True  # priority preemption by the scheduler (Kubernetes 1.6 had none)
     scoring: str = "spread"  # kube-scheduler's LeastAllocated ("spread") or MostAllocated ("pack")
+    nodes_to_score_percent: int = 0  # kube-scheduler's percentageOfNodesToScore (0: its adaptive default)
     meta: dict = field(default_factory=dict, compare=False)
 
 
@@ -221,9 +222,12 @@ def parse(data: Any, source: str = "scenario") -> Scenario:
     scoring = data.get("scoring", "spread")
     if scoring not in ("spread", "pack"):
         raise r.fail("scoring", f"must be spread or pack, not {scoring!r}")
+    percent = r.number("nodes_to_score_percent", 0, minimum=0)
+    if percent > 100 or percent != int(percent):
+        raise r.fail("nodes_to_score_percent", f"must be a whole number 0..100, not {percent!r}")
     return Scenario(name, r.number("duration_s", positive=True), r.number("period_s", 5.0, positive=True), offpeak,
                     nodes, tuple(services), tuple(jobs), r.number("tick_s", 1.0, positive=True), preemption,
-                    scoring)
+                    scoring, int(percent))
 
 
 def load(name_or_path: str) -> Scenario:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from edl.cluster.manifests import preferred_node
 from tests.conftest import run_edl
 from tests.plane.steps import Steps, process_running
 
@@ -451,3 +452,57 @@ def test_trainers_run_only_on_the_nodes_their_selector_and_tolerations_allow(ste
         steps.wait_gone("pooled", 60, "cleanup")
     finally:
         steps.core.patch_node(pool, {"metadata": {"labels": {"test/pool": None}}, "spec": {"taints": None}})
+
+
+def _free_cpu(core, node: str) -> float:
+    """The node's allocatable CPU less the requests of every pod bound to it and not finished."""
+    alloc = float(core.read_node(node).status.allocatable["cpu"])
+    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    used = 0.0
+    for p in pods:
+        if p.status.phase in ("Succeeded", "Failed"):
+            continue
+        for c in p.spec.containers:
+            cpu = ((c.resources and c.resources.requests) or {}).get("cpu", "0")
+            used += float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+    return alloc - used
+
+
+@pytest.mark.timeout(480)
+def test_trainers_land_where_the_plan_puts_them_beside_a_higher_priority_service(steps, kube):
+    """Seed case 2, scaled down: a higher-priority Deployment holds half of node-0. The sidecar's plan
+    packs new trainers best fit around it (node-0's rest first, where the default scheduler's spread
+    would go to the emptier node); each new trainer pod prefers its planned node (preferred node
+    affinity, never required), the real scheduler binds it there, and the nodes fill up."""
+    apps = client.AppsV1Api(kube)
+    web = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                        "priorityClassName": "edl-high", "terminationGracePeriodSeconds": 2,
+                        "nodeSelector": {"kubernetes.io/hostname": "node-0"},
+                        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{"name": "web", "image": "edl-runtime:0.1.0", "command": ["sleep", "3600"],
+                                        "securityContext": {"allowPrivilegeEscalation": False,
+                                                            "capabilities": {"drop": ["ALL"]}, "runAsUser": 10001},
+                                        "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}]}}}}
+    apps.create_namespaced_deployment(steps.ns, web)
+    steps.wait(lambda: (apps.read_namespaced_deployment("web", steps.ns).status.ready_replicas or 0) == 1, 120,
+               "the service Ready")
+    step = steps.launch("placed", "--priority-class", "edl-low", epochs=400, max_t=8, trainer_memory="1Gi")
+
+    def settled() -> bool:
+        pods = steps.trainers("placed", phase=None)
+        return (len(pods) >= 3 and all(p.status.phase == "Running" for p in pods)
+                and all(_free_cpu(steps.core, n) < 1 for n in ("node-0", "node-1")))
+
+    steps.wait(settled, 240, "the job grown until no node holds another trainer")
+    hinted = 0
+    for p in steps.trainers("placed"):
+        planned = preferred_node(kube.sanitize_for_serialization(p.spec))
+        if planned is not None:
+            hinted += 1
+            assert p.spec.node_name == planned, (p.metadata.name, p.spec.node_name, planned)
+    assert hinted >= 2  # the growth went through the plan
+    assert steps.phase(step) == "Running"
+    steps.core.delete_namespaced_pod(step, steps.ns)
+    steps.wait_gone("placed", 90, "cleanup")

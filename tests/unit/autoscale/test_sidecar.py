@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dataclasses
 
 import pytest
@@ -49,14 +51,15 @@ def job_view(status: JobStatus, desired: int, generations=()) -> JobView:
 
 class MemoryMaster:
     def __init__(self, desired: int, status: JobStatus = JobStatus.RUNNING) -> None:
-        self.desired, self.st, self.calls = desired, status, []
+        self.desired, self.st, self.calls, self.hints = desired, status, [], ()
 
     def status(self):
-        return job_view(self.st, self.desired)
+        return replace(job_view(self.st, self.desired), node_hints=self.hints)
 
-    def scale(self, n):
-        self.calls.append(n)
-        self.desired = n
+    def scale(self, n, nodes=()):
+        if n != self.desired:
+            self.calls.append(n)  # size changes; a new placement alone is in ``hints``
+        self.desired, self.hints = n, tuple(nodes)
 
 
 def nodes(n, cpu=8.0):
@@ -153,3 +156,18 @@ def test_no_growth_for_a_while_after_trainers_were_unschedulable():
     assert s.step() is None and master.calls == []
     s.clock = lambda: 1000.0 + 10 * 6  # the back-off (6 periods of 10 s) is over
     assert s.step() == 8
+
+
+def test_the_plan_s_nodes_go_to_the_master_with_the_size_and_again_only_when_they_change():
+    # One 2-core trainer held on n0; a 6-core service pod bound to n1.
+    pods = [Pod("ns/a-t1", TR, PodPhase.RUNNING, 0, "n0", "ns/a", "trainer"),
+            Pod("web-0", Resources(6, 4, 0), PodPhase.RUNNING, 1000, "n1")]
+    view = MemoryView(nodes(2), pods, {})
+    master = MemoryMaster(1)
+    s = sidecar("ns/a", view, master)
+    assert s.step() == 5 and master.calls == [5]
+    # n1 keeps 2 cores beside the service: best fit fills it first, then n0 around the held trainer.
+    assert master.hints == ("n0", "n0", "n0", "n0", "n1")
+    before = list(master.calls)
+    master.hints = ()  # a restarted master knows no nodes: the sidecar sends them again, size unchanged
+    assert s.step() is None and master.calls == before and len(master.hints) == 5

@@ -343,3 +343,15 @@ def test_last_exit_reads_the_state_or_the_exit_before_the_last_restart():
     ended = pod("Failed", containerStatuses=[{"name": "master", "restartCount": 0,
                                               "state": {"terminated": {"exitCode": 1, "message": "boom"}}}])
     assert last_exit(ended, "master") == (1, "boom", 0)
+
+
+def test_a_node_is_read_with_its_labels_and_taints():
+    from edl.cluster.kube_api import decode_node
+
+    node = decode_node({"metadata": {"name": "n1", "labels": {"pool": "training"}},
+                        "spec": {"taints": [{"key": "dedicated", "value": "training", "effect": "NoSchedule"},
+                                            {"key": "gpu", "effect": "NoExecute"}]},
+                        "status": {"allocatable": {"cpu": "4", "memory": "16Gi"},
+                                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    assert node.labels == (("pool", "training"),)
+    assert node.taints == (("dedicated", "training", "NoSchedule"), ("gpu", "", "NoExecute"))

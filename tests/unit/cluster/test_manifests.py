@@ -26,6 +26,7 @@ OWNER = {"name": "launcher-abc", "uid": "6a1f7c3e-0000-4000-8000-000000000001"}
 def all_objects(opts: K8sOptions = OPTS) -> list[dict]:
     objs = [o for group in m.render(SPEC, opts).values() for o in group]
     objs.append(m.trainer_pod(SPEC, opts, "edl-mnist-trainer-0", OWNER))
+    objs.append(m.trainer_pod(SPEC, opts, "edl-mnist-trainer-1", OWNER, node="node-7"))
     return objs
 
 
@@ -200,3 +201,16 @@ def test_a_trainer_names_where_its_log_is_read_after_its_own_id():
     log = next(e for e in containers(m.trainer_pod(SPEC, OPTS, "t", OWNER))[0]["env"] if e["name"] == "EDL_TRAINER_LOG")
     assert log["value"] == "kubectl logs -n ml $(EDL_TRAINER_ID)"
     assert env.index("EDL_TRAINER_ID") < env.index("EDL_TRAINER_LOG")
+
+
+def test_a_planned_node_is_a_preferred_affinity_never_a_required_one_and_reads_back():
+    pod = m.trainer_pod(SPEC, dataclasses.replace(OPTS, trainer_node_selector="pool=a"), "t1", OWNER, node="node-7")
+    affinity = pod["spec"]["affinity"]["nodeAffinity"]
+    assert list(affinity) == ["preferredDuringSchedulingIgnoredDuringExecution"]  # nothing required
+    term = affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["weight"] == 100 and term["preference"]["matchFields"] == [
+        {"key": "metadata.name", "operator": "In", "values": ["node-7"]}]
+    assert pod["spec"]["nodeSelector"] == {"pool": "a"}  # the user's selector still binds
+    assert m.preferred_node(pod["spec"]) == "node-7"
+    assert m.preferred_node(m.trainer_pod(SPEC, OPTS, "t2", OWNER)["spec"]) is None
+    assert "affinity" not in m.trainer_pod(SPEC, OPTS, "t2", OWNER)["spec"]

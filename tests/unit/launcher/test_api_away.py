@@ -53,7 +53,7 @@ class FlakyCluster:
         self._check()
         return [TrainerPod(n, p, self.created_at, None if p is PodPhase.PENDING else "node") for n, p in self.pods.items()]
 
-    def create_trainer(self, name: str) -> None:
+    def create_trainer(self, name: str, node: str | None = None) -> None:
         self._check()
         self.pods[name] = PodPhase.RUNNING
         self.created.append(name)

@@ -36,7 +36,7 @@ class Cluster:
     def trainers(self) -> list[TrainerPod]:
         return list(self.pods.values())
 
-    def create_trainer(self, name: str) -> None:
+    def create_trainer(self, name: str, node: str | None = None) -> None:
         self.created.append(name)
         self.pods[name] = TrainerPod(name, PodPhase.RUNNING, 0.0, "node")
 

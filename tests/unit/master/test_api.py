@@ -47,6 +47,17 @@ def test_scale_outside_range_is_refused_with_the_reason():
     assert client.post("/v1/scale", json={"trainers": 2}, headers=auth).json() == {"desired_trainers": 2}
 
 
+def test_scale_carries_the_planned_nodes_to_the_status_and_refuses_more_nodes_than_trainers():
+    client, job = make_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post("/v1/scale", json={"trainers": 3, "nodes": ["n0", "n0", "n1"]}, headers=auth)
+    assert r.json() == {"desired_trainers": 3}
+    assert client.get("/v1/status", headers=auth).json()["node_hints"] == ["n0", "n0", "n1"]
+    assert client.post("/v1/scale", json={"trainers": 1, "nodes": ["n0", "n1"]}, headers=auth).status_code == 400
+    client.post("/v1/scale", json={"trainers": 2}, headers=auth)  # a size alone (edl scale): anywhere
+    assert client.get("/v1/status", headers=auth).json()["node_hints"] == []
+
+
 def test_unschedulable_reports_lower_the_desired_count_and_checkpoints_can_be_requested():
     client, job = make_client()
     auth = {"Authorization": f"Bearer {TOKEN}"}

@@ -1,0 +1,133 @@
+"""Placement in the plan: ``Policy.plan``'s nodes, and which of them new trainers get."""
+
+from __future__ import annotations
+
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
+from edl.api.policy import Plan, free_hints
+from edl.autoscale.policy import get_policy
+
+T = Resources(cpu=2, memory=1)
+
+
+def node(name: str, cpu: float) -> Node:
+    return Node(name, Resources(cpu, 100, 0))
+
+
+def trainer(job: str, i: int, on: str | None) -> Pod:
+    return Pod(f"{job}-t{i}", T, PodPhase.RUNNING if on else PodPhase.PENDING, 0, on, job, "trainer")
+
+
+def test_new_trainers_go_best_fit_around_a_service_and_held_ones_stay():
+    # n0 half taken by a higher-priority service; the job holds one trainer on n1.
+    web = Pod("web-0", Resources(4, 1), PodPhase.RUNNING, 1000, "n0")
+    j = JobDemand("a", 1, 5, 1, T)
+    plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), (web, trainer("a", 0, "n1")), (j,)))
+    assert plan.sizes == {"a": 5}
+    # The held trainer stays on n1; the four new ones fill n0's rest (the fuller node) first.
+    assert plan.nodes["a"] == ("n0", "n0", "n1", "n1", "n1")
+
+
+def test_a_waiting_higher_priority_pod_is_planned_before_new_trainers():
+    waiting = Pod("web-0", Resources(6, 1), PodPhase.PENDING, 1000, None)
+    j = JobDemand("a", 1, 8, 1, T)
+    plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), (waiting, trainer("a", 0, "n0")), (j,)))
+    # The service is planned first, best fit (into n0's 6 free cores, beside our trainer): new trainers
+    # go to n1, not where the service will go.
+    assert plan.sizes["a"] == 5 and plan.nodes["a"] == ("n0", "n1", "n1", "n1", "n1")
+
+
+def test_plan_and_decide_agree_on_sizes_and_edl2017_places_nothing():
+    j, k = JobDemand("a", 1, 6, 2, T), JobDemand("b", 2, 6, 2, T, priority=1)
+    pods = (trainer("a", 0, "n0"), trainer("a", 1, "n1"), trainer("b", 0, "n0"), trainer("b", 1, None))
+    s = Snapshot((node("n0", 8), node("n1", 6)), pods, (j, k))
+    for name in ("edl", "edl2017"):
+        p = get_policy(name)
+        assert p.plan(s).sizes == p.decide(s)
+    assert get_policy("edl2017").plan(s).nodes == {}
+    plan = get_policy("edl").plan(s)
+    assert all(len(plan.nodes[n]) == plan.sizes[n] for n in plan.sizes)  # it all fits: every trainer placed
+
+
+def test_a_trainer_that_fits_nowhere_now_gets_no_node():
+    # The sizing re-places every trainer from scratch (5 fit); as the trainers sit now, 4 do.
+    j = JobDemand("a", 1, 8, 3, Resources(3, 1))
+    pods = tuple(trainer("a", i, n) for i, n in enumerate(("n0", "n1", "n2")))
+    pods = tuple(Pod(p.name, Resources(3, 1), p.phase, 0, p.node, "a", "trainer") for p in pods)
+    plan = get_policy("edl").plan(Snapshot((node("n0", 5), node("n1", 5), node("n2", 6)), pods, (j,)))
+    assert len(plan.nodes["a"]) <= plan.sizes["a"]
+    assert sorted(plan.nodes["a"])[:3] == ["n0", "n1", "n2"]
+
+
+def test_free_hints_are_the_planned_nodes_no_live_trainer_holds_or_prefers():
+    assert free_hints(("n0", "n0", "n1", "n2"), ["n0", None, "n2"]) == ["n0", "n1"]
+    assert free_hints(("n0",), ["n0", "n0"]) == []  # a trainer the plan did not put there takes nothing
+    assert free_hints((), ["n0"]) == []
+    assert Plan({"a": 1}).nodes == {}
+
+
+def test_best_fit_passes_over_a_node_it_would_leave_with_cores_no_pod_can_use():
+    from edl.autoscale.accounting import capacity
+
+    s = Snapshot((node("n0", 7), node("n1", 12), node("n2", 5)), (), ())
+    five = Resources(5, 1)
+    assert capacity(s).place(five) == 2  # plain best fit: the exact fit
+    cap = capacity(s)
+    assert cap.place(five, waste_below=4) == 2  # an exact fit leaves no waste either
+    assert cap.place(five, waste_below=4) == 1  # n0 would keep 2 cores nothing fits; n1 keeps 7
+    assert cap.free_cpu == [7, 7, 0]  # the looks ahead handed back what they took
+    assert cap.place(five, waste_below=4) in (0, 1) and cap.place(five, waste_below=4) in (0, 1)
+    assert cap.place(five, waste_below=4) is None
+
+
+# ------------------------------------------------- the trainers' node selector and tolerations
+def pool_nodes() -> tuple[Node, ...]:
+    gpu_pool = (("pool", "training"),)
+    taint = (("dedicated", "training", "NoSchedule"),)
+    return (Node("n0", Resources(8, 100)), Node("n1", Resources(8, 100), gpu_pool, taint),
+            Node("n2", Resources(8, 100), gpu_pool))
+
+
+def test_a_job_is_planned_only_onto_the_nodes_its_selector_and_tolerations_allow():
+    from edl.api.cluster import may_run_on
+
+    free = JobDemand("free", 1, 20, 1, T)
+    pooled = JobDemand("pooled", 1, 20, 1, T, node_selector=(("pool", "training"),),
+                       tolerations=(("dedicated", "training", "NoSchedule"),))
+    selected = JobDemand("selected", 1, 20, 1, T, node_selector=(("pool", "training"),),
+                         tolerations=(("other", "", "NoSchedule"),))
+    n0, n1, n2 = pool_nodes()
+    assert [may_run_on(pooled, n) for n in (n0, n1, n2)] == [False, True, True]
+    assert [may_run_on(selected, n) for n in (n0, n1, n2)] == [False, False, True]  # n1's taint not tolerated
+    assert [may_run_on(free, n) for n in (n0, n1, n2)] == [True, True, True]  # names no pool: not kept off
+    for j, most in ((pooled, 8), (selected, 4)):
+        plan = get_policy("edl").plan(Snapshot(pool_nodes(), (), (j,)))
+        assert plan.sizes[j.name] == most  # 2-core trainers: two 8-core nodes, or one
+        assert set(plan.nodes[j.name]) == ({"n1", "n2"} if j is pooled else {"n2"})
+        assert get_policy("edl").decide(Snapshot(pool_nodes(), (), (j,))) == plan.sizes
+
+
+def test_the_selector_and_tolerations_travel_in_the_published_demand():
+    from edl.api.cluster import decode_demand, encode_demand
+
+    d = JobDemand("ns/a", 1, 4, 2, T, node_selector=(("pool", "a"),), tolerations=(("gpu", "", "NoSchedule"),))
+    assert decode_demand(encode_demand(d)) == d
+    old = encode_demand(JobDemand("ns/b", 1, 4, 2, T)).replace(',"node_selector":[]', "").replace(
+        ',"tolerations":[]', "")
+    assert decode_demand(old).node_selector == ()  # a peer of an older edl publishes neither
+
+
+def test_filling_a_node_at_a_time_places_as_repeated_best_fit_does():
+    import random
+
+    from edl.autoscale.accounting import capacity
+
+    rng = random.Random(7)
+    for _ in range(50):
+        nodes = tuple(node(f"n{i}", rng.choice([4, 6, 8, 17.654])) for i in range(rng.randint(1, 6)))
+        taken = tuple(Pod(f"p{i}", Resources(rng.choice([1, 3, 4]), 1), PodPhase.RUNNING, 0,
+                          rng.choice(nodes).name) for i in range(rng.randint(0, 6)))
+        req, k = Resources(rng.choice([1, 2, 5]), 1), rng.randint(1, 12)
+        one, many = capacity(Snapshot(nodes, taken, ())), capacity(Snapshot(nodes, taken, ()))
+        singles = [i for i in (one.place(req) for _ in range(k)) if i is not None]
+        assert sorted(many.place_many(req, k)) == sorted(singles)
+        assert many.free_cpu == one.free_cpu
