@@ -1,14 +1,17 @@
 """Steady-state throughput: edl with 2 trainers vs plain Paddle DataParallel, and the cost of checkpoints.
 
-    python bench/throughput.py [--rounds 8] [--window 5]
+    python bench/throughput.py [--rounds 8] [--window 12]
 
 Three contenders run at once on the same model (edl.zoo.mlp), batch per trainer
 and data: ``paddle.distributed.launch --nproc_per_node 2`` with
 ``paddle.DataParallel``; ``edl train`` with 2 trainers and no checkpoints;
 ``edl train`` with a checkpoint every 30 s. Only one runs at a time: the others
 are frozen with SIGSTOP, and the contenders take turns in short windows for
-several rounds. So all three see the same machine (this one is noisy: its speed
-drifts by tens of percent over minutes) and the ratios are paired per round.
+several rounds, each round in another order. So all three see the same machine
+(this one is noisy: its speed drifts by tens of percent over minutes) and the
+ratios are paired per round. edl's step count is the master's, which hears it
+with each heartbeat (about once a second): windows of 12 s keep that lag to a
+few percent of a window.
 Prints a table and writes bench/results/throughput.json.
 """
 
@@ -47,10 +50,33 @@ def process_tree(root: int) -> list[int]:
     return out
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _is_worker(pid: int) -> bool:
+    """A training process (an edl trainer, a DataParallel worker), not a launcher or a master."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"trainer" in argv or any(a.endswith(b"_paddle_dp.py") for a in argv)
+
+
 class Contender:
     def __init__(self, name: str, pgid: int, counter, samples_per_step: int) -> None:
         self.name, self.pgid, self.counter, self.samples_per_step = name, pgid, counter, samples_per_step
         self.rates: list[float] = []
+        self.cpu = {"workers": 0.0, "others": 0.0}  # CPU seconds spent in the measured windows
+        self.steps = 0
+
+    def _cpu(self) -> dict[int, float]:
+        return {pid: _cpu_s(pid) for pid in process_tree(self.pgid)}
 
     def _signal(self, sig: int) -> None:
         # The whole process tree: paddle.distributed.launch puts its workers in sessions of their own.
@@ -69,10 +95,13 @@ class Contender:
     def measure(self, window: float) -> float:
         self.thaw()
         time.sleep(1.0)  # let heartbeats and the step in flight settle
-        c0, t0 = self.counter(), time.monotonic()
+        cpu0, c0, t0 = self._cpu(), self.counter(), time.monotonic()
         time.sleep(window)
-        c1, t1 = self.counter(), time.monotonic()
+        c1, t1, cpu1 = self.counter(), time.monotonic(), self._cpu()
         self.freeze()
+        for pid, v in cpu1.items():
+            self.cpu["workers" if _is_worker(pid) else "others"] += v - cpu0.get(pid, 0.0)
+        self.steps += c1 - c0
         rate = (c1 - c0) * self.samples_per_step / (t1 - t0)
         self.rates.append(rate)
         return rate
@@ -81,7 +110,7 @@ class Contender:
 def main() -> int:
     p = argparse.ArgumentParser(description="edl vs Paddle DataParallel throughput (interleaved)")
     p.add_argument("--rounds", type=int, default=8, help="turns per contender (default 8)")
-    p.add_argument("--window", type=float, default=6.0, help="seconds measured per turn (default 6)")
+    p.add_argument("--window", type=float, default=12.0, help="seconds measured per turn (default 12)")
     p.add_argument("--batch-size", type=int, default=256, help="records per trainer per step (default 256)")
     p.add_argument("--rows", type=int, default=100000, help="synthetic rows (default 100000)")
     a = p.parse_args()
@@ -130,7 +159,12 @@ def main() -> int:
             for c in contenders:
                 c.freeze()
             for r in range(a.rounds):
-                rates = [c.measure(a.window) for c in contenders]
+                # Each round in another order: a contender's place in the round (who ran just before it,
+                # whose pages it finds cached) must not favour it.
+                turn = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
+                for c in turn:
+                    c.measure(a.window)
+                rates = [c.rates[-1] for c in contenders]
                 console.print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{c.name} {x:.0f}" for c, x in zip(contenders, rates)))
             for c in contenders:
                 c.thaw()
@@ -160,21 +194,30 @@ def main() -> int:
         "mean_samples_per_s": {c.name: statistics.mean(c.rates) for c in contenders},
         "edl_over_paddle_dp": statistics.mean(edl_c.rates) / statistics.mean(dp_c.rates),
         "edl_over_paddle_dp_per_round": per_round,
+        "edl_over_paddle_dp_median_round": statistics.median(per_round),
         "checkpoint_cost": 1 - statistics.mean(ck_c.rates) / statistics.mean(edl_c.rates),
         "checkpoints_written": ckpts,
+        # Where the CPU went, per step of the job: in its training processes, and in the rest (edl's
+        # launcher and master, paddle.distributed.launch). The machine has os.cpu_count() cores.
+        "cpu_ms_per_step": {c.name: {k: 1e3 * v / max(c.steps, 1) for k, v in c.cpu.items()} for c in contenders},
+        "cpu_count": os.cpu_count(),
     }
     path = write_result("throughput", result)
     t = Table(title=f"steady-state throughput, 2 trainers, {a.rounds} interleaved rounds of {a.window:.0f} s")
     t.add_column("run")
     t.add_column("samples/s (mean)", justify="right")
     t.add_column("ratio to Paddle DP", justify="right")
+    t.add_column("CPU ms/step: workers", justify="right")
+    t.add_column("others", justify="right")
     base = statistics.mean(dp_c.rates)
     for c in contenders:
         m = statistics.mean(c.rates)
-        t.add_row(c.name, f"{m:.0f}", f"{m / base:.3f}")
+        cpu = result["cpu_ms_per_step"][c.name]
+        t.add_row(c.name, f"{m:.0f}", f"{m / base:.3f}", f"{cpu['workers']:.0f}", f"{cpu['others']:.0f}")
     console.print(t)
     console.print(
-        f"edl / Paddle DP = {result['edl_over_paddle_dp']:.3f} (per round {min(per_round):.3f}..{max(per_round):.3f}; "
+        f"edl / Paddle DP = {result['edl_over_paddle_dp']:.3f} (per round {min(per_round):.3f}..{max(per_round):.3f}, "
+        f"median {statistics.median(per_round):.3f}; "
         f"target ≥ 1.00); checkpoint every 30 s costs {100 * result['checkpoint_cost']:.1f} % "
         f"(per round {100 * (1 - max(ck_round)):.1f}..{100 * (1 - min(ck_round)):.1f} %; target ≤ 3 %; "
         f"{ckpts} checkpoints written); written to {path}"
