@@ -1,14 +1,23 @@
 """Steady-state throughput: edl with 2 trainers vs plain Paddle DataParallel, and the cost of checkpoints.
 
-    python bench/throughput.py [--rounds 8] [--window 5]
+    python bench/throughput.py [--rounds 14] [--window 6]
 
 Three contenders run at once on the same model (edl.zoo.mlp), batch per trainer
 and data: ``paddle.distributed.launch --nproc_per_node 2`` with
 ``paddle.DataParallel``; ``edl train`` with 2 trainers and no checkpoints;
 ``edl train`` with a checkpoint every 30 s. Only one runs at a time: the others
 are frozen with SIGSTOP, and the contenders take turns in short windows for
-several rounds. So all three see the same machine (this one is noisy: its speed
-drifts by tens of percent over minutes) and the ratios are paired per round.
+several rounds. So all three see the same machine
+(this one is noisy: its speed drifts by tens of percent over minutes) and the
+ratios are paired per round. edl's step count is the master's, which hears it
+with each heartbeat (about once a second), so a window's count is off by up to a
+second's steps: the median of many rounds says more than any one. Windows stay
+short (6 s): a job is frozen for two windows, and a trainer frozen mid-collective
+for over 15 s is taken by its master for one held up by a stuck peer.
+With ``--compare-src DIR`` the checkpointing run is replaced by the same edl job
+imported from DIR (another version's ``src``): an A/B of two versions, written to
+bench/results/throughput_ab.json. The table also gives each contender's CPU per
+step, in its training processes and in the rest (launcher, master).
 Prints a table and writes bench/results/throughput.json.
 """
 
@@ -47,10 +56,33 @@ def process_tree(root: int) -> list[int]:
     return out
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _is_worker(pid: int) -> bool:
+    """A training process (an edl trainer, a DataParallel worker), not a launcher or a master."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"trainer" in argv or any(a.endswith(b"_paddle_dp.py") for a in argv)
+
+
 class Contender:
     def __init__(self, name: str, pgid: int, counter, samples_per_step: int) -> None:
         self.name, self.pgid, self.counter, self.samples_per_step = name, pgid, counter, samples_per_step
         self.rates: list[float] = []
+        self.cpu = {"workers": 0.0, "others": 0.0}  # CPU seconds spent in the measured windows
+        self.steps = 0
+
+    def _cpu(self) -> dict[int, float]:
+        return {pid: _cpu_s(pid) for pid in process_tree(self.pgid)}
 
     def _signal(self, sig: int) -> None:
         # The whole process tree: paddle.distributed.launch puts its workers in sessions of their own.
@@ -69,10 +101,13 @@ class Contender:
     def measure(self, window: float) -> float:
         self.thaw()
         time.sleep(1.0)  # let heartbeats and the step in flight settle
-        c0, t0 = self.counter(), time.monotonic()
+        cpu0, c0, t0 = self._cpu(), self.counter(), time.monotonic()
         time.sleep(window)
-        c1, t1 = self.counter(), time.monotonic()
+        c1, t1, cpu1 = self.counter(), time.monotonic(), self._cpu()
         self.freeze()
+        for pid, v in cpu1.items():
+            self.cpu["workers" if _is_worker(pid) else "others"] += v - cpu0.get(pid, 0.0)
+        self.steps += c1 - c0
         rate = (c1 - c0) * self.samples_per_step / (t1 - t0)
         self.rates.append(rate)
         return rate
@@ -80,11 +115,15 @@ class Contender:
 
 def main() -> int:
     p = argparse.ArgumentParser(description="edl vs Paddle DataParallel throughput (interleaved)")
-    p.add_argument("--rounds", type=int, default=8, help="turns per contender (default 8)")
-    p.add_argument("--window", type=float, default=6.0, help="seconds measured per turn (default 6)")
+    p.add_argument("--rounds", type=int, default=14, help="turns per contender (default 14)")
+    p.add_argument("--window", type=float, default=6.0,
+                   help="seconds measured per turn (default 6; over 6.5 a frozen job takes its trainers for stuck)")
     p.add_argument("--batch-size", type=int, default=256, help="records per trainer per step (default 256)")
     p.add_argument("--rows", type=int, default=100000, help="synthetic rows (default 100000)")
+    p.add_argument("--compare-src", metavar="DIR", help="replace the checkpointing run by edl imported from DIR "
+                   "(e.g. `git archive BASE src | tar -x -C /tmp/base`, then /tmp/base/src): an A/B of two versions")
     a = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still cleans up (``finally``)
     console = Console()
     os.environ["EDL_LEASE_S"] = "600"  # a frozen job must not declare its own trainers dead
     procs: list[subprocess.Popen] = []
@@ -111,13 +150,22 @@ def main() -> int:
                     return 0
 
             contenders = [Contender("paddle.DataParallel", dp.pid, dp_steps, step_samples)]
-            for name, interval in (("edl", "1e9"), ("edl + checkpoint every 30 s", "30")):
+            runs = [("edl", "1e9", None), ("edl + checkpoint every 30 s", "30", None)]
+            if a.compare_src:  # in place of the checkpointing run: the same job from another tree's edl
+                runs[1] = (f"edl from {a.compare_src}", "1e9", a.compare_src)
+            for name, interval, src in runs:
+                if src:
+                    os.environ["PYTHONPATH"] = src  # before the venv's own edl, for the job's every process
                 job = EdlJob(f"tp-{len(jobs)}", [
                     "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000",
                     "--batch-size", str(a.batch_size), "--min-trainers", "2", "--max-trainers", "2",
                     "--trainers", "2", "--checkpoint-uri", str(tmp / f"ckpt-{len(jobs)}"),
                     "--checkpoint-interval", interval, "--rows-per-task", str(a.batch_size * 8),
+                    # Frozen in the others' turns, the launcher is silent that long (its master's clock
+                    # runs on): its dead-man switch must not end the job.
+                    "--launcher-timeout", "3600",
                 ], tmp / "home", tmp / f"edl-{len(jobs)}.log")
+                os.environ.pop("PYTHONPATH", None) if src else None
                 jobs.append(job)
                 contenders.append(Contender(name, job.proc.pid, lambda j=job: (j.status() or {}).get("step", 0),
                                             step_samples))
@@ -130,6 +178,8 @@ def main() -> int:
             for c in contenders:
                 c.freeze()
             for r in range(a.rounds):
+                # Always in the same order: any other order freezes a job for more than two windows
+                # between its turns (see ``--window``).
                 rates = [c.measure(a.window) for c in contenders]
                 console.print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{c.name} {x:.0f}" for c, x in zip(contenders, rates)))
             for c in contenders:
@@ -160,21 +210,41 @@ def main() -> int:
         "mean_samples_per_s": {c.name: statistics.mean(c.rates) for c in contenders},
         "edl_over_paddle_dp": statistics.mean(edl_c.rates) / statistics.mean(dp_c.rates),
         "edl_over_paddle_dp_per_round": per_round,
-        "checkpoint_cost": 1 - statistics.mean(ck_c.rates) / statistics.mean(edl_c.rates),
-        "checkpoints_written": ckpts,
+        "edl_over_paddle_dp_median_round": statistics.median(per_round),
+        **({"compare_src": a.compare_src,
+            "edl_over_compare_per_round": [e / k for e, k in zip(edl_c.rates, ck_c.rates)],
+            "edl_over_compare_median_round": statistics.median(e / k for e, k in zip(edl_c.rates, ck_c.rates)),
+            "compare_over_paddle_dp_median_round": statistics.median(k / d for k, d in zip(ck_c.rates, dp_c.rates))}
+           if a.compare_src else
+           {"checkpoint_cost": 1 - statistics.mean(ck_c.rates) / statistics.mean(edl_c.rates),
+            "checkpoints_written": ckpts}),
+        # Where the CPU went, per step of the job: in its training processes, and in the rest (edl's
+        # launcher and master, paddle.distributed.launch). The machine has os.cpu_count() cores.
+        "cpu_ms_per_step": {c.name: {k: 1e3 * v / max(c.steps, 1) for k, v in c.cpu.items()} for c in contenders},
+        "cpu_count": os.cpu_count(),
     }
-    path = write_result("throughput", result)
+    path = write_result("throughput_ab" if a.compare_src else "throughput", result)
     t = Table(title=f"steady-state throughput, 2 trainers, {a.rounds} interleaved rounds of {a.window:.0f} s")
     t.add_column("run")
     t.add_column("samples/s (mean)", justify="right")
     t.add_column("ratio to Paddle DP", justify="right")
+    t.add_column("CPU ms/step: workers", justify="right")
+    t.add_column("others", justify="right")
     base = statistics.mean(dp_c.rates)
     for c in contenders:
         m = statistics.mean(c.rates)
-        t.add_row(c.name, f"{m:.0f}", f"{m / base:.3f}")
+        cpu = result["cpu_ms_per_step"][c.name]
+        t.add_row(c.name, f"{m:.0f}", f"{m / base:.3f}", f"{cpu['workers']:.0f}", f"{cpu['others']:.0f}")
     console.print(t)
+    if a.compare_src:
+        console.print(f"edl / Paddle DP = {result['edl_over_paddle_dp']:.3f} (median round "
+                      f"{statistics.median(per_round):.3f}); edl / edl from {a.compare_src}: median round "
+                      f"{result['edl_over_compare_median_round']:.3f}; that one / Paddle DP: median round "
+                      f"{result['compare_over_paddle_dp_median_round']:.3f}; written to {path}")
+        return 0
     console.print(
-        f"edl / Paddle DP = {result['edl_over_paddle_dp']:.3f} (per round {min(per_round):.3f}..{max(per_round):.3f}; "
+        f"edl / Paddle DP = {result['edl_over_paddle_dp']:.3f} (per round {min(per_round):.3f}..{max(per_round):.3f}, "
+        f"median {statistics.median(per_round):.3f}; "
         f"target ≥ 1.00); checkpoint every 30 s costs {100 * result['checkpoint_cost']:.1f} % "
         f"(per round {100 * (1 - max(ck_round)):.1f}..{100 * (1 - min(ck_round)):.1f} %; target ≤ 3 %; "
         f"{ckpts} checkpoints written); written to {path}"

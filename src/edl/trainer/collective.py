@@ -173,6 +173,7 @@ class Runner:
     def __init__(self, poll_s: float = 0.005) -> None:
         self.poll_s = poll_s
         self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future]] | None = None
+        self._queued: list[Future] = []  # handed to the current thread and maybe not done yet
         self.abandoned = 0  # calls left behind, for the log
 
     def _serve(self, jobs: queue.SimpleQueue[tuple[Callable[[], object], Future]]) -> None:
@@ -185,26 +186,41 @@ class Runner:
             except BaseException as e:  # noqa: BLE001 - handed to the waiting loop as is
                 fut.set_exception(e)
 
+    def submit(self, fn: Callable[[], T]) -> Future:
+        """Queue ``fn`` on the collectives' thread without waiting: calls run one at a time, in the order
+        submitted (so a call that finished means every call submitted before it finished too)."""
+        if self._jobs is None:
+            self._jobs = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(self._jobs,), name="edl-collective", daemon=True).start()
+        self._queued = [f for f in self._queued if not f.done()]
+        fut: Future = Future()
+        self._queued.append(fut)
+        self._jobs.put((fn, fut))
+        return fut
+
     def run(self, fn: Callable[[], T], abort: Callable[[], bool], group: Group | None = None) -> T:
         """``fn()``, or ``Abandoned`` as soon as ``abort()`` holds while it runs (``group`` is abandoned too)."""
         if abort():
             if group is not None:
                 group.abandon()
             raise Abandoned("the generation was aborted")
-        if self._jobs is None:
-            self._jobs = queue.SimpleQueue()
-            threading.Thread(target=self._serve, args=(self._jobs,), name="edl-collective", daemon=True).start()
-        fut: Future = Future()
-        self._jobs.put((fn, fut))
+        return self.wait(self.submit(fn), abort, group)
+
+    def wait(self, fut: Future, abort: Callable[[], bool], group: Group | None = None) -> T:
+        """The result of a submitted call, or ``Abandoned`` as soon as ``abort()`` holds while the thread
+        works on it or on a call before it: the calls not started are cancelled, and a call already
+        running is left to its thread (the next call gets a fresh one)."""
         while True:
             try:
-                return fut.result(timeout=self.poll_s)  # type: ignore[return-value]
+                return fut.result(timeout=self.poll_s)  # type: ignore[no-any-return]
             except TimeoutError:
                 pass
             if abort():
                 if group is not None:
                     group.abandon()
-                if not fut.cancel():  # already running: its thread stays with it
+                running = [f for f in self._queued if not f.cancel() and not f.done()]
+                self._queued = []
+                if running:  # its thread stays with it
                     self._jobs = None
                     self.abandoned += 1
                 raise Abandoned("the generation was aborted while in its collective")

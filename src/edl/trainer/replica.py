@@ -6,6 +6,10 @@ only part of the trainer that handles Paddle tensors.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from functools import partial
+from typing import Callable
+
 import numpy as np
 import paddle
 import pyarrow as pa
@@ -14,14 +18,28 @@ from edl.errors import UserError
 from edl.modeldef import ModelDef
 from edl.storage.store import ObjectStore
 from edl.trainer import state
-from edl.trainer.buckets import Bucket, plan_buckets
+from edl.trainer.buckets import BUCKET_BYTES, FIRST_BYTES, Bucket, plan_buckets
 from edl.trainer.collective import Group
 from edl.trainer.export import evaluate, export_model, read_warm_start
 
+Submit = Callable[[Callable[[], object]], Future]  # queues a call on the collectives' thread (``Runner.submit``)
+
+
+def _inline(fn: Callable[[], object]) -> Future:
+    """A ``Submit`` that runs the call at once, on the caller's thread."""
+    fut: Future = Future()
+    try:
+        fut.set_result(fn())
+    except BaseException as e:  # noqa: BLE001 - the waiter re-raises it
+        fut.set_exception(e)
+    return fut
+
 
 class Replica:
-    def __init__(self, md: ModelDef, seed: int, learning_rate: float, init_model: str | None = None) -> None:
+    def __init__(self, md: ModelDef, seed: int, learning_rate: float, init_model: str | None = None,
+                 bucket_bytes: int = BUCKET_BYTES, first_bytes: int = FIRST_BYTES) -> None:
         self.md = md
+        self.bucket_bytes, self.first_bytes = bucket_bytes, first_bytes  # the gradient buckets' sizes
         self.seed = seed
         self.learning_rate = learning_rate
         self.init_model = init_model
@@ -44,7 +62,15 @@ class Replica:
         self.params = [p for p in self.model.parameters() if not p.stop_gradient]
         self.trained = False  # stepped or loaded since built
         self._flats: list[tuple[Bucket, paddle.Tensor]] = []  # the gradient buckets, built by all_reduce
+        self._bucket_of: dict[int, int] = {}  # parameter index -> its bucket's
         self._step_open = False  # a step's all-reduce began and its end_step has not run yet
+        # The step in progress (``begin_step`` to ``reduce_rest``): where buckets are summed, how many
+        # gradients each still waits for, and the sums sent so far (always in the plan's order).
+        self._sending: tuple[Group, Submit] | None = None
+        self._left: list[int] = []
+        self._sent: list[Future] = []
+        for i, p in enumerate(self.params):
+            p._register_backward_hook(partial(self._grad_ready, i))  # after its gradient is accumulated
 
     def warm_up(self, x: np.ndarray, y: np.ndarray) -> None:
         """One forward/backward on real rows, so that Paddle's first-call costs (kernel selection,
@@ -64,26 +90,69 @@ class Replica:
         self.md.backward(loss * count)
         return loss_sum
 
-    def all_reduce(self, group: Group, slots: np.ndarray) -> np.ndarray:
-        """Sum every gradient in place, and the slots with them; answers the summed slots.
-
-        Gradients live in a few flat buckets (``edl.trainer.buckets``), one all-reduce each;
-        the slots ride at the end of the last one, so a rank that holds the summed slots of
-        step s knows every gradient of s was summed too: "committed" and "every cursor
-        known" coincide.
-        """
+    def begin_step(self, group: Group, slots: int, submit: Submit) -> None:
+        """The next ``backward`` sums each bucket on ``submit``'s thread as soon as backward has made all
+        its gradients, while it computes the earlier layers' (the slots' bucket waits for
+        ``reduce_rest``). Buckets are sent in the plan's order on every rank, whatever order they
+        complete in (one rank's unused parameter must not reorder its collectives)."""
         self._drop_unfinished_step()
+        self._arm(group, slots, submit)
+
+    def _arm(self, group: Group, slots: int, submit: Submit) -> None:
+        flats = self._buckets(slots)
+        self._sending = (group, submit)
+        self._left = [len(b.params) for b, _ in flats]
+        self._sent = []
+
+    def _grad_ready(self, i: int) -> None:
+        """Backward's hook: parameter ``i``'s gradient of this step is complete."""
+        if self._sending is None:
+            return  # not a training step's backward (the warm-up)
+        self._left[self._bucket_of[i]] -= 1
+        while len(self._sent) < len(self._flats) - 1 and self._left[len(self._sent)] == 0:
+            self._send(len(self._sent))
+
+    def _send(self, k: int) -> None:
+        group, submit = self._sending  # type: ignore[misc]
+        b, flat = self._flats[k]
         self._step_open = True
-        flats = self._buckets(len(slots))
-        summed = slots
-        for b, flat in flats:
-            self._pack(b, flat)
-            if b.slots:
-                flat[b.numel - b.slots :].copy_(paddle.to_tensor(slots, dtype=flat.dtype), False)
+        self._pack(b, flat)
+        self._sent.append(submit(partial(group.all_reduce_sum, flat)))
+
+    def reduce_rest(self, group: Group, slots: np.ndarray, submit: Submit = _inline) -> Future:
+        """Sum every gradient in place, and the slots with them; answers the future of the summed slots.
+
+        Gradients live in a few flat buckets (``edl.trainer.buckets``), one all-reduce each; those
+        that ``backward`` did not send (all of them without ``begin_step``) are sent now, and the
+        slots ride at the end of the last one. A rank that holds the summed slots of step s knows
+        every gradient of s was summed too: "committed" and "every cursor known" coincide. The
+        future fails with the first bucket's failure.
+        """
+        if self._sending is None or self._sending[0] is not group:
+            self._arm(group, len(slots), submit)
+        self._step_open = True
+        while len(self._sent) < len(self._flats) - 1:
+            self._send(len(self._sent))
+        b, flat = self._flats[-1]
+        self._pack(b, flat)
+        if b.slots:
+            flat[b.numel - b.slots :].copy_(paddle.to_tensor(slots, dtype=flat.dtype), False)
+        earlier = list(self._sent)
+        self._sending = None
+
+        def last() -> np.ndarray:
+            for f in earlier:
+                f.result()  # done (one thread, in order): raises the first bucket's failure
             group.all_reduce_sum(flat)
-            if b.slots:
-                summed = flat[b.numel - b.slots :].numpy()
-        return summed
+            return flat[b.numel - b.slots :].numpy() if b.slots else slots
+
+        return submit(last)
+
+    def all_reduce(self, group: Group, slots: np.ndarray) -> np.ndarray:
+        """``reduce_rest`` on this thread: sum every gradient and the slots; answers the summed slots."""
+        if self._sending is None:
+            self._drop_unfinished_step()
+        return self.reduce_rest(group, slots).result()  # type: ignore[no-any-return]
 
     def end_step(self, samples: int) -> None:
         """Apply the summed gradients of ``samples`` rows (none: the model stays as it was)."""
@@ -106,9 +175,12 @@ class Replica:
     def _buckets(self, slots: int) -> list[tuple[Bucket, paddle.Tensor]]:
         if self._flats and self._flats[-1][0].slots == slots:
             return self._flats
-        plan = plan_buckets([(int(np.prod(p.shape)), _dtype_name(p.dtype)) for p in self.params], slots)
+        # Backward makes the gradients from the last layer to the first: roughly the parameters' reverse.
+        plan = plan_buckets([(int(np.prod(p.shape)), _dtype_name(p.dtype)) for p in self.params], slots,
+                            self.bucket_bytes, self.first_bytes, ready=range(len(self.params) - 1, -1, -1))
         by_name = {_dtype_name(p.dtype): p.dtype for p in self.params}
         self._flats = [(b, paddle.zeros([b.numel], by_name.get(b.dtype, paddle.float32))) for b in plan]
+        self._bucket_of = {i: k for k, (b, _) in enumerate(self._flats) for i in b.params}
         return self._flats
 
     def _pack(self, b: Bucket, flat: paddle.Tensor) -> None:
@@ -150,6 +222,7 @@ class Replica:
         (it holds its own reference); the next step builds fresh buckets."""
         self._flats = []
         self._step_open = False
+        self._sending = None
         self.opt.clear_grad(set_to_zero=False)
 
     def broadcast(self, group: Group, step: int) -> int:

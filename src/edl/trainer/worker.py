@@ -42,7 +42,7 @@ from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, MASTER_LOST_S, Control,
 from edl.trainer.prefetch import Prefetcher
 from edl.trainer.progress import Progress
 from edl.trainer.replica import Replica
-from edl.trainer.slots import StepSums, decode_sums, own_slots
+from edl.trainer.slots import SLOT, StepSums, decode_sums, own_slots
 
 log = logging.getLogger("edl.trainer")
 
@@ -258,6 +258,8 @@ class Trainer:
         buffer = self.prefetch.buffer
         slices = buffer.take(self.spec.batch_size)
         out_of_data = not slices and self.prefetch.out_of_data()
+        # Backward hands each finished gradient bucket to the collectives' thread as it goes.
+        self.replica.begin_step(group, a.world_size * SLOT, self.runner.submit)
         try:
             count, loss_sum = self._backward(slices, key) if slices else (0, 0.0)
         except UserCodeError as e:
@@ -269,8 +271,10 @@ class Trainer:
                           out_of_data)
         self.progress.in_collective_since = self.clock()
         try:
-            summed = self.runner.run(lambda: self.replica.all_reduce(group, slots),
-                                     lambda: self.control.aborts(a.generation), group)
+            abort = lambda: self.control.aborts(a.generation)  # noqa: E731
+            if abort():
+                group.abandon()  # the buckets sent during backward are left to their thread
+            summed = self.runner.wait(self.replica.reduce_rest(group, slots, self.runner.submit), abort, group)
             sums = decode_sums(summed, a.members)
         except CollectiveError as e:
             log.warning("trainer %s: step %d failed: %s", self.id, self.progress.step + 1, e)

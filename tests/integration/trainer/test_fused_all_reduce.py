@@ -1,10 +1,12 @@
 """Two real trainer processes over Gloo: the fused all-reduce trains exactly as the unfused one did.
 
-Each process steps two replicas of the same model on its own batches: one through
-``Replica.all_reduce`` (gradients in flat buckets, the slots riding in the last), one
-the way edl did before, one all-reduce per parameter and one for the slots. With two
-ranks every element's sum is one float addition, whatever the buckets, so the models
-must agree bit for bit, across both paths and both ranks.
+Each process steps two replicas of the same model on its own batches: one the way the
+trainer does (gradients in flat buckets, each bucket handed by backward's hooks to the
+collectives' thread as soon as its gradients are done, the slots riding in the last,
+small buckets so that the model has three), one the way edl did before, one all-reduce
+per parameter and one for the slots. With two ranks every element's sum is one float
+addition, whatever the buckets, so the models must agree bit for bit, across both paths
+and both ranks.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 import numpy as np
 import paddle
 from edl.modeldef import load_model_def
-from edl.trainer.collective import Group
+from edl.trainer.collective import Group, Runner
 from edl.trainer.replica import Replica
 from edl.trainer.slots import decode_sums, own_slots
 
@@ -35,16 +37,19 @@ batches = [(rng.standard_normal((n, 64)).astype(np.float32), rng.integers(0, 10,
 batches[2] = None
 if rank == 1:
     batches[1] = None
-fused, plain = Replica(md, 3, 0.01), Replica(md, 3, 0.01)
+fused, plain = Replica(md, 3, 0.01, bucket_bytes=16384, first_bytes=1024), Replica(md, 3, 0.01)
+runner = Runner()
 init = {k: v.numpy().copy() for k, v in fused.model.state_dict().items()}
 group = Group("127.0.0.1", port, rank, 2, 1)
 samples = []
 for batch in batches:
     count = 0 if batch is None else len(batch[1])
     slots = own_slots(2, rank, None, count, float(count), False, False)
+    fused.begin_step(group, len(slots), runner.submit)
     if batch is not None:
         fused.backward(*batch)
-    sums = decode_sums(fused.all_reduce(group, slots), ("a", "b"))
+        assert len(fused._flats) == 3 and len(fused._sent) == 2, "buckets sent during backward"
+    sums = decode_sums(runner.wait(fused.reduce_rest(group, slots, runner.submit), lambda: False), ("a", "b"))
     fused.end_step(sums.samples)
     samples.append(sums.samples)
     # The unfused path, as edl did it before buckets.

@@ -49,3 +49,22 @@ def test_an_abort_known_before_the_call_starts_nothing():
     with pytest.raises(Abandoned):
         Runner().run(lambda: started.append(True), lambda: True)
     assert started == []
+
+
+def test_submitted_calls_run_in_order_and_an_abort_cancels_those_not_started():
+    r = Runner(poll_s=0.001)
+    order: list[int] = []
+    release = threading.Event()
+    first = r.submit(lambda: order.append(1))
+    blocked = r.submit(lambda: release.wait(30))  # a bucket's all-reduce whose peer is gone
+    later = r.submit(lambda: order.append(3))
+    group = Group("127.0.0.1", 0, 0, 1, 1)
+    aborted = threading.Event()
+    threading.Timer(0.05, aborted.set).start()
+    with pytest.raises(Abandoned):
+        r.wait(later, aborted.is_set, group)
+    assert first.done() and order == [1] and later.cancelled() and r.abandoned == 1
+    assert r.run(lambda: "fresh thread", lambda: False) == "fresh thread"
+    release.set()
+    blocked.result(5)
+    assert order == [1]  # the cancelled call never ran
