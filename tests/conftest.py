@@ -14,9 +14,20 @@ import pytest
 
 from edl.launcher.local import local_job_status
 
+from tests.durations import KNOWN_S
+
 pytest_plugins = ["tests.plane.fixtures"]  # the real control plane: plane, plane_s3, kube, namespace
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """On xdist's workers, the known-slow tests first, longest first (why: ``tests/durations.py``).
+
+    Every worker sorts the same collection the same way (a stable sort), as xdist requires.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: -KNOWN_S.get(item.nodeid, 0))
 
 
 @pytest.fixture(autouse=True)
