@@ -14,7 +14,7 @@ import pytest
 
 from edl.launcher.local import local_job_status
 
-from tests.durations import KNOWN_S
+from tests.durations import worksteal_order
 
 pytest_plugins = ["tests.plane.fixtures"]  # the real control plane: plane, plane_s3, kube, namespace
 
@@ -22,12 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """On xdist's workers, the known-slow tests first, longest first (why: ``tests/durations.py``).
-
-    Every worker sorts the same collection the same way (a stable sort), as xdist requires.
-    """
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: -KNOWN_S.get(item.nodeid, 0))
+    """On xdist's workers, the known-slow tests spread over the workers' first shares, longest first
+    (why and how: ``tests/durations.py``). Every worker computes the same order, as xdist requires."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        order = worksteal_order([item.nodeid for item in items], workers)
+        items[:] = [items[i] for i in order]
 
 
 @pytest.fixture(autouse=True)

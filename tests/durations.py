@@ -1,12 +1,14 @@
-"""How long the slow tests take, so that ``./dev test``'s two workers start them first.
+"""How long the slow tests take, so that ``./dev test``'s workers share them out from the start.
 
-pytest-xdist's ``worksteal`` hands each worker a contiguous half of the collection and an idle worker
-steals the back half of the other's queue. Collected in the suite's order, a 7-minute test could start
-last on one worker while the other sat idle; longest first, the last tests to run are short ones and
-the workers end together (the longest-processing-time rule). Seconds are a run's setup + call +
-teardown (``--durations=80`` of the whole suite on two workers, 2026-12-01, a loaded machine: only
-their order matters); tests not listed (all under 15 s) keep their place after these. A test renamed
-or removed here fails ``tests/unit/test_durations.py``.
+pytest-xdist's ``worksteal`` hands each of its ``n`` workers a contiguous ``1/n`` of the collection at
+the start, and an idle worker steals the back half of another's queue. In the collection's order the
+slow tests sit in a few modules, so one worker's share held most of them; stealing evens the counts,
+not the seconds, and the last test to end could be a long one. ``worksteal_order`` lays the collection
+out so that each share holds about the same seconds of known-slow tests, longest first, and the short
+tests after them (what is stolen and what runs last). Seconds are a run's setup + call + teardown
+(``--durations=80`` of the whole suite on two workers, 2026-12-01, a loaded machine: only their
+proportions matter); tests not listed (all under 15 s) count as 0. A test renamed or removed here
+fails ``tests/unit/test_durations.py``.
 """
 
 from __future__ import annotations
@@ -70,3 +72,28 @@ KNOWN_S: dict[str, int] = {
     "tests/integration/launcher/test_dead_man_switch.py::test_a_launcher_gone_silent_mid_run_leaves_no_process_of_its_job[killed]": 16,
     "tests/integration/cli/test_bad_input.py::test_wrong_token_is_refused": 16,
 }
+
+
+def worksteal_order(nodeids: list[str], workers: int, known: dict[str, int] = KNOWN_S) -> list[int]:
+    """The collection's indices in the order to run them on ``workers`` worksteal workers.
+
+    xdist's first hand-out gives worker ``i`` the next ``remaining // (workers - i)`` tests; each share
+    gets known-slow tests longest first, each to the share with the fewest seconds so far that has room
+    (the longest-processing-time rule), then unknown tests in collection order. Deterministic: every
+    worker must collect the same order.
+    """
+    sizes, remaining = [], len(nodeids)
+    for i in range(workers):
+        sizes.append(remaining // (workers - i))
+        remaining -= sizes[-1]
+    shares: list[list[int]] = [[] for _ in sizes]
+    loads = [0] * len(sizes)
+    slow = sorted((i for i, n in enumerate(nodeids) if n in known), key=lambda i: -known[nodeids[i]])
+    for i in slow:
+        share = min((s for s in range(len(sizes)) if len(shares[s]) < sizes[s]), key=lambda s: loads[s])
+        shares[share].append(i)
+        loads[share] += known[nodeids[i]]
+    rest = iter(i for i, n in enumerate(nodeids) if n not in known)
+    for share, size in zip(shares, sizes):
+        share.extend(next(rest) for _ in range(size - len(share)))
+    return [i for share in shares for i in share]
