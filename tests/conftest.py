@@ -14,9 +14,20 @@ import pytest
 
 from edl.launcher.local import local_job_status
 
+from tests.durations import worksteal_order
+
 pytest_plugins = ["tests.plane.fixtures"]  # the real control plane: plane, plane_s3, kube, namespace
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """On xdist's workers, the known-slow tests spread over the workers' first shares, longest first
+    (why and how: ``tests/durations.py``). Every worker computes the same order, as xdist requires."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        order = worksteal_order([item.nodeid for item in items], workers)
+        items[:] = [items[i] for i in order]
 
 
 @pytest.fixture(autouse=True)

@@ -43,18 +43,20 @@ def test_another_job_on_a_prefix_is_refused_naming_its_owner(digits, tmp_path, j
 
 
 def test_a_second_run_of_a_running_job_is_refused_and_the_first_finishes(digits, tmp_path, job_runner):
-    first = job_runner("twice", job_args(digits, tmp_path, epochs=20, trainers=2)).start()
+    # 10 epochs (450 steps on two trainers): the refusal comes within seconds of the first run's step 20.
+    epochs = 10
+    first = job_runner("twice", job_args(digits, tmp_path, epochs=epochs, trainers=2)).start()
     first.wait_for(lambda s: s["step"] > 20, what="the first run training")
     start = time.monotonic()
-    r = run_edl("train", "--job-name", "twice", *job_args(digits, tmp_path, epochs=20, trainers=2), timeout=20)
+    r = run_edl("train", "--job-name", "twice", *job_args(digits, tmp_path, epochs=epochs, trainers=2), timeout=20)
     assert r.returncode == 2
     assert time.monotonic() - start < 20
     line = refusal(r)
     assert "job 'twice' is already running" in line and "pid" in line
     assert first.wait() == 0, first.output()
-    assert_exactly_once(summary(tmp_path), 20)
+    assert_exactly_once(summary(tmp_path), epochs)
     assert first.status() is None  # its master is gone, and so is its lock: the same command may run again
-    again = run_edl("train", "--job-name", "twice", *job_args(digits, tmp_path, epochs=20, trainers=2),
+    again = run_edl("train", "--job-name", "twice", *job_args(digits, tmp_path, epochs=epochs, trainers=2),
                     timeout=60)
     assert again.returncode == 0, again.stdout + again.stderr
 

@@ -59,8 +59,10 @@ def test_training_with_s3_data_and_checkpoints(s3, digits, tmp_path):
 
 
 def test_storage_outage_is_retried_while_training_continues(s3, digits, tmp_path, job_runner, monkeypatch):
+    # 24 epochs (2160 steps): the outage and its recovery (3 s, moto's restart, at most 5 s of back-off)
+    # take a few hundred steps; 60 epochs only made the job go on long after.
     job = job_runner("outage", [
-        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", "60", "--batch-size", "16",
+        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", "24", "--batch-size", "16",
         "--trainers", "1", "--checkpoint-uri", "s3://ckpts/outage", "--checkpoint-interval", "0.5",
         "--summary-out", str(tmp_path / "s.json"),
     ], env=s3.env).start()
