@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
+
 from starlette.testclient import TestClient
 
 from edl.api.spec import JobSpec
 from edl.master.job import Job
-from edl.master.server import Master, build_app
+from edl.master.server import HeartbeatBody, Master, build_app
 from edl.api.data import Shard
 
 TOKEN = "s3cret"
@@ -91,21 +93,26 @@ def test_a_body_that_does_not_fit_is_a_400_naming_the_field_and_changes_nothing(
     client, job = make_client()
     auth = {"Authorization": f"Bearer {TOKEN}"}
     r = client.post("/v1/scale", json={"trainers": "three"}, headers=auth)
-    assert r.status_code == 400 and "'trainers' is \"three\"" in r.json()["detail"]
+    assert r.status_code == 400 and "got `str` - at `$.trainers`" in r.json()["detail"]
     r = client.post("/v1/scale", json={"trainers": True}, headers=auth)  # JSON true is not an int
-    assert r.status_code == 400 and "'trainers'" in r.json()["detail"]
+    assert r.status_code == 400 and "got `bool` - at `$.trainers`" in r.json()["detail"]
     r = client.post("/v1/trainers/t1/register", json={"host": "h", "store_port": 1}, headers=auth)
-    assert r.status_code == 400 and "'pid' is missing" in r.json()["detail"]
+    assert r.status_code == 400 and "missing required field `pid`" in r.json()["detail"]
     r = client.post("/v1/trainers/t1/register", content=b"{not json", headers=auth)
     assert r.status_code == 400 and "not JSON" in r.json()["detail"]
+    r = client.post("/v1/scale", json=[3], headers=auth)  # JSON, but not an object
+    assert r.status_code == 400 and "Expected `object`, got `array`" in r.json()["detail"]
     r = client.post("/v1/trainers/t1/sync", json={"generation": 1, "step": 2, "cursors": {"t1": ["x", 0]},
                                                   "store_port": 1}, headers=auth)
-    assert r.status_code == 400 and "'cursors'" in r.json()["detail"]
+    assert r.status_code == 400 and "got `str` - at `$.cursors[...][0]`" in r.json()["detail"]
     r = client.get("/v1/trainers/t1/assignment", params={"after": "soon"}, headers=auth)
     assert r.status_code == 400 and "after='soon'" in r.json()["detail"]
     assert job.desired == 1 and not job.membership.trainers
     # What fits is taken, ints where floats are asked for included, and optional fields may be left out.
     r = client.post("/v1/trainers/t1/register", json={"pid": 1, "host": "h", "store_port": 1}, headers=auth)
     assert r.status_code == 200 and "t1" in job.membership.trainers
-    r = client.post("/v1/trainers/t1/heartbeat", json={"step": 0, "wait_s": 0}, headers=auth)
+    # Fields the master does not know are ignored (a newer trainer may send more).
+    r = client.post("/v1/trainers/t1/heartbeat", json={"step": 0, "wait_s": 0, "newer": 1}, headers=auth)
     assert r.status_code == 200 and r.json()["known"] is True
+    wait_s = msgspec.json.decode(b'{"wait_s": 2}', type=HeartbeatBody).wait_s
+    assert wait_s == 2.0 and isinstance(wait_s, float)
