@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import msgspec
-
 from starlette.testclient import TestClient
 
 from edl.api.spec import JobSpec
