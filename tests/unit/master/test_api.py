@@ -113,5 +113,9 @@ def test_a_body_that_does_not_fit_is_a_400_naming_the_field_and_changes_nothing(
     # Fields the master does not know are ignored (a newer trainer may send more).
     r = client.post("/v1/trainers/t1/heartbeat", json={"step": 0, "wait_s": 0, "newer": 1}, headers=auth)
     assert r.status_code == 200 and r.json()["known"] is True
-    wait_s = msgspec.json.decode(b'{"wait_s": 2}', type=HeartbeatBody).wait_s
+    wait_s = msgspec.convert({"wait_s": 2}, type=HeartbeatBody).wait_s
     assert wait_s == 2.0 and isinstance(wait_s, float)
+    # A non-finite figure as Python's json sends it (`NaN`, `Infinity`) is a float, not malformed JSON.
+    r = client.post("/v1/trainers/t1/heartbeat", content=b'{"step": 0, "loss": NaN, "wait_s": Infinity}',
+                    headers={**auth, "Content-Type": "application/json"})
+    assert r.status_code == 200
