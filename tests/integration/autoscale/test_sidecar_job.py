@@ -9,6 +9,7 @@ master's desired count, which the local launcher follows.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -96,7 +97,12 @@ def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, jo
         code = stop(sidecar)
     out = (tmp_path / "sidecar.log").read_text()
     assert code == 0, out
-    assert "scale sc" not in out and f"scale {namespace}/sc: 1 -> 3 trainers" in out and "3 -> 1" in out
+    assert "scale sc" not in out and f"scale {namespace}/sc: 1 -> 3 trainers" in out
+    # The hand-back: down to 1, in one decision or, when the informer shows the two service pods one
+    # period apart, in two (3 -> 2 -> 1); never up again in between.
+    sizes = [tuple(map(int, m)) for m in re.findall(r"scale \S+: (\d+) -> (\d+) trainers", out)]
+    after_growth = sizes[sizes.index((1, 3)) + 1:]
+    assert after_growth and after_growth[-1][1] == 1 and all(b < a for a, b in after_growth), out
 
 
 def test_sidecar_holds_the_size_when_the_api_is_unreachable(digits, tmp_path, job_runner, plane):

@@ -349,10 +349,15 @@ def test_a_lost_node_loses_a_trainer_and_the_master_both_replaced_elsewhere_and_
     the old master's late answers do not disturb the new generations (they once did, without end);
     the job succeeds."""
     job = "lostnode"
+    # node-lost starts empty: the plan packs trainers best fit, and the small node-lost is the tightest
+    # fit, so it is held until the first trainers run on the others.
+    hold_nodes(steps.core, ("node-lost",), True)
     step = steps.launch(job, "--node-lost-timeout", "10", epochs=120, max_t=2, trainers=2)
     steps.wait(lambda: len(steps.trainers(job)) == 2, 120, "two running trainers")
     steps.wait(lambda: "2 trainers" in steps.log(step), 120, "training with two")
     first = {t.metadata.name for t in steps.trainers(job)}
+    assert all(t.spec.node_name != "node-lost" for t in steps.trainers(job))
+    hold_nodes(steps.core, ("node-lost",), False)
     master = f"edl-{job}-master"
     # Move one trainer and the master to node-lost: the others take no new pods while their successors land.
     hold_nodes(steps.core, lost_node, True)
