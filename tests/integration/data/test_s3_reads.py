@@ -5,8 +5,6 @@ client is edl's own, unchanged."""
 from __future__ import annotations
 
 import io
-import socket
-import threading
 
 import numpy as np
 import pyarrow as pa
@@ -16,57 +14,11 @@ import pytest
 from edl.data.dataset import Dataset
 from tests.plane import build
 from tests.plane.s3 import MinioServer
+from tests.proxy import TcpProxy
 
 pytestmark = pytest.mark.timeout(180)
 
 ROWS, GROUP_ROWS = 200_000, 10_000
-
-
-class CountingProxy:
-    """Forwards loopback TCP to ``port`` and counts the bytes that come back (responses: headers and bodies)."""
-
-    def __init__(self, port: int) -> None:
-        self.upstream = port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.received = 0
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            server = socket.create_connection(("127.0.0.1", self.upstream), timeout=30)
-            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if count:
-                    with self._lock:
-                        self.received += len(data)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def take(self) -> int:
-        """Bytes received since the last call."""
-        with self._lock:
-            n, self.received = self.received, 0
-            return n
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +37,7 @@ def minio(tmp_path_factory):
 @pytest.fixture
 def proxied(minio, monkeypatch):
     """edl's S3 settings pointing at MinIO through the counting proxy."""
-    proxy = CountingProxy(minio.port)
+    proxy = TcpProxy(minio.port)
     for k, v in minio.env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")

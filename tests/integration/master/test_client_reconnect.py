@@ -6,9 +6,7 @@ connection to its current endpoint and keeps an open one where it was; the clien
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import threading
 
 import pytest
 
@@ -17,47 +15,11 @@ from edl.jobargs import spec_to_argv
 from edl.master.client import HttpMaster
 from edl.net import free_port
 from tests.conftest import edl_cmd
+from tests.proxy import TcpProxy
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 TOKEN = "one-run"
-
-
-class ServiceProxy:
-    """Loopback TCP to the port ``endpoint`` names at the time each connection is opened."""
-
-    def __init__(self, endpoint: int) -> None:
-        self.endpoint = endpoint
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            server = socket.create_connection(("127.0.0.1", self.endpoint), timeout=30)
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 @pytest.fixture
@@ -84,7 +46,7 @@ def two_masters(digits, tmp_path):
 
 def test_after_registering_again_every_link_reaches_the_master_the_address_leads_to_now(two_masters):
     old, new = two_masters
-    service = ServiceProxy(old)
+    service = TcpProxy(old)
     try:
         address = f"127.0.0.1:{service.port}"
         joining = HttpMaster(address, TOKEN, give_up_s=10)
@@ -95,7 +57,7 @@ def test_after_registering_again_every_link_reaches_the_master_the_address_leads
 
         first = joining.register("t1", os.getpid(), "127.0.0.1", free_port())
         assert beat().master_uid == first.master_uid  # both links now keep a connection to the old master
-        service.endpoint = new  # the master was replaced: the Service leads to its successor
+        service.upstream = new  # the master was replaced: the Service leads to its successor
         again = joining.register("t1", os.getpid(), "127.0.0.1", free_port())
         assert again.master_uid != first.master_uid, "registered again with the old master"
         assert beat().master_uid == again.master_uid, "the heartbeat still reached the old master"
