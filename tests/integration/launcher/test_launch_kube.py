@@ -248,6 +248,21 @@ def test_a_missing_s3_secret_or_priority_class_fails_before_any_pod_is_created(s
     assert steps.objects_of("noclass") == []
 
 
+def web_deployment(replicas: int, node: str | None = None) -> dict:
+    """A higher-priority service (class edl-high): ``replicas`` pods of 2 cores, on ``node`` if given."""
+    spec: dict = {"priorityClassName": "edl-high", "terminationGracePeriodSeconds": 2,
+                  "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                  "containers": [{"name": "web", "image": "edl-runtime:0.1.0", "command": ["sleep", "3600"],
+                                  "securityContext": {"allowPrivilegeEscalation": False,
+                                                      "capabilities": {"drop": ["ALL"]}, "runAsUser": 10001},
+                                  "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}]}
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": spec}}}
+
+
 def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
     """The job grows into both nodes at low priority; a high-priority Deployment that needs most of
     the cluster gets it (the sidecar hands trainers back, the scheduler preempts what is left), and
@@ -255,15 +270,7 @@ def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
     step = steps.launch("yield", "--priority-class", "edl-low", "--trainer-cpu", "1.5", epochs=400, max_t=4)
     steps.wait(lambda: len(steps.trainers("yield")) >= 3, 180, "growth to 3+ trainers")
     apps = client.AppsV1Api(kube)
-    web = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-           "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
-                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
-                        "priorityClassName": "edl-high", "terminationGracePeriodSeconds": 2,
-                        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [{"name": "web", "image": "edl-runtime:0.1.0", "command": ["sleep", "3600"],
-                                        "securityContext": {"allowPrivilegeEscalation": False,
-                                                            "capabilities": {"drop": ["ALL"]}, "runAsUser": 10001},
-                                        "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}]}}}}
+    web = web_deployment(replicas=2)
     apps.create_namespaced_deployment(steps.ns, web)
     steps.wait(lambda: (d := apps.read_namespaced_deployment("web", steps.ns)).status.ready_replicas == 2 and d,
                120, "the service's two replicas Ready")
@@ -480,16 +487,7 @@ def test_trainers_land_where_the_plan_puts_them_beside_a_higher_priority_service
     would go to the emptier node); each new trainer pod prefers its planned node (preferred node
     affinity, never required), the real scheduler binds it there, and the nodes fill up."""
     apps = client.AppsV1Api(kube)
-    web = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
-                        "priorityClassName": "edl-high", "terminationGracePeriodSeconds": 2,
-                        "nodeSelector": {"kubernetes.io/hostname": "node-0"},
-                        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [{"name": "web", "image": "edl-runtime:0.1.0", "command": ["sleep", "3600"],
-                                        "securityContext": {"allowPrivilegeEscalation": False,
-                                                            "capabilities": {"drop": ["ALL"]}, "runAsUser": 10001},
-                                        "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}]}}}}
+    web = web_deployment(replicas=1, node="node-0")
     apps.create_namespaced_deployment(steps.ns, web)
     steps.wait(lambda: (apps.read_namespaced_deployment("web", steps.ns).status.ready_replicas or 0) == 1, 120,
                "the service Ready")
