@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_edl
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -133,7 +134,9 @@ def test_wrong_token_is_refused(tmp_path, digits, job_runner, edl_home):
     ]).start()
     job.wait_for(lambda s: s["world_size"] == 1, what="a running job")
     path = edl_home / "jobs" / "tok" / "job.json"
-    info = json.loads(path.read_text())
+    # The launcher rewrites the file when it starts a process (its spare master comes 5 s after the
+    # master): the token is changed once the spare is up, so it stays changed.
+    info = wait_for(lambda: (i := json.loads(path.read_text()))["standby_pid"] and i, 60, "the spare master")
     info["token"] = "not-the-token"
     path.write_text(json.dumps(info))
     r = run_edl("scale", "tok", "--trainers", "2")
