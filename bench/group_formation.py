@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -87,11 +88,6 @@ def one_round(n: int) -> dict:
     return {"paddle_s": max(o["paddle_s"] for o in outs), "edl_s": max(o["edl_s"] for o in outs)}
 
 
-def med(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2]
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description="Gloo group formation: Paddle's store and group against edl's Group")
     p.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4], help="group sizes (default 2 3 4)")
@@ -102,7 +98,8 @@ def main() -> int:
     for n in a.sizes:
         rounds = [one_round(n) for _ in range(a.rounds)]
         row = {"group_size": n, "rounds": rounds,
-               "paddle_s": med([r["paddle_s"] for r in rounds]), "edl_s": med([r["edl_s"] for r in rounds])}
+               "paddle_s": statistics.median_high([r["paddle_s"] for r in rounds]),
+               "edl_s": statistics.median_high([r["edl_s"] for r in rounds])}
         row["edl_over_paddle"] = row["edl_s"] / row["paddle_s"]
         rows.append(row)
         console.print(f"  group of {n}: Paddle {row['paddle_s']:.3f} s, edl {row['edl_s']:.3f} s")

@@ -24,6 +24,7 @@ import contextlib
 import importlib.util
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -190,11 +191,6 @@ def torchrun_recovery(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
     return out
 
 
-def med(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2]
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description="edl failure recovery per case vs torchrun")
     p.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4], help="group sizes (default 2 3 4)")
@@ -224,7 +220,7 @@ def main() -> int:
         if importlib.util.find_spec("torch") is not None:
             console.print("torchrun: SIGKILL of one worker ...")
             tr = torchrun_recovery(tmp, data, a.batch_size, a.rounds)
-    torch_s = None if tr is None else med(tr["kill_to_next_step_s"])
+    torch_s = None if tr is None else statistics.median_high(tr["kill_to_next_step_s"])
     torch_cell = "not installed" if torch_s is None else f"{torch_s:.2f}"
     kills = [c for c in cases if c["fault"] == "sigkill"]
     stops = [c for c in cases if c["fault"] == "sigstop"]
@@ -232,8 +228,8 @@ def main() -> int:
         "model": "mlp 256-1024-1024-1024-10", "batch_per_trainer": a.batch_size, "sizes": a.sizes,
         "command": "python bench/recovery.py " + " ".join(sys.argv[1:]),
         "cases": cases, "graceful": graceful, "torchrun": tr if tr is not None else "not installed",
-        "median": {"scale_up_pause_s": med(graceful["scale_up"]), "drain_pause_s": med(graceful["scale_down"])},
-        "graceful_median_by_size": {n: {k: med(v) for k, v in d.items() if v} for n, d in graceful["by_size"].items()},
+        "median": {"scale_up_pause_s": statistics.median_high(graceful["scale_up"]), "drain_pause_s": statistics.median_high(graceful["scale_down"])},
+        "graceful_median_by_size": {n: {k: statistics.median_high(v) for k, v in d.items() if v} for n, d in graceful["by_size"].items()},
         "worst": {
             "sigkill_pause_s": max(c["pause_s"] for c in kills) if kills else None,
             "sigkill_fault_to_next_step_s": max(c["fault_to_next_step_s"] for c in kills) if kills else None,
