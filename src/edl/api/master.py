@@ -261,6 +261,7 @@ class Assignment:
     held: tuple[Task, ...]  # the tasks it holds, in the order it consumes them
     held_offset: int  # rows consumed of ``held[0]``
     master_uid: str
+    state_to: tuple[int, ...] = ()  # the ranks that take rank 0's state (none: every member holds it)
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,8 @@ def assignment_from_json(d: dict) -> Assignment | NoAssignment:
     host, port = d["rendezvous"]
     return Assignment(d["generation"], d["rank"], d["world_size"], tuple(d["members"]), (host, int(port)),
                       d["base_step"], Source(d["source"]), d["checkpoint_uri"], cursor_from_json(d["cursor"]),
-                      tuple(task_from_json(t) for t in d["held"]), d["held_offset"], d["master_uid"])
+                      tuple(task_from_json(t) for t in d["held"]), d["held_offset"], d["master_uid"],
+                      tuple(d["state_to"]))
 
 
 def next_task_to_json(answer: Task | Next) -> dict:

@@ -371,7 +371,8 @@ class Job:
         if plan.rebuild:
             assert plan.queue_state is not None
             self.queue = TaskQueue.from_state(plan.queue_state)
-            formation = m.form(now, plan.step, Source.PEER, lead=plan.lead, triggered_at=first)
+            # Every trainer that reported stopped at ``plan.step`` in one generation: they hold its state.
+            formation = m.form(now, plan.step, Source.PEER, lead=plan.lead, triggered_at=first, holders=reports)
             self.last_step_seen = max(self.last_step_seen, plan.step)
             self.resume_note = f"going on from the trainers' step {plan.step} (checkpoint at step {self.restore_step})"
             # The next restart should find a checkpoint of this master's generations: its trainers'
@@ -410,6 +411,7 @@ class Job:
             held=tuple(self.queue.held_by(trainer)),
             held_offset=self.queue.held[trainer].offset if trainer in self.queue.held else 0,
             master_uid=self.master_uid,
+            state_to=gen.state_to,
         )
 
     def assignment_answer(self, trainer: str, after: int) -> Assignment | NoAssignment:

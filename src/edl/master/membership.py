@@ -31,7 +31,7 @@ generation for the others: they go on from their last common step with their own
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from edl.api.data import Cursor
@@ -85,6 +85,9 @@ class Generation:
     cursors: dict[str, Cursor | None] = field(default_factory=dict)
     first_step_at: float | None = None
     rolled_back_steps: int = 0
+    # The ranks that take rank 0's state at the start (none: every member already holds the base
+    # step's state, as survivors of one generation stopped at the same step do).
+    state_to: tuple[int, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -307,11 +310,12 @@ class Membership:
         return False
 
     def form(self, now: float, restore_step: int, restore_source: Source, *, lead: str | None = None,
-             triggered_at: float | None = None) -> Formation:
+             triggered_at: float | None = None, holders: Collection[str] = ()) -> Formation:
         """Form the next generation. ``restore_*`` apply when no survivor holds model state.
 
-        The first generation of a restarted master may name its ``lead`` (rank 0: the state source) and
-        when its change began (``triggered_at``: the first re-registration), so that its pause is measured.
+        The first generation of a restarted master may name its ``lead`` (rank 0: the state source), when
+        its change began (``triggered_at``: the first re-registration), so that its pause is measured,
+        and the ``holders``: joiners whose replicas are already at ``restore_step`` with rank 0's state.
         """
         cfg = self.config
         old = self.current
@@ -343,6 +347,8 @@ class Membership:
             # The survivor with the most progress becomes rank 0 and the state source.
             lead = best.trainer if best else survivors[0]
             ordered = [lead] + [m for m in survivors if m != lead] + joiners
+            # Survivors of one generation that stopped at the same step hold the same state.
+            holding = {lead} | {m for m in survivors if m in self.reports and self.reports[m].step == base_step}
         else:
             base_step = restore_step
             source = restore_source
@@ -350,6 +356,7 @@ class Membership:
             ordered = joiners
             if lead is not None and lead in ordered:
                 ordered = [lead] + [j for j in ordered if j != lead]
+            holding = set(ordered[:1]) | set(holders)
             if old is not None:
                 reason = Reason.FAILURE if reason is not Reason.RESUME else reason
         lead_t = self.trainers[ordered[0]]
@@ -366,6 +373,7 @@ class Membership:
             triggered_at=triggered,
             formed_at=now,
             cursors=cursors,
+            state_to=tuple(r for r, m in enumerate(ordered) if m not in holding),
         )
         if old is not None:
             last = max([r.step for r in self.reports.values()] + [old.base_step])

@@ -80,43 +80,83 @@ def _broadcast_json(group: Group, obj: dict | None) -> dict:
     return obj if group.rank == 0 else json.loads(buf.numpy().tobytes())
 
 
-def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, step: int) -> int:
-    """Rank 0 sends its model, optimizer state and step; every rank ends up identical.
+SMALL_BYTES = 256 * 1024  # tensors below this travel packed together, one broadcast per dtype
 
-    Layout and scalars travel as JSON, tensors as one flat buffer per dtype, all
-    through the collective. Returns rank 0's step.
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("paddle.")
+
+
+def _state_tensors(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer) -> tuple[dict[str, paddle.Tensor], dict]:
+    """The live tensors of the model and its optimizer by structured name (``p:`` parameters, ``o:``
+    optimizer state; no copies), and the optimizer's other state."""
+    tensors: dict[str, paddle.Tensor] = {"p:" + s: p for s, p in model.named_parameters()}
+    extra: dict[str, Any] = {}
+    maps = _name_maps(model)
+    for key, value in opt.state_dict().items():
+        if isinstance(value, paddle.Tensor):
+            for internal, structured in maps:
+                if key.startswith(internal):
+                    tensors["o:" + structured + "::" + key[len(internal):]] = value
+                    break
+        else:
+            extra[key] = value
+    return tensors, extra
+
+
+def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, step: int) -> int:
+    """Rank 0 sends its model, optimizer state and step; every rank ends up identical. Returns rank 0's step.
+
+    The layout and the scalars travel as JSON. Tensors travel in place: each large one is broadcast
+    straight from rank 0's own tensor into the receiver's (no copies on either side); the small ones
+    are packed, one buffer per dtype. A receiver whose optimizer has not made its state yet (a
+    joiner that never stepped) receives that part into fresh tensors and loads them.
     """
     if group.world == 1:
         return step
+    own, extra = _state_tensors(model, opt)
     if group.rank == 0:
-        params, opt_arrays, extra = snapshot(model, opt)
-        arrays = {"p:" + k: v for k, v in params.items()} | {"o:" + k: v for k, v in opt_arrays.items()}
-        meta = {
+        meta = _broadcast_json(group, {
             "step": step,
-            "layout": [[k, list(v.shape), str(v.dtype)] for k, v in arrays.items()],
+            "layout": [[k, list(t.shape), _dtype_name(t.dtype)] for k, t in own.items()],
             "opt_extra": extra,
-        }
-        _broadcast_json(group, meta)
+        })
     else:
         meta = _broadcast_json(group, None)
-        arrays = {k: np.zeros(shape, dtype=dt) for k, shape, dt in meta["layout"]}
-    by_dtype: dict[str, list[str]] = {}
-    for k, _, dt in meta["layout"]:
-        by_dtype.setdefault(dt, []).append(k)
-    for dt, keys in sorted(by_dtype.items()):
-        flat = np.concatenate([arrays[k].ravel() for k in keys]) if keys else np.zeros(0, dtype=dt)
-        t = paddle.to_tensor(flat)
-        group.broadcast(t, 0)
-        if group.rank != 0:
-            out = t.numpy()
-            off = 0
-            for k in keys:
-                n = arrays[k].size
-                arrays[k] = out[off : off + n].reshape(arrays[k].shape)
-                off += n
-    if group.rank != 0:
-        params = {k[2:]: v for k, v in arrays.items() if k.startswith("p:")}
-        opt_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("o:")}
-        restore(model, opt, params, opt_arrays, meta["opt_extra"])
+    targets: dict[str, paddle.Tensor] = {}
+    fresh: list[str] = []  # optimizer state this rank did not have yet
+    for k, shape, dt in meta["layout"]:
+        t = own.get(k)
+        if t is None or list(t.shape) != shape or _dtype_name(t.dtype) != dt:
+            if k.startswith("p:"):
+                raise ValueError(f"state does not match the model: {k[2:]} is {shape} {dt} on rank 0")
+            t = paddle.empty(shape, dt)
+            fresh.append(k)
+        targets[k] = t
+    small: dict[str, list[str]] = {}
+    with paddle.no_grad():
+        for k, shape, dt in meta["layout"]:
+            t = targets[k]
+            if int(t.size) * t.element_size() >= SMALL_BYTES:
+                group.broadcast(t, 0)
+            else:
+                small.setdefault(dt, []).append(k)
+        for dt, keys in sorted(small.items()):
+            flat = (paddle.concat([targets[k].reshape([-1]) for k in keys]) if group.rank == 0
+                    else paddle.empty([sum(int(targets[k].size) for k in keys)], dt))
+            group.broadcast(flat, 0)
+            if group.rank != 0:
+                off = 0
+                for k in keys:
+                    n = int(targets[k].size)
+                    targets[k].copy_(flat[off : off + n].reshape(targets[k].shape), False)
+                    off += n
+    if group.rank != 0 and (fresh or meta["opt_extra"] != extra):
+        internal = {s: p.name for s, p in model.named_parameters()}
+        loaded: dict[str, Any] = dict(meta["opt_extra"])
+        for k, t in targets.items():
+            if k.startswith("o:"):
+                structured, _, suffix = k[2:].partition("::")
+                loaded[internal[structured] + suffix] = t
+        opt.set_state_dict(loaded)
     return int(meta["step"])
-

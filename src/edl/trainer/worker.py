@@ -202,14 +202,18 @@ class Trainer:
                 p.step = plan.step
             t1 = self.clock()
             own_step = p.step if a.rank == 0 else a.base_step
-            p.step = self.runner.run(lambda: self.replica.broadcast(group, own_step), abort, group)
+            if a.state_to:
+                p.step = self.runner.run(lambda: self.replica.broadcast(group, own_step), abort, group)
+            else:  # every member stopped at the base step of one generation: nothing to send
+                p.step = own_step
             t2 = self.clock()
         except CollectiveError as e:
             log.warning("trainer %s: generation %d did not form: %s", self.id, a.generation, e)
             self._report(a.generation, p.step, {}, failed=True)
             return None
-        log.info("trainer %s: generation %d, rank %d of %d, step %d (group formed in %.3f s, state in %.3f s)",
-                 self.id, a.generation, a.rank, a.world_size, p.step, t1 - t0, t2 - t1)
+        log.info("trainer %s: generation %d, rank %d of %d, step %d (group formed in %.3f s, state in %.3f s%s)",
+                 self.id, a.generation, a.rank, a.world_size, p.step, t1 - t0, t2 - t1,
+                 f" to ranks {list(a.state_to)}" if a.state_to else ": every member holds it")
         return group
 
     def _train(self, a: Assignment, group: Group) -> bool:

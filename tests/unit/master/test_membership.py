@@ -149,3 +149,35 @@ def test_a_member_beating_but_not_stepping_while_the_others_wait_is_dropped_afte
     m.expire(17.5)
     assert m.trainers["t0"].state is TrainerState.FAILED and "no step" in m.excluded[0][1]
     assert m.trainers["t1"].state is TrainerState.ACTIVE
+
+
+def test_state_goes_only_to_members_that_do_not_hold_the_base_step():
+    m = started(3)
+    assert m.current.state_to == (1, 2)  # a fresh start: rank 0's initial state to everyone
+    m.drain("t2", 5.0)
+    report_all(m, 20, 5.1)
+    assert m.form(5.1, 0, Source.INIT).generation.state_to == ()  # survivors stopped at one step
+    m.register("t3", 3, "h", 3, now=6.0)
+    report_all(m, 30, 6.1)
+    g = m.form(6.1, 0, Source.INIT).generation
+    assert g.members == ("t0", "t1", "t3") and g.state_to == (2,)  # only the joiner
+    m.fail("t0", 7.0)
+    m.report(SyncReport("t1", g.id, 40, {}, 7001, True), 7.1)  # behind the other survivor
+    m.report(SyncReport("t3", g.id, 41, {}, 7003, True), 7.1)
+    g = m.form(7.1, 0, Source.INIT).generation
+    assert g.members == ("t3", "t1") and g.state_to == (1,)
+
+
+def test_a_rollback_sends_the_checkpoint_to_all_but_rank0_unless_they_hold_the_step():
+    m = started(2)
+    for t in ("t0", "t1"):
+        m.fail(t, 3.0)
+    m.register("t2", 2, "h", 2, now=4.0)
+    m.register("t3", 3, "h", 3, now=4.0)
+    g = m.form(4.0, 100, Source.CHECKPOINT).generation
+    assert g.source is Source.CHECKPOINT and g.state_to == (1,)
+    m2 = Membership(MembershipConfig(1, 4, desired=2))
+    for t in ("a", "b", "c"):
+        m2.register(t, 1, "h", 1, now=0.0)
+    g2 = m2.form(0.0, 42, Source.PEER, lead="b", holders={"a", "b"}).generation
+    assert g2.members[0] == "b" and g2.state_to == (2,)  # a restarted master's joiner "c" only

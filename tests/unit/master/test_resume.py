@@ -194,6 +194,7 @@ def test_a_restarted_job_goes_on_from_the_trainers_step():
     assert unconsumed(job.queue) == unconsumed(TaskQueue.from_state(sim.queue.cut(sim.cursors())))
     a = job.assignment("a")
     assert a is not None and a.source is Source.PEER and a.checkpoint_uri is None and a.held == ()
+    assert a.state_to == ()  # both stopped at step 9 of one generation: no state travels
 
 
 def test_a_restarted_job_missing_a_member_rolls_back_and_says_how_far():
@@ -209,6 +210,7 @@ def test_a_restarted_job_missing_a_member_rolls_back_and_says_how_far():
     gen = job.membership.current
     assert gen is not None and gen.source is Source.CHECKPOINT and gen.base_step == 3
     assert gen.rolled_back_steps == 6
+    assert gen.state_to == (1,)  # rank 0 loads the checkpoint and sends it
     assert job.resume_note is not None and "trainer b" in job.resume_note
 
 

@@ -1,0 +1,87 @@
+"""Three real processes over Gloo: rank 0's model and optimizer state reach every rank, whatever it held.
+
+Rank 0 trained three steps; rank 1 is a fresh replica whose optimizer has made no state yet (a
+joiner); rank 2 trained on other data (its optimizer state exists, with other values). After
+``broadcast_state`` all three must hold rank 0's parameters and optimizer state bit for bit,
+and take the same next step. ``edl.zoo.mlp`` has tensors both above and below the size at which
+they travel in place rather than packed.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+WORKER = r"""
+import sys
+import numpy as np
+import paddle
+from edl.modeldef import load_model_def
+from edl.trainer import state
+from edl.trainer.collective import Group
+from edl.trainer.replica import Replica
+
+rank, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+md = load_model_def("edl.zoo.mlp")
+replica = Replica(md, 3, 0.01)
+
+def step(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((16, 256)).astype(np.float32)
+    y = rng.integers(0, 10, 16).astype(np.int64)
+    replica.backward(x, y)
+    replica.all_reduce(Group("127.0.0.1", 0, 0, 1, 0), np.zeros(0, np.float32))
+    replica.end_step(16)
+
+if rank == 0:
+    for s in range(3):
+        step(s)
+elif rank == 2:
+    for s in range(5):
+        step(100 + s)
+group = Group("127.0.0.1", port, rank, 3, 1)
+got = state.broadcast_state(group, replica.model, replica.opt, 7 if rank == 0 else -1)
+params, opt_arrays, extra = state.snapshot(replica.model, replica.opt)
+step(1000)  # the same next step everywhere
+after, _, _ = state.snapshot(replica.model, replica.opt)
+np.savez(out, step=np.array(got), **{"p/" + k: v for k, v in params.items()},
+         **{"o/" + k: v for k, v in opt_arrays.items()}, **{"next/" + k: v for k, v in after.items()})
+group.close()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_every_rank_takes_rank0s_state_in_place_fresh_or_trained(tmp_path):
+    from edl.trainer.state import SMALL_BYTES
+
+    port = free_port()
+    outs = [tmp_path / f"rank{r}.npz" for r in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(r), str(port), str(outs[r])],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(3)]
+    try:
+        logs = [p.communicate(timeout=100)[0].decode(errors="replace") for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0, 0], logs
+    ranks = [dict(np.load(o)) for o in outs]
+    assert [int(r["step"]) for r in ranks] == [7, 7, 7]
+    keys = [k for k in ranks[0] if k != "step"]
+    assert any(k.startswith("o/") for k in keys), "the optimizer's state travelled"
+    sizes = [ranks[0][k].nbytes for k in keys if not k.startswith("next/")]
+    assert min(sizes) < SMALL_BYTES <= max(sizes), "both ways of sending are exercised"
+    for r in ranks[1:]:
+        assert set(r) == set(ranks[0])
+        for k in keys:
+            np.testing.assert_array_equal(r[k], ranks[0][k], err_msg=k)
