@@ -57,7 +57,8 @@ def main() -> None:
     x, y = torch.from_numpy(x[rank::world]), torch.from_numpy(y[rank::world])
     b = a.batch_size
     log = (work / "steps.log").open("a", buffering=1) if rank == 0 else None
-    while step < a.steps:
+    agent = os.getppid()
+    while step < a.steps and os.getppid() == agent:  # torchrun's agent gone (the bench killed it): stop
         lo = (step * b) % (len(x) - b)
         loss = nn.functional.cross_entropy(ddp(x[lo : lo + b]), y[lo : lo + b])
         opt.zero_grad()

@@ -187,6 +187,9 @@ def torchrun_recovery(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        for pid_file in work.glob("pid-*"):  # torchrun starts its workers in sessions of their own
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
         log.close()
     return out
 

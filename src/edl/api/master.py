@@ -221,6 +221,30 @@ class Registration:
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """The next generation of a graceful change, announced while the current one trains on.
+
+    Its members form its collective in the background and tell the master (``prepared_ready``);
+    once all have, the master gives the ``go``, and the current generation's members switch into it
+    at the first step at which every one of them has the go (the step's slots say so): no stop, no
+    report to wait on, no group to form. Members of the current generation not in ``members`` leave
+    there. Its base step is that step, known to every member from the slots.
+    """
+
+    generation: int
+    members: tuple[str, ...]  # in rank order: the current generation's that stay, then the joiners
+    rendezvous: tuple[str, int]  # rank 0's collective store for it
+    state_to: tuple[int, ...]  # the ranks that take rank 0's state at the switch (the joiners)
+    go: bool  # every member formed its collective: switch at the next step all have the go
+
+    @classmethod
+    def from_json(cls, d: dict) -> Prepared:
+        host, port = d["rendezvous"]
+        return cls(int(d["generation"]), tuple(d["members"]), (str(host), int(port)), tuple(d["state_to"]),
+                   bool(d["go"]))
+
+
+@dataclass(frozen=True)
 class HeartbeatAnswer:
     master_uid: str
     known: bool  # the master knows this trainer (False: it restarted and lost it)
@@ -233,16 +257,20 @@ class HeartbeatAnswer:
     # This trainer's cursor in the newest committed checkpoint of ``generation``: what its task ledger
     # (``ResumeReport``) may forget up to. None: no checkpoint of this generation has committed.
     committed_cursor: Cursor | None = None
-    # A member of ``generation`` failed: its collective can no longer complete, so leave it now
-    # (do not wait for it) and report the last completed step.
+    # A member of ``abort_through`` (or of an older generation) failed: its collective can no longer
+    # complete, so leave it now (do not wait for it) and report the last completed step. Also said of
+    # a prepared generation the master dropped after members had switched into it.
     abort: bool = False
+    abort_through: int = 0
+    prepared: Prepared | None = None  # the next generation, for its members and the current one's
 
     @classmethod
     def from_json(cls, d: dict) -> HeartbeatAnswer:
         state = None if d["state"] is None else TrainerState(d["state"])
+        prepared = None if d["prepared"] is None else Prepared.from_json(d["prepared"])
         return cls(d["master_uid"], d["known"], state, d["generation"], d["stop"], JobStatus(d["job_status"]),
-                   d["checkpoint"], d.get("abandoned", False), cursor_from_json(d.get("committed_cursor")),
-                   d.get("abort", False))
+                   d["checkpoint"], d["abandoned"], cursor_from_json(d["committed_cursor"]), d["abort"],
+                   d["abort_through"], prepared)
 
 
 @dataclass(frozen=True)
@@ -271,9 +299,11 @@ class NoAssignment:
     master_uid: str | None = None  # with ``Unassigned.UNKNOWN``
 
 
-def assignment_to_json(answer: Assignment | NoAssignment) -> dict:
+def assignment_to_json(answer: Assignment | Prepared | NoAssignment) -> dict:
     if isinstance(answer, Assignment):
         return {**to_json(answer), "status": "assigned"}
+    if isinstance(answer, Prepared):  # a joiner's: form its collective, then wait for the go
+        return {**to_json(answer), "status": "prepared"}
     out: dict[str, Any] = {"status": answer.why.value}
     if answer.job_status is not None:
         out["job_status"] = answer.job_status.value
@@ -282,7 +312,9 @@ def assignment_to_json(answer: Assignment | NoAssignment) -> dict:
     return out
 
 
-def assignment_from_json(d: dict) -> Assignment | NoAssignment:
+def assignment_from_json(d: dict) -> Assignment | Prepared | NoAssignment:
+    if d["status"] == "prepared":
+        return Prepared.from_json(d)
     if d["status"] != "assigned":
         job_status = d.get("job_status")
         return NoAssignment(Unassigned(d["status"]), None if job_status is None else JobStatus(job_status),
@@ -314,6 +346,7 @@ class SyncReport:
     cursors: dict[str, Cursor | None]
     store_port: int  # where this trainer's collective store listens in the next generation
     failed: bool = False  # the step after ``step`` raised (a peer died)
+    switched_to: int = 0  # the prepared generation it went on into at ``step`` (0: none, it waits)
 
 
 @dataclass(frozen=True)
@@ -436,15 +469,23 @@ class TrainerLink(Protocol):
         """Join the job; ``resume``: where this trainer stopped under the master that restarted."""
         ...
 
-    def assignment(self, trainer: str, after: int, wait_s: float) -> Assignment | NoAssignment:
-        """Long poll (up to ``wait_s``) for a generation newer than ``after``."""
+    def assignment(self, trainer: str, after: int, wait_s: float) -> Assignment | Prepared | NoAssignment:
+        """Long poll (up to ``wait_s``) for a generation newer than ``after`` (a waiting trainer may get
+        the prepared one it is to join)."""
         ...
 
     def heartbeat(self, trainer: str, *, generation: int, step: int, safe_cursor: Cursor | None,
-                  loss: float | None, wait_s: float, in_collective_s: float | None = None) -> HeartbeatAnswer:
-        """Renew the lease and commit ``safe_cursor``; waits up to ``wait_s`` for a reason to stop.
-        ``in_collective_s``: how long the trainer has been waiting in its generation's collective (None:
-        it is not in one), from which the master tells who the others wait on."""
+                  loss: float | None, wait_s: float, in_collective_s: float | None = None,
+                  store_port: int | None = None, heard: tuple[int, bool] = (0, False)) -> HeartbeatAnswer:
+        """Renew the lease and commit ``safe_cursor``; waits up to ``wait_s`` for a reason to stop or news
+        of the prepared generation (``heard``: the one the trainer knows of and whether it had the go).
+        ``in_collective_s``: how long the trainer has been waiting in its generation's collective (None: it
+        is not in one), from which the master tells who the others wait on; ``store_port``: where its
+        collective store would listen in the next generation."""
+        ...
+
+    def prepared_ready(self, trainer: str, generation: int) -> None:
+        """The trainer formed the prepared ``generation``'s collective."""
         ...
 
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:

@@ -28,6 +28,7 @@ from edl.api.master import (
     JobView,
     Next,
     NoAssignment,
+    Prepared,
     Registration,
     ResumeReport,
     SyncReport,
@@ -185,15 +186,20 @@ class HttpMaster:
         _registered(self.base, new=True)
         return Registration.from_json(self._call("POST", f"/v1/trainers/{trainer}/register", body))
 
-    def assignment(self, trainer: str, after: int, wait_s: float) -> Assignment | NoAssignment:
+    def assignment(self, trainer: str, after: int, wait_s: float) -> Assignment | Prepared | NoAssignment:
         d = self._call("GET", f"/v1/trainers/{trainer}/assignment", params={"after": after, "wait_s": wait_s})
         return assignment_from_json(d)
 
     def heartbeat(self, trainer: str, *, generation: int, step: int, safe_cursor: Cursor | None,
-                  loss: float | None, wait_s: float, in_collective_s: float | None = None) -> HeartbeatAnswer:
+                  loss: float | None, wait_s: float, in_collective_s: float | None = None,
+                  store_port: int | None = None, heard: tuple[int, bool] = (0, False)) -> HeartbeatAnswer:
         body = {"generation": generation, "step": step, "wait_s": wait_s, "safe_cursor": cursor_to_json(safe_cursor),
-                "loss": loss, "in_collective_s": in_collective_s}
+                "loss": loss, "in_collective_s": in_collective_s, "store_port": store_port, "prepared": heard[0],
+                "go": heard[1]}
         return HeartbeatAnswer.from_json(self._call("POST", f"/v1/trainers/{trainer}/heartbeat", body))
+
+    def prepared_ready(self, trainer: str, generation: int) -> None:
+        self._call("POST", f"/v1/trainers/{trainer}/prepared", {"generation": generation})
 
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:
         body = {"request_id": request_id, "safe_cursor": cursor_to_json(safe_cursor)}
@@ -204,7 +210,7 @@ class HttpMaster:
 
     def sync(self, report: SyncReport) -> None:
         body = {"generation": report.generation, "step": report.step, "store_port": report.store_port,
-                "failed": report.failed, "cursors": cursors_to_json(report.cursors)}
+                "failed": report.failed, "cursors": cursors_to_json(report.cursors), "switched_to": report.switched_to}
         self._call("POST", f"/v1/trainers/{report.trainer}/sync", body)
 
     def first_step(self, trainer: str, generation: int) -> None:

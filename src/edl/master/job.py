@@ -25,6 +25,7 @@ from edl.api.master import (
     Next,
     NoAssignment,
     Phase,
+    Prepared,
     Reason,
     ResumeReport,
     Source,
@@ -53,10 +54,11 @@ STATUS_TRANSITIONS = Transitions("job status", {
 
 @dataclass(frozen=True)
 class Timeouts:
-    """How long the master waits on trainers."""
+    """How long the master waits on trainers, and how it changes generations."""
 
     lease_s: float = MembershipConfig.lease_s  # a trainer silent this long is declared failed
     sync_timeout_s: float = MembershipConfig.sync_timeout_s  # a member that does not report by then is dropped
+    prepare: bool = MembershipConfig.prepare  # graceful changes through a prepared generation
 
 
 class Job:
@@ -126,7 +128,7 @@ class Job:
         self.committed_cut: CutRecord | None = None  # the newest checkpoint this master committed
         self.membership = Membership(MembershipConfig(
             spec.min_trainers, spec.max_trainers, desired,
-            lease_s=timeouts.lease_s, sync_timeout_s=timeouts.sync_timeout_s,
+            lease_s=timeouts.lease_s, sync_timeout_s=timeouts.sync_timeout_s, prepare=timeouts.prepare,
         ))
         if restored is not None:
             self.membership.resume_reason = Reason.RESUME
@@ -190,9 +192,9 @@ class Job:
 
     def heartbeat(self, trainer: str, step: int, safe_cursor: Cursor | None, now: float,
                   loss: float | None = None, generation: int | None = None,
-                  in_collective_s: float | None = None) -> HeartbeatAnswer:
+                  in_collective_s: float | None = None, store_port: int | None = None) -> HeartbeatAnswer:
         m = self.membership
-        t = m.heartbeat(trainer, step, now, generation, in_collective_s)
+        t = m.heartbeat(trainer, step, now, generation, in_collective_s, store_port)
         if t is not None and t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING:
             self.queue.commit(trainer, safe_cursor)
             if loss is not None and step >= self.last_step_seen:
@@ -204,6 +206,8 @@ class Job:
     def heartbeat_answer(self, trainer: str) -> HeartbeatAnswer:
         m = self.membership
         t = m.trainers.get(trainer)
+        current = m.current.id if m.current else 0
+        dropped = m.in_dropped_prepared(trainer)
         return HeartbeatAnswer(
             master_uid=self.master_uid,
             known=t is not None,
@@ -214,9 +218,22 @@ class Job:
             checkpoint=self.checkpoint_requested,
             abandoned=self.abandoned,
             committed_cursor=self._committed_cursor(trainer),
-            # Its generation failed (or it was dropped): leave the collective instead of waiting in it.
-            abort=m.aborting(trainer) or (t is not None and t.state is TrainerState.FAILED),
+            # Its generation failed (or it was dropped, or the prepared generation it switched into was):
+            # leave the collective instead of waiting in it.
+            abort=m.aborting(trainer) or (t is not None and t.state is TrainerState.FAILED) or dropped,
+            abort_through=t.generation if dropped and t is not None else current,
+            prepared=self.prepared_view(trainer),
         )
+
+    def prepared_view(self, trainer: str) -> Prepared | None:
+        p = self.membership.prepared_for(trainer)
+        if p is None:
+            return None
+        return Prepared(p.id, p.members, p.rendezvous, p.state_to, self.membership.go)
+
+    def prepared_ready(self, trainer: str, generation: int, now: float) -> None:
+        self.membership.ready_for(trainer, generation, now)
+        self.tick(now)
 
     def _committed_cursor(self, trainer: str) -> Cursor | None:
         cut, gen = self.committed_cut, self.membership.current
@@ -342,6 +359,7 @@ class Job:
         m.expire(now)
         if m.phase is Phase.FORMING and self.resume_reports:
             return self._resume(now)
+        m.prepare(now)
         if not m.ready_to_form(now):
             return None
         formation = m.form(now, self.restore_step, self.restore_source)
@@ -414,7 +432,7 @@ class Job:
             state_to=gen.state_to,
         )
 
-    def assignment_answer(self, trainer: str, after: int) -> Assignment | NoAssignment:
+    def assignment_answer(self, trainer: str, after: int) -> Assignment | Prepared | NoAssignment:
         """What a trainer that is in generation ``after`` (0: none) should do next."""
         if self.abandoned:
             return NoAssignment(Unassigned.ABANDONED)
@@ -427,6 +445,9 @@ class Job:
             return NoAssignment(Unassigned.LEFT)
         if t.state is TrainerState.FAILED:
             return NoAssignment(Unassigned.FAILED)
+        prepared = self.prepared_view(trainer)
+        if t.state is TrainerState.WAITING and prepared is not None and prepared.generation > after:
+            return prepared  # a joiner: form its collective in the background of the others' training
         a = self.assignment(trainer)
         if a is None or a.generation <= after:
             return NoAssignment(Unassigned.WAIT)

@@ -78,9 +78,12 @@ def open_checkpoints(spec: JobSpec) -> tuple[CheckpointStore, PrefixClaim]:
 
 
 def timeouts_from_env() -> Timeouts:
-    """The trainer timeouts, from EDL_LEASE_S and EDL_SYNC_TIMEOUT_S (bench/throughput.py stretches the lease)."""
+    """The trainer timeouts, from EDL_LEASE_S and EDL_SYNC_TIMEOUT_S (bench/throughput.py stretches the lease),
+    and EDL_PREPARED_CHANGES=0, which makes graceful changes stop at a boundary instead of switching into a
+    prepared generation (bench/recovery.py runs both)."""
     return Timeouts(lease_s=float(os.environ.get("EDL_LEASE_S", Timeouts.lease_s)),
-                    sync_timeout_s=float(os.environ.get("EDL_SYNC_TIMEOUT_S", Timeouts.sync_timeout_s)))
+                    sync_timeout_s=float(os.environ.get("EDL_SYNC_TIMEOUT_S", Timeouts.sync_timeout_s)),
+                    prepare=os.environ.get("EDL_PREPARED_CHANGES", "1") != "0")
 
 
 def restore(ckpts: CheckpointStore) -> tuple[dict | None, str | None]:

@@ -12,6 +12,18 @@ every rank's data cursor at that step. The master then forms the next
 generation from the survivors and the waiting joiners; the survivor with the
 highest completed step becomes rank 0 and the source of model state.
 
+A graceful change (a registration, a drain) is *prepared* instead: the next
+generation is planned at once (the staying members in their order, then the
+joiners) and announced while the current one trains on. Its members form its
+collective in the background and say so (``ready``); once all have, the master
+gives the *go*, and the current members switch at the first step at which all of
+them have it (their slots say so), reporting that step on their way. The master
+then forms exactly the prepared generation at that step (``form`` adopts it). Any
+other change before the go re-plans it; a failure, or a switch the master cannot
+adopt, drops it: the normal formation follows and members that had switched into
+it are told to leave its collective (``dropped_prepared``). A preparation that is
+not ready in ``prepare_timeout_s`` falls back to stopping at a boundary.
+
 The phase moves only through ``PHASE_TRANSITIONS``::
 
     FORMING (no generation yet) -> RUNNING -> SYNCING -> RUNNING ...
@@ -66,6 +78,7 @@ class Trainer:
     step_at: float | None = None  # when ``step`` last advanced (None: not since it registered)
     generation: int = 0  # the generation its last heartbeat was in
     waiting_since: float | None = None  # waiting in that generation's collective since (master's clock)
+    used_port: int = 0  # the last store port given out as a rendezvous: never given out again
 
     def move(self, to: TrainerState) -> None:
         if to is not self.state:
@@ -88,6 +101,7 @@ class Generation:
     # The ranks that take rank 0's state at the start (none: every member already holds the base
     # step's state, as survivors of one generation stopped at the same step do).
     state_to: tuple[int, ...] = ()
+    prepared_s: float | None = None  # prepared in the background this long before the switch
 
     @property
     def world_size(self) -> int:
@@ -159,6 +173,8 @@ class MembershipConfig:
     hang_s: float = 5.0
     silent_s: float = 4.0
     stall_s: float = 15.0
+    prepare: bool = True  # graceful changes through a prepared generation (else: stop at a boundary)
+    prepare_timeout_s: float = 10.0  # not every member ready by then: stop at a boundary instead
 
 
 class Membership:
@@ -177,6 +193,14 @@ class Membership:
         self.first_registration_at: float | None = None
         self.resume_reason = Reason.START
         self.excluded: list[tuple[str, str]] = []  # (trainer, why) dropped for holding the others up, in order
+        # A graceful change: wanted (to prepare at the next tick), then prepared, then with the go.
+        self.wanted: Reason | None = None
+        self.prepared: Generation | None = None
+        self.prepared_since = 0.0
+        self.ready: set[str] = set()  # members of ``prepared`` that formed its collective
+        self.go = False  # every member of ``prepared`` is ready: the switch may come at any step
+        self.early_first_step: float | None = None  # its first step, heard before it was formed
+        self.dropped_prepared = 0  # the newest prepared generation dropped: whoever switched into it leaves
 
     # ---------------------------------------------------------------- helpers
     def _move(self, to: Phase) -> None:
@@ -184,13 +208,29 @@ class Membership:
 
     def _trigger(self, reason: Reason, now: float) -> None:
         if self.phase is Phase.RUNNING:
-            self._move(Phase.SYNCING)
-            self.pending_reason = reason
-            self.pending_since = now
-            self.reports = {}
+            if reason in (Reason.SCALE_UP, Reason.SCALE_DOWN) and self.config.prepare:
+                if not self.go:  # re-planned with this change at the next tick
+                    self._drop_prepared()
+                self.wanted = self.wanted or reason
+                return
+            self._drop_prepared()
+            self._stop(reason, now)
         elif self.phase is Phase.SYNCING and reason is Reason.FAILURE:
             # A failure during a graceful change is still a failure.
             self.pending_reason = reason
+
+    def _stop(self, reason: Reason, now: float) -> None:
+        """RUNNING -> SYNCING: the members stop at a common step and report it."""
+        self._move(Phase.SYNCING)
+        self.pending_reason = reason
+        self.pending_since = now
+        self.reports = {}
+
+    def _drop_prepared(self) -> None:
+        if self.prepared is not None:
+            self.dropped_prepared = max(self.dropped_prepared, self.prepared.id)
+            self.wanted = self.wanted or self.prepared.reason
+        self.prepared, self.ready, self.go, self.early_first_step = None, set(), False, None
 
     def members(self) -> tuple[str, ...]:
         return self.current.members if self.current else ()
@@ -213,13 +253,16 @@ class Membership:
         return t
 
     def heartbeat(self, trainer_id: str, step: int, now: float, generation: int | None = None,
-                  in_collective_s: float | None = None) -> Trainer | None:
+                  in_collective_s: float | None = None, store_port: int | None = None) -> Trainer | None:
         """``generation`` and ``in_collective_s`` (None: not in a collective) say where the trainer's loop
-        is; without ``generation`` (a repeated beat of the same request) they stay as they were."""
+        is; without ``generation`` (a repeated beat of the same request) they stay as they were.
+        ``store_port``: where its store would listen for a generation it leads next."""
         t = self.trainers.get(trainer_id)
         if t is None:
             return None
         t.last_seen = now
+        if store_port and store_port != t.used_port:
+            t.store_port = store_port
         if step > t.step or t.step_at is None:
             t.step_at = now
         t.step = max(t.step, step)
@@ -244,6 +287,8 @@ class Membership:
             return
         was_member = trainer_id in self.members()
         t.move(TrainerState.FAILED)
+        if self.prepared is not None and trainer_id in self.prepared.members and self.phase is Phase.RUNNING:
+            self._drop_prepared()  # a joiner of it died: re-planned without it
         if was_member:
             self._trigger(Reason.FAILURE, now)
 
@@ -258,13 +303,95 @@ class Membership:
         if report.failed:
             self._trigger(Reason.FAILURE, now)
         elif self.phase is Phase.RUNNING:
-            # A member stopped on its own, e.g. it saw the master restart; treat as resume.
-            self._trigger(Reason.RESUME, now)
+            p = self.prepared
+            if p is not None and self.go and report.switched_to == p.id:
+                # The members switched into the prepared generation at this step: its pause starts now.
+                self._stop(p.reason, now)
+            else:
+                # A member stopped on its own, e.g. it saw the master restart; treat as resume.
+                self._trigger(Reason.RESUME, now)
         self.reports[report.trainer] = report
+
+    def ready_for(self, trainer_id: str, generation: int, now: float) -> None:
+        """A member of the prepared ``generation`` formed its collective; the last one gives the go."""
+        p = self.prepared
+        if p is None or p.id != generation or trainer_id not in p.members or self.phase is not Phase.RUNNING:
+            return
+        self.ready.add(trainer_id)
+        if self.ready >= set(p.members):
+            self.go = True
+
+    def prepare(self, now: float) -> Generation | None:
+        """Plan the wanted graceful change as the next generation, announced while the current trains on:
+        the staying members in their order (rank 0 stays rank 0 unless it leaves), then the joiners."""
+        if self.phase is not Phase.RUNNING or self.wanted is None or self.prepared is not None:
+            return None
+        survivors = [m for m in self.members() if self.trainers[m].state is TrainerState.ACTIVE]
+        joiners = [t.id for t in self.waiting()][: max(0, self.config.max_trainers - len(survivors))]
+        leaving = [m for m in self.members() if self.trainers[m].state is not TrainerState.ACTIVE]
+        if not joiners and not leaving:
+            self.wanted = None  # nothing to change (a joiner left again before it was planned)
+            return None
+        if not survivors:
+            self._stop(self.wanted, now)
+            self.wanted = None
+            return None
+        lead = self.trainers[survivors[0]]
+        if not lead.store_port or lead.store_port == lead.used_port:
+            return None  # its next store port is not known yet: its next heartbeat says it
+        ordered = survivors + joiners
+        self.prepared = Generation(
+            id=self.next_generation, members=tuple(ordered), rendezvous=(lead.host, lead.store_port), base_step=-1,
+            source=Source.PEER, reason=self.wanted, triggered_at=now, formed_at=now,
+            state_to=tuple(range(len(survivors), len(ordered))),
+        )
+        self.next_generation += 1
+        lead.used_port = lead.store_port
+        self.prepared_since, self.ready, self.go, self.wanted = now, set(), False, None
+        return self.prepared
+
+    def _adoptable(self) -> bool:
+        """Every member that reported switched into the prepared generation at one step, and its members
+        are all still there: form exactly it."""
+        p, old = self.prepared, self.current
+        if p is None or not self.go or old is None or not self.reports:
+            return False
+        reports = list(self.reports.values())
+        if any(r.failed or r.switched_to != p.id for r in reports) or len({r.step for r in reports}) != 1:
+            return False
+        live = (TrainerState.ACTIVE, TrainerState.DRAINING)
+        return all(self.trainers[m].state in live if m in old.members else self.trainers[m].state is TrainerState.WAITING
+                   for m in p.members)
+
+    def _adopt(self, now: float) -> Formation:
+        p, old = self.prepared, self.current
+        assert p is not None and old is not None
+        report = next(iter(self.reports.values()))
+        gen = Generation(
+            id=p.id, members=p.members, rendezvous=p.rendezvous, base_step=report.step, source=Source.PEER,
+            reason=self.pending_reason or p.reason, triggered_at=self.pending_since or now, formed_at=now,
+            cursors=dict(report.cursors), first_step_at=self.early_first_step, state_to=p.state_to,
+            prepared_s=(self.pending_since or now) - self.prepared_since,
+        )
+        departed: dict[str, bool] = {}
+        for m in old.members:
+            if m in p.members:
+                continue
+            t = self.trainers[m]
+            departed[m] = t.state is TrainerState.FAILED
+            if t.state is TrainerState.DRAINING:
+                t.move(TrainerState.LEFT)
+        for m in p.members:
+            if self.trainers[m].state is TrainerState.WAITING:
+                self.trainers[m].move(TrainerState.ACTIVE)
+        self.prepared, self.ready, self.go, self.early_first_step = None, set(), False, None
+        return self._install(gen, departed, rollback=False)
 
     def first_step(self, generation: int, now: float) -> None:
         if self.current is not None and self.current.id == generation and self.current.first_step_at is None:
             self.current.first_step_at = now
+        elif self.prepared is not None and self.prepared.id == generation and self.early_first_step is None:
+            self.early_first_step = now  # its members switched and stepped before the last report came
 
     def expire(self, now: float) -> None:
         """Declare silent trainers failed and drop members that miss the sync."""
@@ -281,6 +408,12 @@ class Membership:
                                               stall_s=cfg.stall_s):
                 self.excluded.append((trainer_id, why))
                 self.fail(trainer_id, now)
+        p = self.prepared
+        if p is not None and not self.go and self.phase is Phase.RUNNING and (
+                now - self.prepared_since > self.config.prepare_timeout_s):
+            self._drop_prepared()  # its collective did not form in time: stop at a boundary instead
+            reason, self.wanted = self.wanted or p.reason, None
+            self._stop(reason, now)
         if self.phase is Phase.SYNCING and self.pending_since is not None:
             if now - self.pending_since > self.config.sync_timeout_s:
                 for m in self.members():
@@ -317,6 +450,10 @@ class Membership:
         its change began (``triggered_at``: the first re-registration), so that its pause is measured,
         and the ``holders``: joiners whose replicas are already at ``restore_step`` with rank 0's state.
         """
+        if self._adoptable():
+            return self._adopt(now)
+        self._drop_prepared()
+        self.wanted = None  # every change so far is in this formation
         cfg = self.config
         old = self.current
         survivors = [m for m in self.members() if self.trainers[m].state is TrainerState.ACTIVE]
@@ -379,12 +516,16 @@ class Membership:
             last = max([r.step for r in self.reports.values()] + [old.base_step])
             gen.rolled_back_steps = max(0, last - base_step)
         self.next_generation += 1
+        lead_t.used_port = lead_t.store_port
         for m in departed:
             t = self.trainers[m]
             if t.state is TrainerState.DRAINING:
                 t.move(TrainerState.LEFT)
         for j in joiners:
             self.trainers[j].move(TrainerState.ACTIVE)
+        return self._install(gen, departed, rollback)
+
+    def _install(self, gen: Generation, departed: dict[str, bool], rollback: bool) -> Formation:
         self.current = gen
         self.history.append(gen)
         self._move(Phase.RUNNING)
@@ -392,6 +533,20 @@ class Membership:
         self.pending_since = None
         self.reports = {}
         return Formation(gen, departed, rollback)
+
+    def prepared_for(self, trainer_id: str) -> Generation | None:
+        """The prepared generation, for its members and the current generation's."""
+        p = self.prepared
+        if p is None or (trainer_id not in p.members and trainer_id not in self.members()):
+            return None
+        return p
+
+    def in_dropped_prepared(self, trainer_id: str) -> bool:
+        """The trainer switched into a prepared generation the master dropped: it must leave its collective."""
+        t = self.trainers.get(trainer_id)
+        current = self.current.id if self.current is not None else 0
+        return (t is not None and current < t.generation <= self.dropped_prepared
+                and (self.prepared is None or t.generation != self.prepared.id))
 
     def change_pending_for(self, trainer_id: str) -> bool:
         """Should this trainer stop at the next step boundary?"""

@@ -36,6 +36,7 @@ from starlette.routing import BaseRoute, Route
 from edl.api.data import CursorJSON, cursor_from_json
 from edl.api.master import (
     CheckpointRecord,
+    HeartbeatAnswer,
     JobStatus,
     NoAssignment,
     Reason,
@@ -94,6 +95,9 @@ class HeartbeatBody(Body):
     wait_s: float = 0.0
     loss: float | None = None  # mean training loss of the trainer's last step
     in_collective_s: float | None = None  # waiting in its generation's collective this long (None: not in one)
+    store_port: int | None = None  # where its store would listen for a generation it leads next
+    prepared: int = 0  # the prepared generation the trainer last heard of (0: none) ...
+    go: bool = False  # ... and whether it had the go: an answer that says otherwise comes at once
 
 
 class TaskBody(Body):
@@ -112,6 +116,7 @@ class SyncBody(Body):
     cursors: dict[str, CursorJSON]
     store_port: int
     failed: bool = False
+    switched_to: int = 0  # the prepared generation the trainer went on into (0: it waits for the next)
 
 
 class StepBody(Body):
@@ -247,8 +252,9 @@ class Master:
             if self._logged_generations == 1 and self.job.resume_note is not None:
                 log.info("restarted master: %s", self.job.resume_note)
             log.info(
-                "generation %d formed: world size %d (%s), base step %d, state from %s, rank 0 %s",
+                "generation %d formed: world size %d (%s), base step %d, state from %s, rank 0 %s%s",
                 g.id, g.world_size, g.reason.value, g.base_step, g.source.value, g.members[0],
+                "" if g.prepared_s is None else f"; switched into after {g.prepared_s:.2f} s of background preparation",
             )
         if self.job.abandoned and not self._logged_abandoned:
             self._logged_abandoned = True
@@ -381,15 +387,29 @@ def _trainer_routes(master: Master) -> list[BaseRoute]:
         trainer = r.path_params["trainer"]
         body = await HeartbeatBody.read(r)
         answer = job.heartbeat(trainer, body.step, cursor_from_json(body.safe_cursor), master.clock(), body.loss,
-                               body.generation, body.in_collective_s)
+                               body.generation, body.in_collective_s, body.store_port)
         await master.notify()
-        # Wait for a reason to stop, but not when we do not know the trainer: it must learn at once that
-        # this master restarted, to stop and re-register with where it is (its pause starts here).
-        if body.wait_s > 0 and not answer.stop and answer.known:
-            await master.wait_for(lambda: job.heartbeat_answer(trainer).stop, min(body.wait_s, 5.0))
+        # Wait for a reason to stop or to leave the collective, or news of the prepared generation, but
+        # not when we do not know the trainer: it must learn at once that this master restarted, to stop
+        # and re-register with where it is (its pause starts here).
+        heard = (body.prepared, body.go)
+
+        def news(a: HeartbeatAnswer) -> bool:
+            told = (0, False) if a.prepared is None else (a.prepared.generation, a.prepared.go)
+            return a.stop or a.abort or told != heard
+
+        if body.wait_s > 0 and not news(answer) and answer.known:
+            await master.wait_for(lambda: news(job.heartbeat_answer(trainer)), min(body.wait_s, 5.0))
             job.membership.heartbeat(trainer, body.step, master.clock())
             answer = job.heartbeat_answer(trainer)
         return to_json(answer)
+
+    @routes.post("/prepared")
+    async def prepared(r: Request) -> dict:
+        trainer, body = r.path_params["trainer"], await StepBody.read(r)
+        job.prepared_ready(trainer, body.generation, master.clock())
+        await master.notify()
+        return {"ok": True}
 
     @routes.get("/assignment")
     async def assignment(r: Request) -> dict:
@@ -408,7 +428,7 @@ def _trainer_routes(master: Master) -> list[BaseRoute]:
         trainer = r.path_params["trainer"]
         body = await SyncBody.read(r)
         report = SyncReport(trainer, body.generation, body.step, cursors_from_json(body.cursors), body.store_port,
-                            body.failed)
+                            body.failed, body.switched_to)
         if body.failed:
             log.warning("trainer %s lost a peer in generation %d after step %d", trainer, body.generation, body.step)
         job.sync(report, master.clock())

@@ -83,6 +83,12 @@ class TaskBuffer:
             self.cursor = cursor
             self._key, self._taken, self._start, self._start_offset = key, list(held), cursor, self.offset
 
+    def rekey(self, key: tuple[str, int]) -> None:
+        """Generation ``key`` goes on from here with what is held (a switch at a step boundary): the ledger
+        starts at the current position."""
+        with self._lock:
+            self._key, self._taken, self._start, self._start_offset = key, list(self.tasks), self.cursor, self.offset
+
     def clear(self, key: tuple[str, int] = ("", 0)) -> None:
         """Hold nothing: generation ``key`` starts from the master's queue; so does the ledger."""
         with self._lock:

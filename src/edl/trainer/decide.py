@@ -41,6 +41,7 @@ class Then(Enum):
 
     CONTINUE = "continue"  # take the next batch
     STOP = "stop"  # end the generation here: report the step to the master and wait for the next one
+    SWITCH = "switch"  # every rank is ready for the prepared generation: report the step and go on in it
     FINISH = "finish"  # every rank is out of data: training is done
     ABORT = "abort"  # the loss is not finite: the job fails
 
@@ -86,7 +87,9 @@ def decide_step(sums: StepSums, ctx: StepContext) -> StepDecision:
         checkpoint = CheckpointWhy.INTERVAL
     elif rank0 and ctx.checkpoint_requested:
         checkpoint = CheckpointWhy.REQUESTED
-    then = Then.FINISH if sums.finished else Then.STOP if sums.stop else Then.CONTINUE
+    # A stop (the master restarted, a change it could not prepare, the job's end) wins over a switch.
+    then = (Then.FINISH if sums.finished else Then.STOP if sums.stop else Then.SWITCH if sums.switch_to
+            else Then.CONTINUE)
     return StepDecision(
         then,
         update=update,

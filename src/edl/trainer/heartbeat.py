@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable
 
-from edl.api.master import HeartbeatAnswer, JobStatus, TrainerLink, TrainerState
+from edl.api.master import HeartbeatAnswer, JobStatus, Prepared, TrainerLink, TrainerState
 from edl.errors import EdlError
 from edl.trainer.progress import Progress
 
@@ -56,6 +56,8 @@ class Control:
         self._checkpoint_now = False  # rank 0 takes a checkpoint at the next step
         self._abort_through = -1  # leave the collective of any generation up to this one
         self._dropped = False  # the master dropped us (we were silent or stuck): leave
+        self._prepared: Prepared | None = None  # the next generation the master prepared for us
+        self._generation = 0  # the master's current generation
 
     @property
     def master_uid(self) -> str | None:
@@ -80,7 +82,8 @@ class Control:
             if answer.stop:
                 self._stop_generation = answer.generation
             if answer.abort:
-                self._abort_through = max(self._abort_through, answer.generation)
+                self._abort_through = max(self._abort_through, answer.abort_through)
+            self._prepared, self._generation = answer.prepared, answer.generation
             if answer.state is TrainerState.FAILED:
                 self._dropped = True
             if answer.job_status is not JobStatus.RUNNING or answer.abandoned:
@@ -96,6 +99,28 @@ class Control:
         """Leave ``generation``'s collective now: a member failed (it cannot complete), or we were dropped."""
         with self._lock:
             return generation <= self._abort_through
+
+    @property
+    def prepared(self) -> Prepared | None:
+        with self._lock:
+            return self._prepared
+
+    def heard(self) -> tuple[int, bool]:
+        """The prepared generation last heard of (0: none), and whether it had the go."""
+        with self._lock:
+            p = self._prepared
+            return (0, False) if p is None else (p.generation, p.go)
+
+    def go(self, generation: int) -> bool:
+        """The master gave the go for the prepared ``generation``."""
+        with self._lock:
+            return self._prepared is not None and self._prepared.generation == generation and self._prepared.go
+
+    def prepared_dropped(self, generation: int) -> bool:
+        """The master no longer prepares ``generation`` (nor formed it)."""
+        with self._lock:
+            return ((self._prepared is None or self._prepared.generation != generation)
+                    and self._generation != generation)
 
     @property
     def dropped(self) -> bool:
@@ -151,7 +176,8 @@ class Heartbeat:
         try:
             r = self.link.heartbeat(self.id, generation=p.generation, step=p.step, safe_cursor=p.safe_cursor,
                                     loss=p.loss, wait_s=1.0,
-                                    in_collective_s=None if since is None else max(0.0, self.clock() - since))
+                                    in_collective_s=None if since is None else max(0.0, self.clock() - since),
+                                    store_port=p.store_port, heard=self.control.heard())
         except EdlError:
             if master_lost(self.last_answer, self.clock(), self.master_lost_s):
                 log.error("master unreachable for %.0f s: trainer %s ending itself", self.master_lost_s, self.id)

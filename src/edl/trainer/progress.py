@@ -16,3 +16,4 @@ class Progress:
     safe_cursor: Cursor | None = None  # our data position at a step every rank has completed
     loss: float | None = None  # the last step's mean training loss
     in_collective_since: float | None = None  # when the loop entered the collective it is in
+    store_port: int = 0  # where this trainer's store would listen for a generation it leads next

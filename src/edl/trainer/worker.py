@@ -4,9 +4,12 @@ The loop, per generation: get the assignment from the master, form the
 collective in-process, take model state from rank 0 (its replica, the
 checkpoint, or a fresh seeded init), then step. Each step's all-reduce carries
 the gradients *and* one slot per rank with its data cursor, sample count, loss
-sum and two flags (stop, finished). So every rank that completes a step knows
-every rank's position at that step, and all ranks agree, through the collective
-itself, on the step at which a generation ends (``edl.trainer.decide``).
+sum, two flags (stop, finished) and the prepared generation it is ready to
+switch into. So every rank that completes a step knows every rank's position at
+that step, and all ranks agree, through the collective itself, on the step at
+which a generation ends (``edl.trainer.decide``). A graceful change does not
+stop: its generation is prepared while this one trains (``edl.trainer.prepared``)
+and every rank switches into it after the same step, its group already formed.
 
 Beside the loop run the heartbeat (``edl.trainer.heartbeat``) and the prefetch
 (``edl.trainer.prefetch``); the model is the replica's (``edl.trainer.replica``),
@@ -25,7 +28,17 @@ import zlib
 from typing import Callable
 
 from edl.api.data import Cursor, Task
-from edl.api.master import Assignment, HeartbeatAnswer, JobStatus, ResumeReport, SyncReport, Unassigned, UserCodeFailure
+from edl.api.master import (
+    Assignment,
+    HeartbeatAnswer,
+    JobStatus,
+    Prepared,
+    ResumeReport,
+    Source,
+    SyncReport,
+    Unassigned,
+    UserCodeFailure,
+)
 from edl.data.dataset import Dataset
 from edl.errors import CollectiveError, EdlError, TemporaryError, UserCodeError, UserError
 from edl.master.client import HttpMaster, MasterUnavailable
@@ -35,11 +48,12 @@ from edl.storage.checkpoint import FINAL, CheckpointStore
 from edl.storage.store import open_store
 from edl.trainer.audit import AuditLog
 from edl.trainer.checkpoints import Checkpointer
-from edl.trainer.collective import Group, Runner
+from edl.trainer.collective import Abandoned, Group, Runner
 from edl.trainer.data import Slice, TaskBuffer, read_slices, record_ids
 from edl.trainer.decide import CheckpointWhy, StepContext, StepDecision, Then, decide_step, plan_start
 from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, MASTER_LOST_S, Control, Heartbeat, master_lost_after_s
 from edl.trainer.prefetch import Prefetcher
+from edl.trainer.prepared import Preparation
 from edl.trainer.progress import Progress
 from edl.trainer.replica import Replica
 from edl.trainer.slots import SLOT, StepSums, decode_sums, own_slots
@@ -47,6 +61,9 @@ from edl.trainer.slots import SLOT, StepSums, decode_sums, own_slots
 log = logging.getLogger("edl.trainer")
 
 EXIT_OK, EXIT_FAILED, EXIT_EXCLUDED = 0, 1, 3
+# A joiner waits this long at most for a prepared generation's go: past the master's preparation timeout,
+# by when it has either given the go or dropped the preparation.
+PREPARED_WAIT_S = 30.0
 
 
 class Trainer:
@@ -80,8 +97,11 @@ class Trainer:
                                    deadline_s=collective_deadline_s, clock=clock,
                                    # Nobody is left to replace it or wait for it: end cleanly.
                                    on_master_lost=lambda: os._exit(EXIT_OK), master_lost_s=self.master_lost_s,
-                                   on_answer=self._forget_committed)
-        self.store_port = free_port(host)
+                                   on_answer=self._on_answer)
+        self.progress.store_port = free_port(host)
+        # The next generation of a graceful change, its group formed on a thread of its own.
+        self.preparation = Preparation(trainer_id, self._form_prepared)
+        self.client_prepare = HttpMaster(master, token, give_up_s=5.0)  # that thread's
         self.runner = Runner()  # the collectives run there, so that an aborted generation is left at once
         self.audit = AuditLog(job_store, trainer_id) if self.spec.audit else None  # under the checkpoints
         self._alive = True
@@ -89,9 +109,32 @@ class Trainer:
         # Where this trainer last stopped, for a restarted master to go on from (``ResumeReport``).
         self.stopped: tuple[Assignment, int, dict[str, Cursor | None]] | None = None
 
-    def _forget_committed(self, answer: HeartbeatAnswer) -> None:
-        """A checkpoint of our generation committed: our task ledger need not reach back before it."""
+    def _on_answer(self, answer: HeartbeatAnswer) -> None:
+        """What the loop keeps from a heartbeat answer besides ``Control``'s: a committed checkpoint of our
+        generation (our task ledger need not reach back before it), and the prepared generation (a member
+        of the current one prepares it here; a joiner does in its loop)."""
         self.prefetch.buffer.forget_before((answer.master_uid, answer.generation), answer.committed_cursor)
+        if answer.master_uid == self.control.master_uid and self.progress.generation != 0:
+            self.preparation.update(answer.prepared)
+
+    def _form_prepared(self, prepared: Prepared) -> Group:
+        """On the preparation's thread: form the prepared generation's group, and tell the master."""
+        group = self._form_group(prepared.generation, prepared.rendezvous, prepared.members.index(self.id),
+                                 len(prepared.members))
+        try:
+            self.client_prepare.prepared_ready(self.id, prepared.generation)
+        except EdlError:
+            group.close()
+            raise
+        return group
+
+    def _form_group(self, generation: int, rendezvous: tuple[str, int], rank: int, world: int) -> Group:
+        """A generation's group; rank 0 hosts its store on the port it advertised, so it advertises another."""
+        host, port = rendezvous
+        if rank == 0:
+            self.progress.store_port = free_port(self.host)
+        group_id = zlib.crc32(f"{self.control.master_uid}:{generation}".encode()) & 0x7FFFFFFF
+        return Group(host, port, rank, world, group_id, self.backend)
 
     def _read_ahead(self, task: Task) -> None:
         """The prefetch reads a new task's row groups while the loop trains on the ones before."""
@@ -108,16 +151,24 @@ class Trainer:
 
     def run(self) -> int:
         self._warm_up()
-        r = self.client_joining.register(self.id, os.getpid(), self.host, self.store_port)
+        r = self.client_joining.register(self.id, os.getpid(), self.host, self.progress.store_port)
         self.control.reset(r.master_uid)
         log.info("trainer %s registered with master %s", self.id, self.master_addr)
         for name, loop in (("edl-heartbeat", self.heartbeat.run), ("edl-prefetch", self.prefetch.run)):
             threading.Thread(target=loop, args=(lambda: self._alive,), name=name, daemon=True).start()
+        after = 0  # a prepared generation we could not join: what comes next is newer
         try:
             while True:
-                a = self.client.assignment(self.id, after=self.progress.generation, wait_s=10.0)
+                a = self.client.assignment(self.id, after=max(after, self.progress.generation), wait_s=10.0)
                 if isinstance(a, Assignment):
                     if self._run_generation(a):
+                        return EXIT_OK
+                    continue
+                if isinstance(a, Prepared):  # we join a graceful change's generation
+                    joined = self._join_prepared(a)
+                    if joined is None:
+                        after = a.generation
+                    elif self._run(*joined):
                         return EXIT_OK
                     continue
                 match a.why:
@@ -146,12 +197,12 @@ class Trainer:
     def _reregister(self) -> None:
         """The master restarted and lost us: join it afresh, telling it where we stopped (our replica
         stays as it is: the new master may go on from its step)."""
-        self.store_port = free_port(self.host)
+        self.progress.store_port = free_port(self.host)
         self.progress.generation = 0
         self.progress.safe_cursor = None  # a cursor of the old master's tasks means nothing to the new one
         resume = self._resume_report()
         self.prefetch.restart()
-        r = self.client.register(self.id, os.getpid(), self.host, self.store_port, resume)
+        r = self.client.register(self.id, os.getpid(), self.host, self.progress.store_port, resume)
         self.control.reset(r.master_uid)
         log.info("trainer %s re-registered with restarted master%s", self.id,
                  "" if resume is None else f" (stopped at step {resume.step} of generation {resume.generation})")
@@ -169,8 +220,16 @@ class Trainer:
     # ------------------------------------------------------------ one generation
     def _run_generation(self, a: Assignment) -> bool:
         """Join generation ``a`` and train in it until it ends; ``True`` when training is done."""
-        group = self._join(a)
-        return group is not None and self._train(a, group)
+        return self._run(a, self._join(a))
+
+    def _run(self, a: Assignment, group: Group | None) -> bool:
+        """Train in generation ``a`` and in the prepared ones it switches into; ``True`` when training is done."""
+        while group is not None:
+            end = self._train(a, group)
+            if isinstance(end, bool):
+                return end
+            a, group = end
+        return False
 
     def _join(self, a: Assignment) -> Group | None:
         """Form the generation's collective and take rank 0's state; ``None`` when it did not form (reported)."""
@@ -191,9 +250,8 @@ class Trainer:
             return self.control.aborts(a.generation)
 
         try:
-            group_id = zlib.crc32(f"{a.master_uid}:{a.generation}".encode()) & 0x7FFFFFFF
             p.in_collective_since = self.clock()
-            group = self.runner.run(lambda: Group(host, port, a.rank, a.world_size, group_id, self.backend), abort)
+            group = self.runner.run(lambda: self._form_group(a.generation, (host, port), a.rank, a.world_size), abort)
             if plan.rebuild:
                 self.replica.build()
             if plan.load_checkpoint:
@@ -216,8 +274,76 @@ class Trainer:
                  f" to ranks {list(a.state_to)}" if a.state_to else ": every member holds it")
         return group
 
-    def _train(self, a: Assignment, group: Group) -> bool:
-        """Step until the generation ends; ``True`` when training is done."""
+    def _join_prepared(self, prepared: Prepared) -> tuple[Assignment, Group] | None:
+        """A joiner's way into a graceful change's generation: form its group while the others train, tell
+        the master, and once it gives the go take rank 0's state as the others switch. ``None``: the
+        master dropped the preparation (the next one, or the next generation, comes as usual)."""
+        gen, rank, world = prepared.generation, prepared.members.index(self.id), len(prepared.members)
+        uid = self.control.master_uid
+        assert uid is not None
+        heard = False  # our heartbeat told us of it too (the assignment may come first)
+        deadline = self.clock() + PREPARED_WAIT_S
+
+        def dropped() -> bool:
+            nonlocal heard
+            p = self.control.prepared
+            heard = heard or (p is not None and p.generation == gen)
+            return self.control.aborts(gen) or (heard and self.control.prepared_dropped(gen)) or self.clock() > deadline
+
+        self.prefetch.buffer.reposition(None, [], 0, (uid, gen))  # a joiner holds nothing yet
+        t0 = self.clock()
+        try:
+            group = self.runner.run(lambda: self._form_group(gen, prepared.rendezvous, rank, world), dropped)
+            self.client.prepared_ready(self.id, gen)
+            t1 = self.clock()
+            while not self.control.go(gen):  # the others switch at their next step after the go
+                if dropped():
+                    raise Abandoned(f"the master dropped prepared generation {gen}")
+                self.sleep(0.005)
+            self.progress.generation = gen
+            step = self.runner.run(lambda: self.replica.broadcast(group, 0), dropped, group)
+        except CollectiveError as e:
+            log.info("trainer %s: not joining generation %d: %s", self.id, gen, e)
+            return None
+        self.progress.step = step
+        log.info("trainer %s: generation %d, rank %d of %d, step %d (prepared: group formed in %.3f s, "
+                 "state in %.3f s after the switch)", self.id, gen, rank, world, step, t1 - t0, self.clock() - t1)
+        return Assignment(gen, rank, world, prepared.members, prepared.rendezvous, step, Source.PEER, None, None, (),
+                          0, uid, prepared.state_to), group
+
+    def _switch(self, a: Assignment, generation: int, cursors: dict[str, Cursor | None]) -> tuple[Assignment, Group] | None:
+        """Every rank is ready for the prepared ``generation`` after this step: report the step on the way
+        and go on in it with its group, formed already (rank 0 sends its state to the joiners). ``None``:
+        we leave here (drained), or its start failed (reported; the master forms the next one)."""
+        p, step = self.progress, self.progress.step
+        prepared, group = self.preparation.take(generation)
+        self._report(a.generation, step, cursors, failed=False, switched_to=generation)
+        if group is None:
+            self.stopped = (a, step, cursors)
+            return None  # drained: the master releases the rest of our tasks from our cursor here
+        self.stopped = None
+        rank = prepared.members.index(self.id)
+        p.generation = generation
+        self.prefetch.buffer.rekey((a.master_uid, generation))
+        t0 = self.clock()
+        if prepared.state_to:
+            p.in_collective_since = t0
+            try:
+                self.runner.run(lambda: self.replica.broadcast(group, step), lambda: self.control.aborts(generation),
+                                group)
+            except CollectiveError as e:
+                log.warning("trainer %s: generation %d did not start: %s", self.id, generation, e)
+                self._report(generation, step, {}, failed=True)
+                return None
+        log.info("trainer %s: generation %d, rank %d of %d, step %d (switched into at the step; state in %.3f s%s)",
+                 self.id, generation, rank, len(prepared.members), step, self.clock() - t0,
+                 f" to ranks {list(prepared.state_to)}" if prepared.state_to else ": every member holds it")
+        return Assignment(generation, rank, len(prepared.members), prepared.members, prepared.rendezvous, step,
+                          Source.PEER, None, cursors.get(self.id), (), 0, a.master_uid, prepared.state_to), group
+
+    def _train(self, a: Assignment, group: Group) -> bool | tuple[Assignment, Group]:
+        """Step until the generation ends; ``True`` when training is done, or the prepared generation switched
+        into (its assignment and group)."""
         gen, p = a.generation, self.progress
         key = (int(a.master_uid), gen)
         if self.audit:
@@ -256,6 +382,8 @@ class Trainer:
                 self.stopped = (a, p.step, cursors)
                 self._report(gen, p.step, cursors, failed=False)
                 return False
+            if d.then is Then.SWITCH:
+                return self._switch(a, sums.switch_to, cursors) or False
 
     def _step(self, a: Assignment, group: Group, key: tuple[int, int]) -> StepSums | None:
         """Our next batch's gradients, summed with everyone's; ``None`` when the collective failed."""
@@ -272,7 +400,7 @@ class Trainer:
             raise
         # Read the stop request as late as possible: it rides in this step's all-reduce.
         slots = own_slots(a.world_size, a.rank, buffer.cursor, count, loss_sum, self.control.stops(a.generation),
-                          out_of_data)
+                          out_of_data, self.preparation.switch_to())
         self.progress.in_collective_since = self.clock()
         try:
             abort = lambda: self.control.aborts(a.generation)  # noqa: E731
@@ -322,10 +450,11 @@ class Trainer:
             self.audit.step(key, self.progress.step + 1, record_ids(self.dataset, slices))
         return len(y), self.replica.backward(x, y)
 
-    def _report(self, gen: int, step: int, cursors: dict[str, Cursor | None], failed: bool) -> None:
+    def _report(self, gen: int, step: int, cursors: dict[str, Cursor | None], failed: bool,
+                switched_to: int = 0) -> None:
         self.progress.in_collective_since = None
-        self.store_port = free_port(self.host)  # a fresh port per generation: the old store may linger
-        self.client.sync(SyncReport(self.id, gen, step, cursors, self.store_port, failed))
+        self.progress.store_port = free_port(self.host)  # a fresh port per generation: the old store may linger
+        self.client.sync(SyncReport(self.id, gen, step, cursors, self.progress.store_port, failed, switched_to))
 
     # ------------------------------------------------------------ checkpoints and the end
     def _checkpoint(self, gen: int, cursors: dict[str, Cursor | None], wait: bool = False) -> None:

@@ -6,6 +6,8 @@ from edl.api.data import Cursor
 
 
 def started(n: int = 2, **cfg) -> Membership:
+    """``n`` trainers in generation 1. Graceful changes stop at a boundary unless ``prepare=True``."""
+    cfg.setdefault("prepare", False)
     m = Membership(MembershipConfig(min_trainers=1, max_trainers=4, desired=n, **cfg))
     for i in range(n):
         m.register(f"t{i}", 100 + i, "127.0.0.1", 9000 + i, now=0.0)
@@ -181,3 +183,139 @@ def test_a_rollback_sends_the_checkpoint_to_all_but_rank0_unless_they_hold_the_s
         m2.register(t, 1, "h", 1, now=0.0)
     g2 = m2.form(0.0, 42, Source.PEER, lead="b", holders={"a", "b"}).generation
     assert g2.members[0] == "b" and g2.state_to == (2,)  # a restarted master's joiner "c" only
+
+
+# ---------------------------------------------------------------- prepared changes
+def switch_all(m: Membership, step: int, now: float, to: int) -> None:
+    cursors = {t: Cursor(1, step) for t in m.members()}
+    for t in m.members():
+        if m.trainers[t].state in (TrainerState.ACTIVE, TrainerState.DRAINING):
+            m.report(SyncReport(t, m.current.id, step, cursors, 7000, False, to), now)
+
+
+def test_a_registration_prepares_the_next_generation_while_the_current_trains_on():
+    m = started(2, prepare=True)
+    m.heartbeat("t0", 5, 9.0, store_port=9010)  # where rank 0's next store would listen
+    m.register("t2", 3, "h2", 9002, now=10.0)
+    assert m.phase is Phase.RUNNING and not m.change_pending_for("t0")  # nobody stops
+    p = m.prepare(10.0)
+    assert p is not None and p.id == 2 and p.members == ("t0", "t1", "t2") and p.state_to == (2,)
+    assert p.rendezvous == ("127.0.0.1", 9010)  # rank 0 stays rank 0, on the port it advertised
+    assert m.prepared_for("t0") is p and m.prepared_for("t2") is p and m.prepared_for("t9") is None
+    for t in ("t0", "t1"):
+        m.ready_for(t, p.id, 10.1)
+    assert not m.go
+    m.ready_for("t2", p.id, 10.2)
+    assert m.go
+    switch_all(m, 50, 10.4, to=p.id)  # every member switched after step 50
+    assert m.ready_to_form(10.4)
+    f = m.form(10.4, 0, Source.INIT)
+    g = f.generation
+    assert g.id == p.id and g.members == p.members and g.rendezvous == p.rendezvous and g.base_step == 50
+    assert g.reason is Reason.SCALE_UP and g.source is Source.PEER and g.state_to == (2,) and not f.rollback
+    assert m.trainers["t2"].state is TrainerState.ACTIVE and m.prepared is None
+    assert abs(g.prepared_s - 0.4) < 1e-9  # in the background, while the old generation trained
+    m.first_step(g.id, 10.6)
+    assert abs(g.pause_s - 0.2) < 1e-9  # from the switch (its first report) to the first step
+
+
+def test_a_drained_member_leaves_at_the_switch_and_nobody_needs_state():
+    m = started(3, prepare=True)
+    m.heartbeat("t0", 5, 4.0, store_port=9010)
+    m.drain("t1", 5.0)
+    assert m.trainers["t1"].state is TrainerState.DRAINING and m.phase is Phase.RUNNING
+    p = m.prepare(5.0)
+    assert p.members == ("t0", "t2") and p.state_to == () and m.prepared_for("t1") is p  # told, to leave there
+    for t in p.members:
+        m.ready_for(t, p.id, 5.1)
+    switch_all(m, 20, 5.3, to=p.id)
+    f = m.form(5.3, 0, Source.INIT)
+    assert f.generation.id == p.id and f.departed == {"t1": False}
+    assert m.trainers["t1"].state is TrainerState.LEFT and f.generation.cursors["t1"] == Cursor(1, 20)
+
+
+def test_a_change_before_the_go_plans_again_and_one_after_waits_for_the_switch():
+    m = started(1, prepare=True)
+    m.heartbeat("t0", 5, 0.5, store_port=9010)
+    m.register("a", 1, "h", 11, now=1.0)
+    p1 = m.prepare(1.0)
+    m.register("b", 2, "h", 12, now=1.1)  # before the go: planned again with both
+    assert m.prepared is None and m.dropped_prepared == p1.id
+    m.heartbeat("t0", 5, 1.15, store_port=9100)  # rank 0 advertises its next port
+    p2 = m.prepare(1.2)
+    assert p2.id > p1.id and p2.members == ("t0", "a", "b") and p2.rendezvous[1] == 9100
+    for t in p2.members:
+        m.ready_for(t, p2.id, 1.3)
+    m.register("c", 3, "h", 13, now=1.4)  # after the go: the switch stands, c comes next
+    assert m.prepared is p2 and m.go
+    switch_all(m, 9, 1.5, to=p2.id)
+    assert m.form(1.5, 0, Source.INIT).generation.members == ("t0", "a", "b")
+    assert m.trainers["c"].state is TrainerState.WAITING and m.wanted is Reason.SCALE_UP
+
+
+def test_rank0s_port_is_never_given_out_twice():
+    m = started(2, prepare=True)
+    m.register("t2", 3, "h", 3, now=1.0)
+    assert m.prepare(1.0) is None  # 9000 is generation 1's store: rank 0 has not advertised another yet
+    m.heartbeat("t0", 5, 1.1, store_port=9000)
+    assert m.prepare(1.1) is None
+    m.heartbeat("t0", 5, 1.2, store_port=9010)
+    assert m.prepare(1.2).rendezvous[1] == 9010
+
+
+def test_a_failure_drops_the_preparation_and_whoever_switched_into_it_is_told_to_leave():
+    m = started(2, prepare=True)
+    m.register("t2", 3, "h", 3, now=1.0)
+    m.heartbeat("t0", 5, 1.0, store_port=9010)
+    p = m.prepare(1.0)
+    for t in p.members:
+        m.ready_for(t, p.id, 1.1)
+    switch_all(m, 30, 1.2, to=p.id)  # both switched; then the joiner dies before it is formed
+    m.heartbeat("t0", 30, 1.25, generation=p.id)
+    m.fail("t2", 1.3)
+    f = m.form(1.3, 0, Source.INIT)
+    assert f.generation.id > p.id and f.generation.members == ("t0", "t1") and f.generation.base_step == 30
+    assert m.in_dropped_prepared("t0") is False  # the heartbeat below moves it on
+    m.heartbeat("t0", 30, 1.35, generation=p.id)
+    assert m.in_dropped_prepared("t0") is False  # generation p is older than the current one
+    m2 = started(2, prepare=True)
+    m2.register("t2", 3, "h", 3, now=1.0)
+    m2.heartbeat("t0", 5, 1.0, store_port=9010)
+    p2 = m2.prepare(1.0)
+    for t in p2.members:
+        m2.ready_for(t, p2.id, 1.1)
+    m2.fail("t2", 1.15)  # before anyone reported: dropped, planned again without it
+    assert m2.prepared is None and m2.dropped_prepared == p2.id
+    m2.heartbeat("t1", 5, 1.2, generation=p2.id)  # t1 had switched already
+    assert m2.in_dropped_prepared("t1")
+
+
+def test_a_preparation_not_ready_in_time_stops_at_a_boundary():
+    m = started(2, prepare=True, prepare_timeout_s=5.0)
+    m.register("t2", 3, "h", 3, now=1.0)
+    m.heartbeat("t0", 5, 1.0, store_port=9010)
+    p = m.prepare(1.0)
+    m.ready_for("t0", p.id, 2.0)
+    m.expire(5.9)
+    assert m.phase is Phase.RUNNING
+    m.expire(6.1)
+    assert m.phase is Phase.SYNCING and m.change_pending_for("t0") and m.prepared is None
+    report_all(m, 40, 6.3)
+    g = m.form(6.3, 0, Source.INIT).generation
+    assert g.id > p.id and g.members == ("t0", "t1", "t2") and g.base_step == 40
+
+
+def test_the_first_step_heard_before_the_last_report_still_ends_the_pause():
+    m = started(3, prepare=True)
+    m.drain("t2", 1.0)
+    m.heartbeat("t0", 5, 1.0, store_port=9010)
+    p = m.prepare(1.0)
+    for t in p.members:
+        m.ready_for(t, p.id, 1.1)
+    cursors = {t: Cursor(1, 7) for t in m.members()}
+    for t in ("t0", "t1"):
+        m.report(SyncReport(t, 1, 7, cursors, 7000, False, p.id), 1.2)
+    m.first_step(p.id, 1.3)  # the drained member's report is late
+    m.report(SyncReport("t2", 1, 7, cursors, 7000, False, p.id), 1.4)
+    g = m.form(1.4, 0, Source.INIT).generation
+    assert g.id == p.id and abs(g.pause_s - 0.1) < 1e-9

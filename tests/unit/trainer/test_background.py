@@ -14,8 +14,9 @@ from edl.trainer.progress import Progress
 
 
 def answer(uid="1", generation=2, stop=False, status=JobStatus.RUNNING, checkpoint=False, known=True, abort=False,
-           state=TrainerState.ACTIVE):
-    return HeartbeatAnswer(uid, known, state, generation, stop, status, checkpoint, abort=abort)
+           state=TrainerState.ACTIVE, abort_through=None):
+    return HeartbeatAnswer(uid, known, state, generation, stop, status, checkpoint, abort=abort,
+                           abort_through=generation if abort_through is None else abort_through)
 
 
 class FakeLink:
@@ -29,7 +30,8 @@ class FakeLink:
             raise a
         return a
 
-    def heartbeat(self, trainer, *, generation, step, safe_cursor, loss, wait_s, in_collective_s=None):
+    def heartbeat(self, trainer, *, generation, step, safe_cursor, loss, wait_s, in_collective_s=None, store_port=None,
+                  heard=(0, False)):
         self.calls.append((trainer, generation, step, safe_cursor, loss, wait_s, in_collective_s))
         return self._next()
 
@@ -67,6 +69,8 @@ def test_an_abort_leaves_its_generation_and_every_older_one():
     assert c.aborts(3) and not c.dropped
     c.learn(answer(uid="2", generation=9, abort=True))  # a stale master's word is not ours
     assert not c.aborts(9)
+    c.learn(answer(generation=3, abort=True, abort_through=6))  # a prepared generation it dropped
+    assert c.aborts(6) and not c.aborts(7)
 
 
 def test_a_trainer_the_master_dropped_leaves_whatever_generation_it_is_in():

@@ -14,8 +14,8 @@ from edl.trainer.decide import CheckpointWhy, StartPlan, StepContext, Then, deci
 from edl.trainer.slots import StepSums
 
 
-def sums(samples=32, loss_sum=16.0, stop=False, finished=False) -> StepSums:
-    return StepSums({"a": Cursor(1, 16), "b": Cursor(2, 16)}, samples, loss_sum, stop, finished)
+def sums(samples=32, loss_sum=16.0, stop=False, finished=False, switch_to=0) -> StepSums:
+    return StepSums({"a": Cursor(1, 16), "b": Cursor(2, 16)}, samples, loss_sum, stop, finished, switch_to)
 
 
 def ctx(rank=0, step=10, first=False, since=0.0, interval=30.0, requested=False) -> StepContext:
@@ -57,6 +57,13 @@ def test_any_stop_ends_the_generation_at_this_step():
     assert decide_step(sums(stop=True), ctx(rank=1)).then is Then.STOP
     d = decide_step(sums(samples=0, loss_sum=0.0, stop=True), ctx())
     assert d.then is Then.STOP and not d.lead
+
+
+def test_every_rank_ready_for_a_prepared_generation_switches_unless_a_stop_or_the_end_comes_first():
+    d = decide_step(sums(switch_to=7), ctx(rank=1))
+    assert d.then is Then.SWITCH and d.update  # the step itself counts: the switch comes after it
+    assert decide_step(sums(stop=True, switch_to=7), ctx()).then is Then.STOP
+    assert decide_step(sums(samples=0, loss_sum=0.0, finished=True, switch_to=7), ctx()).then is Then.FINISH
 
 
 def test_finished_wins_over_stop_and_rank_0_leads_the_end():

@@ -34,7 +34,20 @@ def test_the_summed_slots_decode_to_what_every_rank_contributed():
              own_slots(3, 2, Cursor(9, 3), 3, 1.5, False, True)]
     assert parts[1][:SLOT].sum() == 0 and parts[1][2 * SLOT:].sum() == 0  # only its own slot
     s = decode_sums(np.sum(parts, axis=0, dtype=np.float32), members)
-    assert s == StepSums({"a": Cursor(4, 16), "b": None, "c": Cursor(9, 3)}, 19, 9.5, True, True)
+    assert s == StepSums({"a": Cursor(4, 16), "b": None, "c": Cursor(9, 3)}, 19, 9.5, True, True, 0)
     one_left = [own_slots(2, 0, None, 0, 0.0, False, True), own_slots(2, 1, Cursor(1, 2), 2, 1.0, False, False)]
     s = decode_sums(np.sum(one_left, axis=0, dtype=np.float32), ("a", "b"))
     assert not s.finished and not s.stop and s.samples == 2
+
+
+@given(st.integers(1, 2**30), st.integers(2, 6), st.data())
+def test_the_switch_needs_every_rank_ready_for_the_same_prepared_generation(gen, world, data):
+    members = tuple(f"t{r}" for r in range(world))
+    ready = [gen] * world
+    assert decode_sums(np.sum([own_slots(world, r, None, 1, 0.0, False, False, ready[r]) for r in range(world)],
+                              axis=0, dtype=np.float32), members).switch_to == gen
+    laggard = data.draw(st.integers(0, world - 1))
+    ready[laggard] = data.draw(st.sampled_from([0, gen + 1]))  # not ready yet, or ready for another one
+    s = decode_sums(np.sum([own_slots(world, r, None, 1, 0.0, False, False, ready[r]) for r in range(world)],
+                           axis=0, dtype=np.float32), members)
+    assert s.switch_to == 0
