@@ -17,10 +17,10 @@ RESULTS = ROOT / "bench" / "results"
 
 
 class EdlJob:
-    def __init__(self, name: str, args: list[str], home: Path, log: Path) -> None:
+    def __init__(self, name: str, args: list[str], home: Path, log: Path, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.home = home
-        env = {**os.environ, "EDL_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "EDL_HOME": str(home), "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log = log.open("wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "edl", "train", "--job-name", name, *args],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -10,7 +10,13 @@
    fault to next completed step, steps rolled back, whether every survivor stayed, and for a hang
    how long until it was excluded and how the woken trainer ended.
 2. edl, graceful changes: scale-up 1 -> 2 -> ... -> ``--graceful-largest`` (default 4) and drain back
-   to 1, ``--rounds`` times: each change's pause, by group size (``--skip-faults``: only these).
+   to 1, ``--rounds`` times, each change by both protocols, one job after the other in this run: a
+   prepared generation switched into at a step (edl's way now), and the stop at a step boundary with
+   the next generation formed after it (``EDL_PREPARED_CHANGES=0``, edl's way before). Per change and
+   group size: the master's pause (from the change's trigger to the next completed step; for a switch
+   the trigger is the switch itself, the training going on until then), and *stop -> next step*: from
+   the moment the old generation stopped stepping (its first member's report) to the new one's first
+   completed step, one step included, the same measure for both (``--skip-faults``: only these).
 3. torchrun --standalone --nproc_per_node 2 (restart-all) with the same MLP in DDP: SIGKILL one
    worker; time from the kill to the next completed step after the restart. torch is in the
    optional ``bench`` extra; without it the column reads "not installed".
@@ -113,15 +119,18 @@ def scale(job: EdlJob, n: int) -> None:
                    env={**os.environ, "EDL_HOME": str(job.home)}, stdout=subprocess.DEVNULL)
 
 
-def graceful_pauses(tmp: Path, data: Path, batch: int, rounds: int, largest: int = 4) -> dict:
-    """Scale-up 1 -> 2 -> ... -> ``largest`` and drain back down to 1, ``rounds`` times: each change's pause,
-    by the group size it changes into (scale-up) or out of (drain)."""
-    job = EdlJob("graceful", [
+def graceful_pauses(tmp: Path, data: Path, batch: int, rounds: int, largest: int = 4, prepared: bool = True) -> dict:
+    """Scale-up 1 -> 2 -> ... -> ``largest`` and drain back down to 1, ``rounds`` times: each change's pause
+    and stop -> next step, by the group size it changes into (scale-up) or out of (drain). ``prepared``:
+    through a prepared generation (else stop at a boundary, ``EDL_PREPARED_CHANGES=0``)."""
+    name = "graceful" if prepared else "graceful-stop"
+    job = EdlJob(name, [
         "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
         "--min-trainers", "1", "--max-trainers", str(largest), "--trainers", "1",
-        "--checkpoint-uri", str(tmp / "ckpt-graceful"), "--checkpoint-interval", "1e9",
-    ], tmp / "home-graceful", tmp / "edl-graceful.log")
-    out: dict = {"scale_up": [], "scale_down": [], "by_size": {}}
+        "--checkpoint-uri", str(tmp / f"ckpt-{name}"), "--checkpoint-interval", "1e9",
+    ], tmp / f"home-{name}", tmp / f"edl-{name}.log", env={"EDL_PREPARED_CHANGES": "1" if prepared else "0"})
+    out: dict = {"scale_up": [], "scale_down": [], "by_size": {}, "stop_to_step": {"scale_up": [], "scale_down": []},
+                 "switched": 0, "changes": 0}
     steps = [(n, "scale_up", n) for n in range(2, largest + 1)] + [(n, "scale_down", n + 1) for n in range(largest - 1, 0, -1)]
     try:
         st = job.wait_for(_settled(1, 20))
@@ -130,9 +139,17 @@ def graceful_pauses(tmp: Path, data: Path, batch: int, rounds: int, largest: int
                 g = st["generation"]
                 scale(job, n)
                 st = job.wait_for(lambda s, g=g, n=n: s["generation"] > g and _settled(n, 0)(s))
-                pause = st["generations"][-1]["pause_s"]
+                gen = st["generations"][-1]
+                pause = gen["pause_s"]
+                stop_to_step = round(gen["first_step_at"] - gen["stopped_at"], 3)
                 out[key].append(pause)
-                out["by_size"].setdefault(str(size), {"scale_up": [], "scale_down": []})[key].append(pause)
+                out["stop_to_step"][key].append(stop_to_step)
+                out["changes"] += 1
+                out["switched"] += gen["prepared_s"] is not None
+                sizes = out["by_size"].setdefault(str(size), {"scale_up": [], "scale_down": [],
+                                                             "stop_to_step_scale_up": [], "stop_to_step_scale_down": []})
+                sizes[key].append(pause)
+                sizes["stop_to_step_" + key].append(stop_to_step)
                 st = job.wait_for(_settled(n, st["step"] + 20))
     finally:
         job.stop()
@@ -217,8 +234,10 @@ def main() -> int:
         if not a.skip_faults:
             console.print("edl: SIGKILL of every rank, SIGSTOP of the first and the last ...")
             cases = edl_cases(tmp, data, a.batch_size, a.sizes, console)
-        console.print(f"edl: graceful scale-up 1 -> {a.graceful_largest} and drain back to 1 ...")
+        console.print(f"edl: graceful scale-up 1 -> {a.graceful_largest} and drain back to 1, prepared ...")
         graceful = graceful_pauses(tmp, data, a.batch_size, a.rounds, a.graceful_largest)
+        console.print("edl: the same, stopping at a step boundary (EDL_PREPARED_CHANGES=0) ...")
+        graceful_stop = graceful_pauses(tmp, data, a.batch_size, a.rounds, a.graceful_largest, prepared=False)
         tr: dict | None = None
         if importlib.util.find_spec("torch") is not None:
             console.print("torchrun: SIGKILL of one worker ...")
@@ -230,9 +249,12 @@ def main() -> int:
     result = {
         "model": "mlp 256-1024-1024-1024-10", "batch_per_trainer": a.batch_size, "sizes": a.sizes,
         "command": "python bench/recovery.py " + " ".join(sys.argv[1:]),
-        "cases": cases, "graceful": graceful, "torchrun": tr if tr is not None else "not installed",
+        "cases": cases, "graceful": graceful, "graceful_stop": graceful_stop,
+        "torchrun": tr if tr is not None else "not installed",
         "median": {"scale_up_pause_s": statistics.median_high(graceful["scale_up"]), "drain_pause_s": statistics.median_high(graceful["scale_down"])},
         "graceful_median_by_size": {n: {k: statistics.median_high(v) for k, v in d.items() if v} for n, d in graceful["by_size"].items()},
+        "graceful_stop_median_by_size": {n: {k: statistics.median_high(v) for k, v in d.items() if v}
+                                         for n, d in graceful_stop["by_size"].items()},
         "worst": {
             "sigkill_pause_s": max(c["pause_s"] for c in kills) if kills else None,
             "sigkill_fault_to_next_step_s": max(c["fault_to_next_step_s"] for c in kills) if kills else None,
@@ -255,7 +277,19 @@ def main() -> int:
                   ("yes" if c["woken_left_cleanly"] and c["woken_told"] else "NO") if "woken_told" in c else "-",
                   torch_cell if c["fault"] == "sigkill" and c["group_size"] == 2 else "-")
     console.print(t)
-    console.print(f"graceful pauses by group size, median of {a.rounds}: {result['graceful_median_by_size']}")
+    g = Table(title=f"graceful changes, median of {a.rounds} (seconds; target: pause ≤ 0.3)")
+    for col in ("change", "group", "prepared: pause", "prepared: stop → next step", "stop at boundary: pause",
+                "stop at boundary: stop → next step"):
+        g.add_column(col, justify="right")
+    for key, label in (("scale_up", "scale-up into"), ("scale_down", "drain out of")):
+        for n in sorted(result["graceful_median_by_size"], key=int):
+            now, before = result["graceful_median_by_size"][n], result["graceful_stop_median_by_size"].get(n, {})
+            if key in now:
+                g.add_row(label, n, f"{now[key]:.2f}", f"{now['stop_to_step_' + key]:.2f}",
+                          f"{before[key]:.2f}" if key in before else "-",
+                          f"{before['stop_to_step_' + key]:.2f}" if key in before else "-")
+    console.print(g)
+    console.print(f"prepared changes switched into without a stop: {graceful['switched']} of {graceful['changes']}")
     console.print(f"worst: {result['worst']}; graceful, median of {a.rounds}: {result['median']}; written to {path}")
     return 0
 

@@ -133,12 +133,16 @@ class GenerationSummary:
     triggered_at: float
     first_step_at: float | None
     rolled_back_steps: int
+    # A graceful change switched into without a stop: how long it was prepared while the one before
+    # trained (None: formed after a stop at a step boundary)
+    prepared_s: float | None = None
+    stopped_at: float | None = None  # the generation before stopped stepping (None: the first)
 
     @classmethod
     def from_json(cls, d: dict) -> GenerationSummary:
         return cls(d["id"], d["master_generation"], d["world_size"], tuple(d["members"]), Reason(d["reason"]),
                    Source(d["source"]), d["base_step"], d["pause_s"], d["triggered_at"], d["first_step_at"],
-                   d["rolled_back_steps"])
+                   d["rolled_back_steps"], d.get("prepared_s"), d.get("stopped_at"))
 
 
 @dataclass(frozen=True)

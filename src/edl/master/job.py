@@ -472,6 +472,8 @@ class Job:
                 triggered_at=g.triggered_at,
                 first_step_at=g.first_step_at,
                 rolled_back_steps=g.rolled_back_steps,
+                prepared_s=None if g.prepared_s is None else round(g.prepared_s, 3),
+                stopped_at=g.stopped_at,
             ))
         return out
 
@@ -530,7 +532,7 @@ class Job:
             "duplicate_samples": None,
             "generations": [
                 {"id": g.id, "world_size": g.world_size, "reason": g.reason.value, "pause_s": g.pause_s,
-                 "rolled_back_steps": g.rolled_back_steps, "base_step": g.base_step}
+                 "rolled_back_steps": g.rolled_back_steps, "base_step": g.base_step, "prepared_s": g.prepared_s}
                 for g in self.generation_summaries()
             ],
             "checkpoints": [{"step": c.step, "uri": c.uri, "write_s": round(c.write_s, 3)} for c in self.checkpoints],

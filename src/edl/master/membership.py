@@ -102,6 +102,7 @@ class Generation:
     # step's state, as survivors of one generation stopped at the same step do).
     state_to: tuple[int, ...] = ()
     prepared_s: float | None = None  # prepared in the background this long before the switch
+    stopped_at: float | None = None  # the generation before stopped stepping (its first member's report)
 
     @property
     def world_size(self) -> int:
@@ -190,6 +191,7 @@ class Membership:
         self.pending_reason: Reason | None = None
         self.pending_since: float | None = None
         self.reports: dict[str, SyncReport] = {}
+        self.first_report_at: float | None = None  # of the pending change: when training stopped
         self.first_registration_at: float | None = None
         self.resume_reason = Reason.START
         self.excluded: list[tuple[str, str]] = []  # (trainer, why) dropped for holding the others up, in order
@@ -225,6 +227,7 @@ class Membership:
         self.pending_reason = reason
         self.pending_since = now
         self.reports = {}
+        self.first_report_at = None
 
     def _drop_prepared(self) -> None:
         if self.prepared is not None:
@@ -311,6 +314,8 @@ class Membership:
                 # A member stopped on its own, e.g. it saw the master restart; treat as resume.
                 self._trigger(Reason.RESUME, now)
         self.reports[report.trainer] = report
+        if self.first_report_at is None:
+            self.first_report_at = now
 
     def ready_for(self, trainer_id: str, generation: int, now: float) -> None:
         """A member of the prepared ``generation`` formed its collective; the last one gives the go."""
@@ -371,7 +376,7 @@ class Membership:
             id=p.id, members=p.members, rendezvous=p.rendezvous, base_step=report.step, source=Source.PEER,
             reason=self.pending_reason or p.reason, triggered_at=self.pending_since or now, formed_at=now,
             cursors=dict(report.cursors), first_step_at=self.early_first_step, state_to=p.state_to,
-            prepared_s=(self.pending_since or now) - self.prepared_since,
+            prepared_s=(self.pending_since or now) - self.prepared_since, stopped_at=self.first_report_at,
         )
         departed: dict[str, bool] = {}
         for m in old.members:
@@ -511,6 +516,7 @@ class Membership:
             formed_at=now,
             cursors=cursors,
             state_to=tuple(r for r, m in enumerate(ordered) if m not in holding),
+            stopped_at=self.first_report_at if old is not None else None,
         )
         if old is not None:
             last = max([r.step for r in self.reports.values()] + [old.base_step])
@@ -532,6 +538,7 @@ class Membership:
         self.pending_reason = None
         self.pending_since = None
         self.reports = {}
+        self.first_report_at = None
         return Formation(gen, departed, rollback)
 
     def prepared_for(self, trainer_id: str) -> Generation | None:

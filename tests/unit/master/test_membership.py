@@ -216,7 +216,7 @@ def test_a_registration_prepares_the_next_generation_while_the_current_trains_on
     assert m.trainers["t2"].state is TrainerState.ACTIVE and m.prepared is None
     assert abs(g.prepared_s - 0.4) < 1e-9  # in the background, while the old generation trained
     m.first_step(g.id, 10.6)
-    assert abs(g.pause_s - 0.2) < 1e-9  # from the switch (its first report) to the first step
+    assert abs(g.pause_s - 0.2) < 1e-9 and g.stopped_at == 10.4  # from the switch (its first report) to the first step
 
 
 def test_a_drained_member_leaves_at_the_switch_and_nobody_needs_state():
