@@ -137,9 +137,21 @@ class EdlPolicy:
         trainer from scratch): a new trainer that fits nowhere now gets no node (the scheduler
         alone places it, or it waits for a drain to free room)."""
         index = {n: i for i, n in enumerate(cap.names)}
+        # A job that shrinks keeps its trainers on the fullest nodes and gives up those on the emptiest
+        # (the launcher drains the ones the plan does not keep): what it frees comes as whole nodes'
+        # worth of room where the rest of the cluster is already sparse, which is where the scheduler's
+        # spreading sends the next pods, rather than as holes left in packed nodes.
+        loaded = list(cap.free_cpu)
+        by_job = {j.name: j for j in jobs}
+        for name, nodes in bound.items():
+            if name in by_job:
+                for n in nodes:
+                    if n in index:
+                        loaded[index[n]] -= by_job[name].trainer.cpu
         kept: dict[str, list[str]] = {}
         for j in jobs:
-            mine = sorted(n for n in bound.get(j.name, ()) if n in index)[: sizes.get(j.name, 0)]
+            mine = sorted((n for n in bound.get(j.name, ()) if n in index),
+                          key=lambda n: (loaded[index[n]], n))[: sizes.get(j.name, 0)]
             for n in mine:
                 cap.take(index[n], j.trainer)
             kept[j.name] = mine

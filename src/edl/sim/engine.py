@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
-from edl.api.policy import free_hints
+from edl.api.policy import free_hints, leaving
 from edl.autoscale.policy import get_policy
 from edl.master.membership import START_GRACE_S
 from edl.sim.kube_scheduler import Scheduler
@@ -211,10 +211,13 @@ class Simulation:
             if k < len(free):
                 pod.hint = self.node_index[free[k]]
         if len(have) > want:
-            # Remove unscheduled pods first, then the youngest (as a ReplicaSet does).
+            # Remove unscheduled pods first, then the youngest (as a ReplicaSet does); a job's trainers
+            # as edl's launcher drains them: those on nodes the plan does not keep first (``leaving``).
             have.sort(key=lambda p: (p.node is not None, p.running, -p.created, -p.id))
-            for p in have[: len(have) - want]:
-                self._delete(p, t)
+            going = {p.id: p for p in have}
+            order = [(str(p.id), None if p.node is None else self.node_names[p.node]) for p in have]
+            for pid in leaving(len(have) - want, hints, order):
+                self._delete(going[int(pid)], t)
 
     # ------------------------------------------------------------ controllers
     def _controllers(self, t: float) -> None:

@@ -65,6 +65,29 @@ def test_free_hints_are_the_planned_nodes_no_live_trainer_holds_or_prefers():
     assert Plan({"a": 1}).nodes == {}
 
 
+def test_leaving_is_the_trainers_the_plan_does_not_keep_then_the_callers_order():
+    from edl.api.policy import leaving
+
+    # Caller's order: pending first, then the youngest. n0 is kept twice, n1 once.
+    trainers = [("p", None), ("y", "n1"), ("x", "n1"), ("w", "n0"), ("v", "n2"), ("u", "n0")]
+    assert leaving(3, ("n0", "n0", "n1"), trainers) == ["p", "y", "v"]
+    assert leaving(4, ("n0", "n0", "n1"), trainers) == ["p", "y", "v", "x"]  # then kept ones, in the caller's order
+    assert leaving(2, (), trainers) == ["p", "y"]  # no plan: the caller's order
+    assert leaving(0, (), trainers) == []
+
+
+def test_a_shrinking_job_keeps_its_trainers_on_the_fullest_nodes():
+    # n1 (4 cores) is full: a fixed pod and one trainer. n0 (8 cores) holds two trainers. A 6-core
+    # higher-priority pod waits: the job must give one trainer up, and the plan keeps the one on the full
+    # node, so what is freed is n0's (where the waiting pod then fits), not a hole in n1.
+    fixed = Pod("a-ps", T, PodPhase.RUNNING, 0, "n1", "a", "fixed")
+    waiting = Pod("web-0", Resources(6, 1), PodPhase.PENDING, 1000, None)
+    pods = (fixed, waiting, trainer("a", 0, "n0"), trainer("a", 1, "n0"), trainer("a", 2, "n1"))
+    j = JobDemand("a", 1, 3, 3, T)
+    plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 4)), pods, (j,)))
+    assert plan.sizes == {"a": 2} and plan.nodes["a"] == ("n0", "n1")
+
+
 def test_best_fit_passes_over_a_node_it_would_leave_with_cores_no_pod_can_use():
     from edl.autoscale.accounting import capacity
 

@@ -115,6 +115,26 @@ def test_seed_case2_targets_exceed_what_any_policy_can_pack():
     assert 0.9 < b["mean"] < 0.92 and 0.9 < b["offpeak_mean"] < 0.92
 
 
+def test_a_shrink_deletes_the_trainers_on_nodes_the_plan_no_longer_keeps():
+    """As edl's launcher does (``edl.api.policy.leaving``), not the youngest as a ReplicaSet would."""
+    import copy
+
+    d = copy.deepcopy(SMALL)
+    d["services"] = []
+    d["jobs"][0].update(count=1, submit_at=0, fixed_pods=[], static=4)
+    sim = Simulation(parse(d), "off")
+    for k in range(10):
+        sim.tick(k, 5)
+    trainers = sorted(sim._owned("j", "trainer"), key=lambda p: p.created)
+    assert len(trainers) == 4 and all(p.running for p in trainers)
+    oldest, *rest = trainers
+    js = sim.jobs["j"]
+    js.target, js.hints = 3, tuple(sorted(sim.node_names[p.node] for p in rest))
+    assert sim.node_names[oldest.node] not in js.hints  # the default profile spread them: one per node
+    sim._controllers(sim.now)
+    assert [p.id for p in trainers if p.id not in {q.id for q in sim._owned("j", "trainer")}] == [oldest.id]
+
+
 def test_placed_bound_packs_the_movable_pods_into_what_the_kept_ones_leave():
     from edl.api.cluster import Resources
     from edl.sim.bound import placed_bound
