@@ -24,10 +24,13 @@ class Plan:
 
     ``nodes[job]`` lists one node name per trainer of the job's target (sorted; a node appears
     once per trainer on it): the trainers it holds now where they stay, then the new ones. A job
-    without an entry has no placement (the scheduler alone decides)."""
+    without an entry has no placement (the scheduler alone decides). ``pods`` names a node for
+    each of the jobs' other pods (fixed pods: a master, parameter servers) that waits for one: the
+    launcher that creates such a pod gives it that node as its preferred node affinity."""
 
     sizes: dict[str, int]
     nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    pods: dict[str, str] = field(default_factory=dict)
 
 
 class Policy(Protocol):

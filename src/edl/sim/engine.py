@@ -231,13 +231,16 @@ class Simulation:
             j = js.spec
             if js.completed_at is not None or js.cancelled or t < j.submit_at:
                 continue
-            if not js.submitted:
+            created = not js.submitted
+            if created:
                 js.submitted = True
                 self.changed = True
                 self.placement_version += 1
                 js.target = j.static if self.policy is None else j.min
             for f in j.fixed_pods:
                 self._reconcile(j.name, "job", f.role, f.count, f.pod, j.priority, t, j.startup_s)
+            if created and j.fixed_pods:
+                self._place_fixed(j.name, t)
             if j.name in self.external:
                 continue  # its launcher creates and deletes the trainers
             # edl's launcher drains a trainer at a step boundary before deleting it; a plain
@@ -245,6 +248,20 @@ class Simulation:
             grace = j.drain_s if self.policy_name == "edl" else j.termination_s
             self._reconcile(j.name, "job", "trainer", js.target, j.trainer, j.priority, t, j.startup_s, grace,
                             js.hints)
+
+    def _place_fixed(self, job: str, t: float) -> None:
+        """A job's fixed pods, just created, prefer the nodes the policy's plan gives them: as edl's
+        launcher asks the plan where the pods it creates go (``Plan.pods``) before it creates them."""
+        if self.policy is None:
+            return  # off: nothing plans
+        plan = self.policy.plan(self.snapshot(t))
+        if not plan.pods:
+            return  # a policy that places nothing (edl2017)
+        for p in self._owned(job):
+            if p.role != "trainer" and p.node is None:
+                node = plan.pods.get(self._view(p).name)
+                if node is not None:
+                    p.hint = self.node_index[node]
 
     # ------------------------------------------------------------- autoscaler
     def _demands(self) -> tuple[JobDemand, ...]:

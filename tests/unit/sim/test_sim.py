@@ -135,6 +135,23 @@ def test_a_shrink_deletes_the_trainers_on_nodes_the_plan_no_longer_keeps():
     assert [p.id for p in trainers if p.id not in {q.id for q in sim._owned("j", "trainer")}] == [oldest.id]
 
 
+@pytest.mark.parametrize("policy, where", [("edl", 1), ("edl2017", 0)])
+def test_a_jobs_fixed_pods_go_where_the_plan_puts_them(policy, where):
+    """As the launcher asks the plan where the pods it creates go: a 4-core pserver on an empty
+    12.654-core node leaves two more pservers' room, as on the 17.654-core one, and it is the tighter
+    of the two; the default profile (LeastAllocated) alone spreads it onto the larger node."""
+    d = {"name": "f", "duration_s": 10, "period_s": 5,
+         "nodes": [{"count": 1, "cpu": 17.654, "memory_gi": 64}, {"count": 1, "cpu": 12.654, "memory_gi": 64}],
+         "jobs": [{"name": "j", "count": 1, "submit_at": 1, "priority": 0, "trainer": {"cpu": 5, "memory_gi": 8},
+                   "fixed_pods": [{"role": "ps", "count": 1, "cpu": 4, "memory_gi": 5}],
+                   "min": 1, "max": 2, "static": 1, "throughput": {"per_trainer": 1, "efficiency": 1}}]}
+    sim = Simulation(parse(d), policy)
+    for k in range(3):
+        sim.tick(k, 5)
+    (ps,) = sim._owned("j", "ps")
+    assert ps.node == where and ps.hint == (1 if policy == "edl" else None)
+
+
 def test_placed_bound_packs_the_movable_pods_into_what_the_kept_ones_leave():
     from edl.api.cluster import Resources
     from edl.sim.bound import placed_bound
