@@ -136,11 +136,14 @@ def cmd_data_prepare(a: argparse.Namespace) -> int:
     return 0
 
 
-def _pct(v: float | None, bound: float | None) -> str:
-    """A utilization and, in brackets, the most any policy could reach (``edl.sim.bound``)."""
+def _pct(v: float | None, *bounds: float | None) -> str:
+    """A utilization and, in brackets, the most a policy could reach (``edl.sim.bound``): with every
+    pod packed, then (where known) around the services as they ran, and around the services and fixed
+    pods as they ran (what placing trainers alone can reach)."""
     if v is None:
         return "-"
-    return f"{100 * v:.1f}" + ("" if bound is None else f" ({100 * bound:.1f})")
+    known = [f"{100 * b:.1f}" for b in bounds if b is not None]
+    return f"{100 * v:.1f}" + (f" ({' · '.join(known)})" if known else "")
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -182,13 +185,18 @@ def show_simulation(console: Console, scenario: str, runs: int, reports: list[di
 
     from edl.console import add_row, text
 
-    t = Table(title=text(f"{scenario}: {runs} run(s) per policy"))
-    for c in ("policy", "util % (bound)", "off-peak % (bound)", "pending s", "JCT s", "Jain", "svc lag s",
+    t = Table(title=text(f"{scenario}: {runs} run(s) per policy"),
+              caption="bounds: every pod packed · around the services as they ran · around the services "
+                      "and fixed pods as they ran")
+    for c in ("policy", "util % (bounds)", "off-peak % (bounds)", "pending s", "JCT s", "Jain", "svc lag s",
               "rescales"):
         t.add_column(c, justify="right")
     for r in reports:
         u = r["utilization"]
-        add_row(t, r["policy"], _pct(u["mean"], u["bound_mean"]), _pct(u["offpeak_mean"], u["bound_offpeak_mean"]),
+        add_row(t, r["policy"],
+                _pct(u["mean"], u["bound_mean"], u.get("job_pods_bound_mean"), u.get("trainers_bound_mean")),
+                _pct(u["offpeak_mean"], u["bound_offpeak_mean"], u.get("job_pods_bound_offpeak_mean"),
+                     u.get("trainers_bound_offpeak_mean")),
                 f"{r['pending_s_mean']:.1f}", "-" if r["jct_s_mean"] is None else f"{r['jct_s_mean']:.0f}",
                 f"{r['fairness_jain']:.2f}",
                 "-" if not r["services"] else f"{max(s['lag_s_max'] for s in r['services']):.0f}",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Iterable, Protocol, Sequence
 
 from edl.api.cluster import Snapshot
 
@@ -24,10 +24,13 @@ class Plan:
 
     ``nodes[job]`` lists one node name per trainer of the job's target (sorted; a node appears
     once per trainer on it): the trainers it holds now where they stay, then the new ones. A job
-    without an entry has no placement (the scheduler alone decides)."""
+    without an entry has no placement (the scheduler alone decides). ``pods`` names a node for
+    each of the jobs' other pods (fixed pods: a master, parameter servers) that waits for one: the
+    launcher that creates such a pod gives it that node as its preferred node affinity."""
 
     sizes: dict[str, int]
     nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    pods: dict[str, str] = field(default_factory=dict)
 
 
 class Policy(Protocol):
@@ -55,3 +58,21 @@ def free_hints(planned: Iterable[str], taken: Iterable[str | None]) -> list[str]
     left = Counter(planned)
     left.subtract(n for n in taken if n is not None)
     return sorted(left.elements())
+
+
+def leaving(count: int, planned: Iterable[str], trainers: Sequence[tuple[str, str | None]]) -> list[str]:
+    """Which ``count`` of a job's live trainers go when it shrinks: first those the plan does not keep.
+
+    ``trainers``: (name, node bound to or ``None``) in the order the caller would let them go without a
+    plan (its own preference: not yet running first, then the youngest). A planned node keeps as many
+    trainers as it appears in ``planned``, the ones the caller would let go last; every other trainer
+    goes first, in the caller's order, then the kept ones if more must go. Without a plan this is the
+    caller's order: the launcher and the simulator drain the same trainers."""
+    slots = Counter(planned)
+    kept: set[str] = set()
+    for name, node in reversed(trainers):
+        if node is not None and slots[node] > 0:
+            slots[node] -= 1
+            kept.add(name)
+    order = [name for name, _ in trainers if name not in kept] + [name for name, _ in trainers if name in kept]
+    return order[:max(0, count)]

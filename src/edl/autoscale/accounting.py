@@ -8,7 +8,11 @@ of candidate nodes ordered by free CPU (best fit), checked lazily.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
 
 from edl.api.cluster import Pod, PodPhase, Resources, Snapshot, may_run_on
 
@@ -16,6 +20,27 @@ _TERMINATED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 EPS = 1e-9
 WASTE_LOOKAHEAD = 8  # how many best fits ``place`` weighs against the waste each would leave
 GPU_NODE_LAST = 1e9  # added to a GPU node's free CPU when ordering nodes for a pod that needs no GPU
+
+
+def best_fill(room: float, shapes: Sequence[float]) -> float:
+    """The most CPU that whole pods of the ``shapes`` (cores, any number of each) take of ``room`` cores.
+
+    Counted in millicores, as the API does, over their greatest common divisor: reachable sums are the
+    bits of one integer, and each shape's multiples are added by doubling shifts (exact, and fast for
+    any node size)."""
+    units = [int(round(s * 1000)) for s in shapes if s > 0]
+    if not units or room <= 0:
+        return 0.0
+    g = math.gcd(*units)
+    top = int(round(room * 1000)) // g
+    mask = (1 << (top + 1)) - 1
+    reach = 1  # bit k: k * g millicores can be filled exactly
+    for u in sorted({u // g for u in units}):
+        step = u
+        while step <= top:
+            reach = (reach | (reach << step)) & mask
+            step *= 2
+    return (reach.bit_length() - 1) * g / 1000
 
 
 @dataclass
@@ -122,6 +147,28 @@ class Capacity:
             if k != chosen:
                 self.release(seen[k], req)
         return seen[chosen]
+
+    def place_packed(self, req: Resources, fill: Sequence[float]) -> int | None:
+        """Bind one pod of ``req`` to the fitting node where it leaves the least CPU that pods of the
+        ``fill`` shapes could not use (``best_fill``), best fit among those; ``None`` if none fits.
+
+        For a job's fixed pods (parameter servers, a master): best fit alone drops them into whatever
+        hole is tightest, and the cores left beside them are often too few for a trainer (a 4-core pod
+        on a node with 7.65 free strands 3.65 that no 5-core trainer can use; on a node with 12.65 free,
+        two more fixed pods or a trainer and a fixed pod fill it). Pods that need no GPU go to GPU nodes
+        last, as in ``place``."""
+        cpu, mem, gpu = (np.asarray(x) for x in (self.free_cpu, self.free_mem, self.free_gpu))
+        fits = np.flatnonzero((cpu + EPS >= req.cpu) & (mem + EPS >= req.memory) & (gpu + EPS >= req.gpu))
+        if not len(fits):
+            return None
+        left = np.round(cpu[fits] - req.cpu, 6)
+        values, where = np.unique(left, return_inverse=True)
+        waste = np.round(values - np.array([best_fill(float(v), fill) for v in values]), 6)[where]
+        off = self._gpu_offsets() if req.gpu <= 0 else None
+        gpu_last = np.zeros(len(fits)) if off is None else (np.asarray(off)[fits] > 0).astype(float)
+        i = int(fits[np.lexsort((fits, left, waste, gpu_last))[0]])
+        self.take(i, req)
+        return i
 
     def _gpu_offsets(self) -> list[float] | None:
         """Per node, what is added to free CPU in the heap order of pods that need no GPU: nodes with

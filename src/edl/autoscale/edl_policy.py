@@ -32,8 +32,8 @@ from __future__ import annotations
 import heapq
 import math
 
-from edl.autoscale.accounting import Capacity, capacity
-from edl.api.cluster import JobDemand, Pod, Snapshot
+from edl.autoscale.accounting import EPS, Capacity, capacity
+from edl.api.cluster import JobDemand, Pod, Resources, Snapshot
 from edl.api.policy import Plan
 
 
@@ -125,37 +125,100 @@ class EdlPolicy:
         cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending, bound, shapes)
         base = cap.copy()
         sizes = self._sizes(snapshot, cap, pending)
-        return Plan(sizes, self._placement(snapshot.jobs, sizes, base, pending, bound, shapes))
+        fixed: dict[str, str] = {}
+        nodes = self._placement(snapshot.jobs, sizes, base, pending, bound, shapes, fixed)
+        return Plan(sizes, nodes, fixed)
 
     @staticmethod
     def _placement(jobs: tuple[JobDemand, ...], sizes: dict[str, int], cap: Capacity, pending: list[Pod],
-                   bound: dict[str, list[str]], shapes: set[float] | frozenset[float] = frozenset()) -> dict[str, tuple[str, ...]]:
+                   bound: dict[str, list[str]], shapes: set[float] | frozenset[float] = frozenset(),
+                   fixed: dict[str, str] | None = None) -> dict[str, tuple[str, ...]]:
         """Where each job's trainers go: those it holds stay (up to its size), then, tier by tier,
         the pods waiting for a node are placed and the new trainers go best fit into what is left.
+        A job's own waiting pods (``fixed``, by pod name) go where they leave the least room that
+        the jobs' pods cannot fill (``Capacity.place_packed``); other pods best fit, as the
+        scheduler's spreading is not ours to steer.
 
         Best fit on the cluster as it is, not as the sizing saw it (that one re-placed every
         trainer from scratch): a new trainer that fits nowhere now gets no node (the scheduler
         alone places it, or it waits for a drain to free room)."""
         index = {n: i for i, n in enumerate(cap.names)}
-        kept: dict[str, list[str]] = {}
-        for j in jobs:
-            mine = sorted(n for n in bound.get(j.name, ()) if n in index)[: sizes.get(j.name, 0)]
-            for n in mine:
-                cap.take(index[n], j.trainer)
-            kept[j.name] = mine
+        by_job = {j.name: j for j in jobs}
+        # Every trainer where it is bound, to begin with; a job that shrinks has ``surplus`` of them to give up.
+        held = {j.name: sorted(n for n in bound.get(j.name, ()) if n in index) for j in jobs}
+        for name, nodes in held.items():
+            for n in nodes:
+                cap.take(index[n], by_job[name].trainer)
+        surplus = {name: len(nodes) - sizes.get(name, 0) for name, nodes in held.items()}
+
+        def give_up(name: str, node: str) -> None:
+            held[name].remove(node)
+            surplus[name] -= 1
+            cap.release(index[node], by_job[name].trainer)
+
+        def make_room(req: Resources, below: int, own: str | None) -> int | None:
+            """The node where the fewest trainers that go anyway (of jobs that shrink, below priority
+            ``below`` or the pod's own job) leave room for ``req``: those are the ones given up. The
+            waiting pod then has room in the plan's own count, not only in total."""
+            on: dict[int, list[str]] = {}
+            allowed = cap.eligible.get(own) if own is not None else None  # a trainer's own selector
+            for name, nodes in held.items():
+                if surplus[name] > 0 and (by_job[name].priority < below or name == own):
+                    for n in nodes:
+                        if allowed is None or index[n] in allowed:
+                            on.setdefault(index[n], []).append(name)
+            best: tuple[int, float, int, list[str]] | None = None
+            for i, names in on.items():
+                cpu, mem, gpu, going = cap.free_cpu[i], cap.free_mem[i], cap.free_gpu[i], []
+                budget = dict(surplus)
+                for name in sorted(names, key=lambda name: (-by_job[name].trainer.cpu, name)):
+                    if cpu + EPS >= req.cpu and mem + EPS >= req.memory and gpu + EPS >= req.gpu:
+                        break
+                    if budget[name] > 0:
+                        budget[name] -= 1
+                        t = by_job[name].trainer
+                        cpu, mem, gpu = cpu + t.cpu, mem + t.memory, gpu + t.gpu
+                        going.append(name)
+                if cpu + EPS >= req.cpu and mem + EPS >= req.memory and gpu + EPS >= req.gpu:
+                    key = (len(going), cpu - req.cpu, i, going)
+                    if best is None or key[:3] < best[:3]:
+                        best = key
+            if best is None:
+                return None
+            _, _, i, going = best
+            for name in going:
+                give_up(name, cap.names[i])
+            cap.take(i, req)
+            return i
+
         out: dict[str, tuple[str, ...]] = {}
         # Less CPU than the smallest pod the policy knows of is lost to every pod: best fit avoids
         # leaving that where a near-best node would not.
         smallest = min((c for c in (*(j.trainer.cpu for j in jobs), *shapes, *(p.requests.cpu for p in pending))
                         if c > 0), default=0.0)
+        fill = sorted({*(j.trainer.cpu for j in jobs), *shapes})
         for tier in sorted({j.priority for j in jobs} | {p.priority for p in pending}, reverse=True):
+            tier_jobs = sorted((j for j in jobs if j.priority == tier), key=lambda j: j.name)
+            # What the jobs of this level still give up (the waiting pods above took what they needed):
+            # the trainers on the emptiest nodes (the launcher drains those the plan does not keep). What
+            # they free comes as whole nodes' worth of room where the cluster is already sparse, which is
+            # where the scheduler's spreading sends the next pods, rather than as holes in packed nodes;
+            # and it is free for this level's own waiting pods (a new job's fixed pods).
+            for j in tier_jobs:
+                for n in sorted(held[j.name], key=lambda n: (-cap.free_cpu[index[n]], n))[:max(0, surplus[j.name])]:
+                    give_up(j.name, n)
             for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
-                cap.place(p.requests)
-            for j in sorted((j for j in jobs if j.priority == tier), key=lambda j: j.name):
-                nodes = list(kept[j.name])
-                nodes += (cap.names[i] for i in cap.place_many(j.trainer, sizes.get(j.name, 0) - len(nodes), smallest,
-                                                               j.name))
-                out[j.name] = tuple(sorted(nodes))
+                i = cap.place(p.requests) if p.job is None else cap.place_packed(p.requests, fill)
+                if i is None:
+                    i = make_room(p.requests, p.priority, p.job)
+                if i is not None and p.job is not None and fixed is not None:
+                    fixed[p.name] = cap.names[i]
+            for j in tier_jobs:
+                want = sizes.get(j.name, 0) - len(held[j.name])
+                new = [cap.names[i] for i in cap.place_many(j.trainer, want, smallest, j.name)]
+                while len(new) < want and (i := make_room(j.trainer, j.priority, j.name)) is not None:
+                    new.append(cap.names[i])
+                out[j.name] = tuple(sorted((*held[j.name], *new)))
         return out
 
     def _sizes(self, snapshot: Snapshot, cap: Capacity, pending: list[Pod]) -> dict[str, int]:

@@ -49,8 +49,12 @@ def _now_rfc3339() -> str:
 class KubeCluster:
     def __init__(self, kube: KubeApi, spec: JobSpec, opts: K8sOptions, owner: dict | None = None,
                  master_via: str = "service", clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 place_master: Callable[[dict], str | None] | None = None) -> None:
         self.kube = kube
+        # The plan's node for the master pod about to be created (its manifest in, a node name or
+        # ``None`` out): the pod prefers it, as trainers prefer theirs.
+        self.place_master = place_master
         self.clock = clock
         self.sleep = sleep
         self.spec = spec
@@ -180,7 +184,8 @@ class KubeCluster:
             self._wait_gone(old_uid)
         else:
             old_uid = None
-        created, _ = self.kube.create(m.master_pod(self.spec, self.opts, self.owner))
+        node = None if self.place_master is None else self.place_master(m.master_pod(self.spec, self.opts))
+        created, _ = self.kube.create(m.master_pod(self.spec, self.opts, self.owner, node))
         if old_uid is not None and created["metadata"]["uid"] == old_uid:
             # A 409 that handed back the dying pod (it cannot, after _wait_gone; never adopt it).
             raise TemporaryError(f"master pod {name} is still being deleted")

@@ -36,6 +36,13 @@ class KubeClusterView:
                                     watch_timeout_s=watch_timeout_s)
         self._caches = (self.node_cache, self.pod_cache, self.lease_cache)
 
+    def list_once(self) -> "KubeClusterView":
+        """Fill each cache with one list and follow no watch: a one-off reader (the launcher, placing
+        its master by the plan before it creates it)."""
+        for c in self._caches:
+            c.relist()
+        return self
+
     def start(self) -> "KubeClusterView":
         for c in self._caches:
             c.start()

@@ -138,7 +138,9 @@ def master_service(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -
                      "ports": [{"name": "http", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"}]}}
 
 
-def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> dict:
+def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None, node: str | None = None) -> dict:
+    """The job's master pod (with its autoscale sidecar); ``node``: where the plan puts it
+    (``edl.api.policy.Plan.pods``), as a preferred node affinity like a trainer's."""
     vol, mount = _tmp_volume(opts)
     master = {
         "name": "master", "image": opts.image, "imagePullPolicy": "IfNotPresent",
@@ -182,6 +184,7 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> di
                 "securityContext": {"runAsNonRoot": True, "fsGroup": RUN_AS,
                                     "seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [master, sidecar], "volumes": [vol]}
+    _prefer_node(pod_spec, node)
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": _pod_meta(names(spec.job)["master"], spec.job, "master", opts, owner), "spec": pod_spec}
 
@@ -243,12 +246,17 @@ def trainer_pod(spec: JobSpec, opts: K8sOptions, name: str, owner: dict | None =
     each for NodeResourcesFit and BalancedAllocation, so a node that has room wins over the spread
     the scheduler would otherwise choose (``edl.sim.kube_scheduler`` models the same)."""
     pod_spec = trainer_pod_spec(spec, opts)
+    _prefer_node(pod_spec, node)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": _pod_meta(name, spec.job, "trainer", opts, owner),
+            "spec": pod_spec}
+
+
+def _prefer_node(pod_spec: dict, node: str | None) -> None:
+    """The plan's node as a preferred node affinity (none when ``node`` is ``None``)."""
     if node is not None:
         pod_spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": PREFERRED_NODE_WEIGHT,
              "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}}]}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": _pod_meta(name, spec.job, "trainer", opts, owner),
-            "spec": pod_spec}
 
 
 def preferred_node(pod_spec: dict) -> str | None:
@@ -323,8 +331,9 @@ def rbac(namespace: str, bind_accounts: tuple[str, ...] = ()) -> list[dict]:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
         {"apiGroups": [""], "resources": ["services", "secrets"], "verbs": ["get", "create", "delete", "patch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        # The job's demand Lease is written by its sidecar; the launcher removes it on cleanup.
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "delete"]},
+        # The job's demand Lease is written by its sidecar; the launcher removes it on cleanup, and lists
+        # the jobs' demands once to plan where the master goes.
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "delete"]},
     ]
     sidecar_ns_rules = [
         # Each sidecar publishes its job's demand in a Lease and reads its peers'.
@@ -334,9 +343,12 @@ def rbac(namespace: str, bind_accounts: tuple[str, ...] = ()) -> list[dict]:
     sidecar_cluster_rules = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
     # The launcher checks that --priority-class exists before it creates anything, and reads the
     # nodes its pods run on: one NotReady/Unknown past --node-lost-timeout means its pods are lost.
+    # Before it creates the master it lists the nodes and every pod once, and the jobs' demand Leases,
+    # for the plan's node of the master (``edl.launcher.kube.master_placer``).
     launcher_cluster_rules = [{"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
                                "verbs": ["get"]},
-                              {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+                              {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+                              {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     role_meta = {"namespace": namespace, "labels": {"app.kubernetes.io/name": APP}}
     launcher_role, priority_role = [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",

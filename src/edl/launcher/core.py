@@ -301,7 +301,8 @@ class Launcher:
         trainers = self._observed_trainers(now)
         self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers])
         plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
-                             self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs)
+                             self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs,
+                             node_hints=st.node_hints)
         by_name = {t.name: t for t in trainers}
         for name, code in plan.exited:
             self._tell(lambda: self.master.report_exit(name, code))

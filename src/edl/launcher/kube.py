@@ -10,19 +10,29 @@ Exit code: 0 when the job succeeded, non-zero with the reason otherwise.
 
 from __future__ import annotations
 
+import logging
 import signal
+import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 
+from edl.api.cluster import JobDemand, Resources, Snapshot
+from edl.api.spec import node_selector, tolerations
+from edl.autoscale.policy import get_policy
 from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
-from edl.cluster.kube_api import KubeApi, load_api_client
+from edl.cluster.kube_api import GIB, KubeApi, decode_pod, load_api_client, quantity
+from edl.cluster.kube_view import KubeClusterView
 from edl.console import plain_console, say
-from edl.errors import PermanentError, UserError
+from edl.errors import EdlError, PermanentError, UserError
 from edl.launcher.core import Cancelled, Launcher, ProgressView, audit_summary
 from edl.api.spec import JobSpec, K8sOptions, Naming, Problem
 from edl.jobargs import FLAG_NAMES
+
+log = logging.getLogger("edl.launcher")
 
 EXIT_CANCELLED = 143
 POLL_S = 2.0  # one round of API calls every 2 s: light on the apiserver, quick enough for rescales
@@ -47,6 +57,40 @@ def _s3_env_from(secret: dict | None) -> None:
         value = ((secret or {}).get("data") or {}).get(key)
         if value is not None:
             os.environ.setdefault(key, base64.b64decode(value).decode())
+
+
+def master_placer(kube: KubeApi, spec: JobSpec, opts: K8sOptions,
+                  clock: Callable[[], float] = time.time) -> Callable[[dict], str | None]:
+    """Where the plan puts the master pod about to be created: the job's policy (``--sidecar-policy``)
+    over one list of the nodes, every pod and the jobs' demand Leases, with the master waiting for a
+    node (``Plan.pods``, the node its sidecar's plan would give a job's waiting pod). ``None`` when
+    the policy places nothing or the cluster cannot be read (logged: the master then goes where the
+    scheduler alone puts it)."""
+    policy = get_policy(opts.sidecar_policy)
+    job = f"{opts.namespace}/{spec.job}"
+    trainer = Resources(quantity(opts.trainer_cpu), quantity(opts.trainer_memory) / GIB, float(opts.trainer_gpu))
+    # As its sidecar will publish it (``edl sidecar``'s flags come from the same options).
+    mine = JobDemand(job, spec.min_trainers, spec.max_trainers, 0, trainer,
+                     node_selector=tuple(sorted(node_selector(opts.trainer_node_selector).items())),
+                     tolerations=tuple((t["key"], t.get("value", ""), t["effect"])
+                                       for t in tolerations(opts.trainer_tolerations)))
+
+    def place(manifest: dict) -> str | None:
+        master = replace(decode_pod({**manifest, "status": {"phase": "Pending"}}), node=None)
+        try:
+            view = KubeClusterView(kube, spec.job, "launcher", lease_duration_s=15).list_once()
+            now = clock()
+            peers = [d for d in view.peer_demands(now) if d.name != job]
+            pods = [p for p in view.pods() if p.name != master.name]
+            plan = policy.plan(Snapshot(tuple(view.nodes()), (*pods, master), tuple(sorted((*peers, mine),
+                                                                                            key=lambda d: d.name)), now))
+        except EdlError as e:
+            log.warning("master of %s placed by the scheduler alone: the plan needs the cluster listed (%s)", job,
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)
+            return None
+        return plan.pods.get(master.name)
+
+    return place
 
 
 def _cancel(signum: int, _frame) -> None:
@@ -82,7 +126,7 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
         say(console, f"this pod's grace period is {grace_s} s: a cancelled job gets {budget_s:.0f} s for its "
                      f"last checkpoint (give the step {FINAL_CHECKPOINT_S + CLEANUP_S:.0f} s for the full "
                      f"{FINAL_CHECKPOINT_S:.0f} s)")
-    cluster = KubeCluster(kube, spec, opts, owner, master_via)
+    cluster = KubeCluster(kube, spec, opts, owner, master_via, place_master=master_placer(kube, spec, opts))
     launcher = Launcher(spec, cluster, max_trainer_failures=max_trainer_failures,
                         pending_timeout_s=opts.pending_timeout_s, trainer_prefix=cluster.trainer_prefix,
                         console=console, beat_in_background=True)

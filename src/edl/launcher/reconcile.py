@@ -10,10 +10,11 @@ deletes are idempotent).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from edl.api.cluster import PodPhase
 from edl.api.cluster import TrainerExit, TrainerPod
+from edl.api.policy import leaving
 
 RELAUNCH = (TrainerExit.PREEMPTED, TrainerExit.NODE_LOST)
 
@@ -35,10 +36,12 @@ def _code(t: TrainerPod) -> int:
 
 
 def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[str, float], now: float,
-                  pending_timeout_s: float, drain_timeout_s: float = 60.0, data_done: bool = False) -> Plan:
+                  pending_timeout_s: float, drain_timeout_s: float = 60.0, data_done: bool = False,
+                  node_hints: Sequence[str] = ()) -> Plan:
     """``data_done``: every epoch's data is consumed (the job is finishing: rank 0 writes the last
     checkpoint and the model while its peers exit 0): nothing is started any more, unless no
-    trainer is left to finish."""
+    trainer is left to finish. ``node_hints``: the sidecar's plan, one node per trainer it keeps or
+    adds (``JobView.node_hints``); on a shrink the trainers on nodes it does not keep go first."""
     delete: list[str] = []
     left_unasked = False  # a trainer exited 0 without being drained
     relaunched: list[str] = []
@@ -79,11 +82,13 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
     create = 0 if left_unasked else (min(1, want) if not live else 0) if data_done else want
     drain: list[str] = []
     if len(live) > desired:
-        # Pods not yet running go first (nothing to drain), then the youngest: it holds the
-        # least warmed-up state.
+        # Those the plan does not keep go first (the policy chose which nodes to empty: the room a
+        # higher-priority pod or a better packing needs); else, and among them, pods not yet running
+        # (nothing to drain), then the youngest: it holds the least warmed-up state.
         excess = sorted(live, key=lambda t: (t.phase is PodPhase.RUNNING, -t.created_at, t.name))
-        for t in excess[: len(live) - desired]:
-            (drain if t.phase is PodPhase.RUNNING else delete).append(t.name)
+        by_name = {t.name: t for t in live}
+        for name in leaving(len(live) - desired, node_hints, [(t.name, t.node) for t in excess]):
+            (drain if by_name[name].phase is PodPhase.RUNNING else delete).append(name)
     return Plan(create=create, drain=tuple(drain), delete=tuple(delete + unschedulable),
                 unschedulable=tuple(unschedulable), relaunched=tuple(relaunched), failures=tuple(failures),
                 fatal=fatal, exited=tuple(exited))

@@ -16,12 +16,14 @@ to the measured utilization so that a policy is judged against what is possible.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Sequence
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from edl.api.cluster import Resources
 from edl.errors import UserError
+from edl.sim.engine import PlacedInstant
 from edl.sim.scenario import Scenario
 
 EPS = 1e-9
@@ -54,15 +56,18 @@ def configurations(node: Resources, shapes: tuple[Resources, ...]) -> list[tuple
 
 
 class PackingBound:
-    """Maximum CPU requested by pods that fit, for a given demand per pod shape."""
+    """Maximum CPU requested by pods that fit, for a given demand per pod shape.
 
-    def __init__(self, scenario: Scenario, shapes: tuple[Resources, ...], relaxed: bool = False) -> None:
+    ``nodes``: per group of identical nodes, how many and what each has free for the pods."""
+
+    def __init__(self, nodes: list[tuple[int, Resources]], shapes: tuple[Resources, ...],
+                 relaxed: bool = False) -> None:
         self.shapes = shapes
         # The linear relaxation (configurations used fractionally) is still an upper bound, looser
         # but tens of times faster where nodes hold thousands of configurations.
         self.relaxed = relaxed
-        self.groups = [(g.count, configurations(g.allocatable, shapes)) for g in scenario.nodes]
-        self.total_cpu = sum(g.count * g.allocatable.cpu for g in scenario.nodes)
+        self.groups = [(count, configurations(free, shapes)) for count, free in nodes]
+        self.total_cpu = sum(count * free.cpu for count, free in nodes)
 
     @lru_cache(maxsize=4096)
     def best_cpu(self, demand: tuple[int, ...]) -> float:
@@ -93,7 +98,7 @@ def utilization_bound(scenario: Scenario, policy: str, relaxed: bool = False, st
                     | {j.trainer for j in scenario.jobs}, key=lambda r: (r.cpu, r.memory, r.gpu))
     shapes_t = tuple(shapes)
     index = {s: i for i, s in enumerate(shapes_t)}
-    bound = PackingBound(scenario, shapes_t, relaxed)
+    bound = PackingBound([(g.count, g.allocatable) for g in scenario.nodes], shapes_t, relaxed)
     dt = step_s or scenario.tick_s
     steps = int(round(scenario.duration_s / dt))
     values, offpeak = [], []
@@ -114,6 +119,36 @@ def utilization_bound(scenario: Scenario, policy: str, relaxed: bool = False, st
             offpeak.append(u)
     return {"mean": float(np.mean(values)) if values else 0.0,
             "offpeak_mean": float(np.mean(offpeak)) if offpeak else None}
+
+
+def placed_bound(instants: Sequence[PlacedInstant], total_cpu: float,
+                 offpeak: tuple[float, float] | None = None) -> dict:
+    """Upper bounds on mean and off-peak utilization when some pods stay where a run put them.
+
+    At each instant the pods kept (``PlacedInstant.kept_cpu``) count as they are, and the movable
+    pods are packed exactly into what they leave on each node (the integer program of
+    ``PackingBound``, over the distinct free capacities). With the services' and fixed pods kept,
+    this is the most a policy that places only its trainers could reach around what the scheduler did
+    in this run; it depends on the run, as those pods went where the trainers left room."""
+    cache: dict[tuple, float] = {}
+    values, offpeak_values = [], []
+    for inst in instants:
+        key = (inst.free, inst.movable)
+        best = cache.get(key)
+        if best is None:
+            if inst.movable:
+                shapes = tuple(s for s, _ in inst.movable)
+                best = PackingBound([(n, free) for free, n in inst.free], shapes).best_cpu(
+                    tuple(n for _, n in inst.movable))
+            else:
+                best = 0.0
+            cache[key] = best
+        u = (inst.kept_cpu + best) / total_cpu
+        values.append(u)
+        if offpeak and offpeak[0] <= inst.t <= offpeak[1]:
+            offpeak_values.append(u)
+    return {"mean": float(np.mean(values)) if values else 0.0,
+            "offpeak_mean": float(np.mean(offpeak_values)) if offpeak_values else None}
 
 
 def jct_lower_bound(scenario: Scenario) -> float | None:

@@ -19,6 +19,7 @@ only the snapshot and each job's demand. Invariants are checked every tick.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
-from edl.api.policy import free_hints
+from edl.api.policy import free_hints, leaving
 from edl.autoscale.policy import get_policy
 from edl.master.membership import START_GRACE_S
 from edl.sim.kube_scheduler import Scheduler
@@ -56,6 +57,21 @@ class SimPod:
     hint: int | None = None  # the node of its preferred node affinity (a trainer the plan placed)
 
 
+@dataclass(frozen=True)
+class PlacedInstant:
+    """One instant of a run, for a bound that keeps some pods where this run's scheduler put them
+    (``edl.sim.bound.placed_bound``).
+
+    ``kept_cpu``: CPU requested by the pods kept where they are; ``free``: per distinct free capacity
+    those pods leave on a node, how many nodes have it; ``movable``: the pods packed anew, per shape
+    how many (pods still waiting for a node among them, and every elastic job's trainers up to what
+    the policy may give it: ``max``, or ``static`` under ``off``)."""
+    t: float
+    kept_cpu: float
+    free: tuple[tuple[Resources, int], ...]
+    movable: tuple[tuple[Resources, int], ...]
+
+
 @dataclass
 class JobState:
     spec: ScenarioJob
@@ -81,7 +97,8 @@ class JobState:
 
 class Simulation:
     def __init__(self, scenario: Scenario, policy: str, seed: int = 0, check_invariants: bool = True,
-                 external: frozenset[str] = frozenset(), reuse_plans: bool = True) -> None:
+                 external: frozenset[str] = frozenset(), reuse_plans: bool = True,
+                 record_placement: bool = False) -> None:
         self.sc = scenario
         # Jobs whose trainers a real launcher and sidecar manage through ``edl.sim.backend``:
         # the built-in controllers and autoscaler leave them alone.
@@ -125,6 +142,11 @@ class Simulation:
         self.active: dict[tuple[str, str], int] = {}  # (owner, role) -> pods not terminating
         self.running_active: dict[tuple[str, str], int] = {}  # ... of which running
         self.events: list[tuple[float, str, str, str]] = []  # (time, job, reason, message) from launchers
+        # Per tick, with ``record_placement``: (only the trainers movable, every job pod movable), the
+        # services (and fixed pods) kept where they ran; for the bounds of what placement could reach.
+        self.placed: list[tuple[PlacedInstant, PlacedInstant]] | None = [] if record_placement else None
+        self.placement_version = 0  # counts changes to which pods exist, where they are bound, which jobs run
+        self._placed_version = -1
 
     # ------------------------------------------------------------------ pods
     def _create(self, owner: str, kind: str, role: str, req: Resources, priority: int, t: float, startup: float,
@@ -136,6 +158,7 @@ class Simulation:
         self.by_owner.setdefault(owner, {})[pod.id] = pod
         self.next_id += 1
         self.changed = True
+        self.placement_version += 1
         self.pending[pod.id] = pod
         key = (owner, role)
         self.active[key] = self.active.get(key, 0) + 1
@@ -151,6 +174,7 @@ class Simulation:
     def _delete(self, pod: SimPod, t: float | None = None) -> None:
         """Delete now (``t`` None), or start the pod's grace period: it holds its node until then."""
         self.changed = True
+        self.placement_version += 1
         if t is not None and pod.node is not None and pod.grace_s > 0:
             if pod.terminating_until is None:
                 pod.terminating_until = t + pod.grace_s
@@ -187,10 +211,13 @@ class Simulation:
             if k < len(free):
                 pod.hint = self.node_index[free[k]]
         if len(have) > want:
-            # Remove unscheduled pods first, then the youngest (as a ReplicaSet does).
+            # Remove unscheduled pods first, then the youngest (as a ReplicaSet does); a job's trainers
+            # as edl's launcher drains them: those on nodes the plan does not keep first (``leaving``).
             have.sort(key=lambda p: (p.node is not None, p.running, -p.created, -p.id))
-            for p in have[: len(have) - want]:
-                self._delete(p, t)
+            going = {p.id: p for p in have}
+            order = [(str(p.id), None if p.node is None else self.node_names[p.node]) for p in have]
+            for pid in leaving(len(have) - want, hints, order):
+                self._delete(going[int(pid)], t)
 
     # ------------------------------------------------------------ controllers
     def _controllers(self, t: float) -> None:
@@ -204,12 +231,16 @@ class Simulation:
             j = js.spec
             if js.completed_at is not None or js.cancelled or t < j.submit_at:
                 continue
-            if not js.submitted:
+            created = not js.submitted
+            if created:
                 js.submitted = True
                 self.changed = True
+                self.placement_version += 1
                 js.target = j.static if self.policy is None else j.min
             for f in j.fixed_pods:
                 self._reconcile(j.name, "job", f.role, f.count, f.pod, j.priority, t, j.startup_s)
+            if created and j.fixed_pods:
+                self._place_fixed(j.name, t)
             if j.name in self.external:
                 continue  # its launcher creates and deletes the trainers
             # edl's launcher drains a trainer at a step boundary before deleting it; a plain
@@ -217,6 +248,20 @@ class Simulation:
             grace = j.drain_s if self.policy_name == "edl" else j.termination_s
             self._reconcile(j.name, "job", "trainer", js.target, j.trainer, j.priority, t, j.startup_s, grace,
                             js.hints)
+
+    def _place_fixed(self, job: str, t: float) -> None:
+        """A job's fixed pods, just created, prefer the nodes the policy's plan gives them: as edl's
+        launcher asks the plan where the pods it creates go (``Plan.pods``) before it creates them."""
+        if self.policy is None:
+            return  # off: nothing plans
+        plan = self.policy.plan(self.snapshot(t))
+        if not plan.pods:
+            return  # a policy that places nothing (edl2017)
+        for p in self._owned(job):
+            if p.role != "trainer" and p.node is None:
+                node = plan.pods.get(self._view(p).name)
+                if node is not None:
+                    p.hint = self.node_index[node]
 
     # ------------------------------------------------------------- autoscaler
     def _demands(self) -> tuple[JobDemand, ...]:
@@ -289,6 +334,7 @@ class Simulation:
             p.node, p.bound_at = node, t
             self.used[node] += p.req
             self.changed = True
+            self.placement_version += 1
             del self.pending[p.id]
             self.starting[p.id] = p
 
@@ -375,9 +421,76 @@ class Simulation:
         pending_jobs = sum(1 for js in self.jobs.values() if js.submitted and js.first_running_at is None)
         self.timeline.append({"t": t, "util": running_cpu / self.total_cpu, "trainers": active,
                               "pending_jobs": pending_jobs, "services": svc})
+        if self.placed is not None:
+            if self.placement_version != self._placed_version or not self.placed:
+                self.placed.append(self._placed_instants(t))
+                self._placed_version = self.placement_version
+            else:  # nothing placed or removed since: the same instants, later
+                trainers, jobs = self.placed[-1]
+                self.placed.append((dataclasses.replace(trainers, t=t), dataclasses.replace(jobs, t=t)))
         if self.check:
             if np.any(self.used > self.alloc + 1e-6):
                 raise AssertionError(f"t={t}: a node is over-committed")
+
+    def _placed_instants(self, t: float) -> tuple[PlacedInstant, PlacedInstant]:
+        """Now, for two bounds: (1) every pod but the trainers kept where it is bound, which is all a
+        policy that places only its trainers can use; (2) only the services' pods kept, the jobs' fixed
+        pods packed with the trainers. Pods waiting for a node are packed in both; a terminating pod
+        holds its node as it does here (a trainer too: it is gone only at the end of its drain or grace).
+        Each elastic job may have up to ``max`` trainers besides."""
+        def resources(r: np.ndarray) -> Resources:
+            return Resources(*(round(float(x), 6) for x in r))
+
+        waiting: dict[Resources, int] = {}
+        fixed: dict[Resources, int] = {}
+        bound: dict[bool, tuple[list[int], list[np.ndarray]]] = {True: ([], []), False: ([], [])}  # fixed pod?
+        for p in self.pods.values():
+            is_fixed = p.kind == "job" and p.terminating_until is None
+            if is_fixed and p.role == "trainer":
+                continue  # counted below, up to what the policy may give each job
+            if p.node is None:
+                shape = resources(p.req)
+                waiting[shape] = waiting.get(shape, 0) + 1
+                continue
+            nodes, reqs = bound[is_fixed]
+            nodes.append(p.node)
+            reqs.append(p.req)
+            if is_fixed:
+                shape = resources(p.req)
+                fixed[shape] = fixed.get(shape, 0) + 1
+
+        def kept(job_pods: bool) -> tuple[np.ndarray, float]:
+            nodes, reqs = bound[job_pods]
+            used = np.zeros_like(self.alloc)
+            if nodes:
+                np.add.at(used, np.array(nodes), np.array(reqs))
+            return used, float(used[:, 0].sum())
+
+        (kept_services, service_cpu), (kept_fixed, fixed_cpu) = kept(False), kept(True)
+        trainers: dict[Resources, int] = {}
+        for js in self.jobs.values():
+            if js.submitted and js.completed_at is None and not js.cancelled:
+                shape = js.spec.trainer
+                trainers[shape] = trainers.get(shape, 0) + (js.spec.static if self.policy is None else js.spec.max)
+
+        def instant(kept: np.ndarray, kept_cpu: float, movable: dict[Resources, int]) -> PlacedInstant:
+            rows, counts = np.unique(np.round(self.alloc - kept, 6), axis=0, return_counts=True)
+            free = {Resources(*(float(x) for x in row)): int(n) for row, n in zip(rows, counts)}
+            def order(kv: tuple[Resources, int]) -> tuple[float, float, float]:
+                return kv[0].cpu, kv[0].memory, kv[0].gpu
+
+            return PlacedInstant(t, kept_cpu, tuple(sorted(free.items(), key=order)),
+                                 tuple(sorted(((s, n) for s, n in movable.items() if n > 0), key=order)))
+
+        def merged(*parts: dict[Resources, int]) -> dict[Resources, int]:
+            out: dict[Resources, int] = {}
+            for part in parts:
+                for s, n in part.items():
+                    out[s] = out.get(s, 0) + n
+            return out
+
+        return (instant(kept_services + kept_fixed, service_cpu + fixed_cpu, merged(trainers, waiting)),
+                instant(kept_services, service_cpu, merged(trainers, waiting, fixed)))
 
     def run(self) -> dict:
         start = time.perf_counter()
@@ -410,6 +523,7 @@ class Simulation:
         self.used[node] = 0.0
         self._nodes_view = None
         self.changed = True
+        self.placement_version += 1
         return lost
 
     # ---------------------------------------------------------------- report

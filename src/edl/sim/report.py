@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from edl.errors import UserError
-from edl.sim.bound import utilization_bound
+from edl.sim.bound import placed_bound, utilization_bound
 from edl.sim.engine import Simulation
 from edl.sim.scenario import Scenario
 
@@ -15,6 +15,10 @@ from edl.sim.scenario import Scenario
 def _mean(values: list) -> float | None:
     vals = [v for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
+
+
+NO_BOUNDS = {"bound_mean": None, "bound_offpeak_mean": None, "job_pods_bound_mean": None,
+             "job_pods_bound_offpeak_mean": None, "trainers_bound_mean": None, "trainers_bound_offpeak_mean": None}
 
 
 def _bound(scenario: Scenario, policy: str) -> dict:
@@ -26,12 +30,33 @@ def _bound(scenario: Scenario, policy: str) -> dict:
     return {"bound_mean": b["mean"], "bound_offpeak_mean": b["offpeak_mean"]}
 
 
+def _placed_bounds(scenario: Scenario, runs: list[tuple[list, float]]) -> dict:
+    """The best packing around what each run's scheduler placed (``edl.sim.bound.placed_bound``), mean
+    over the runs (``Simulation.placed`` and the cluster's CPU of each): ``job_pods_*`` keeps the
+    services' pods where they ran, ``trainers_*`` also the jobs' fixed pods (all a policy that places
+    only trainers can use)."""
+    out: dict = {}
+    try:
+        for prefix, which in (("trainers_", 0), ("job_pods_", 1)):
+            per_run = [placed_bound([x[which] for x in placed], total_cpu, scenario.offpeak)
+                       for placed, total_cpu in runs]
+            out[f"{prefix}bound_mean"] = _mean([b["mean"] for b in per_run])
+            out[f"{prefix}bound_offpeak_mean"] = _mean([b["offpeak_mean"] for b in per_run])
+    except UserError:
+        return {k: None for k in NO_BOUNDS if k.startswith(("trainers_", "job_pods_"))}
+    return out
+
+
 def simulate(scenario: Scenario, policy: str, runs: int = 1, seed: int = 0,
              bound: bool = True) -> tuple[dict, Simulation]:
-    reports, first = [], None
+    """``runs`` runs of ``policy`` with consecutive seeds, averaged; with ``bound``, the utilization
+    bounds beside the figures (every pod packed, and packed around what each run placed)."""
+    reports, placements, first = [], [], None
     for k in range(runs):
-        sim = Simulation(scenario, policy, seed=seed + k)
+        sim = Simulation(scenario, policy, seed=seed + k, record_placement=bound)
         reports.append(sim.run())
+        placements.append((sim.placed or [], sim.total_cpu))
+        sim.placed = None
         first = first or sim
     r0 = reports[0]
     out = {
@@ -39,7 +64,7 @@ def simulate(scenario: Scenario, policy: str, runs: int = 1, seed: int = 0,
         "policy": policy,
         "runs": runs,
         "utilization": {**{key: _mean([r["utilization"][key] for r in reports]) for key in ("mean", "offpeak_mean", "p5")},
-                        **(_bound(scenario, policy) if bound else {"bound_mean": None, "bound_offpeak_mean": None})},
+                        **({**_bound(scenario, policy), **_placed_bounds(scenario, placements)} if bound else NO_BOUNDS)},
         "pending_s_mean": _mean([r["pending_s_mean"] for r in reports]),
         "jct_s_mean": _mean([r["jct_s_mean"] for r in reports]) if all(r["jct_s_mean"] is not None for r in reports) else None,
         "fairness_jain": _mean([r["fairness_jain"] for r in reports]),

@@ -65,6 +65,84 @@ def test_free_hints_are_the_planned_nodes_no_live_trainer_holds_or_prefers():
     assert Plan({"a": 1}).nodes == {}
 
 
+def test_leaving_is_the_trainers_the_plan_does_not_keep_then_the_callers_order():
+    from edl.api.policy import leaving
+
+    # Caller's order: pending first, then the youngest. n0 is kept twice, n1 once.
+    trainers = [("p", None), ("y", "n1"), ("x", "n1"), ("w", "n0"), ("v", "n2"), ("u", "n0")]
+    assert leaving(3, ("n0", "n0", "n1"), trainers) == ["p", "y", "v"]
+    assert leaving(4, ("n0", "n0", "n1"), trainers) == ["p", "y", "v", "x"]  # then kept ones, in the caller's order
+    assert leaving(2, (), trainers) == ["p", "y"]  # no plan: the caller's order
+    assert leaving(0, (), trainers) == []
+
+
+def test_a_shrinking_job_keeps_its_trainers_on_the_fullest_nodes():
+    # n1 (4 cores) is full: a fixed pod and one trainer. n0 (8 cores) holds two trainers. A 6-core
+    # higher-priority pod waits: the job must give one trainer up, and the plan keeps the one on the full
+    # node, so what is freed is n0's (where the waiting pod then fits), not a hole in n1.
+    fixed = Pod("a-ps", T, PodPhase.RUNNING, 0, "n1", "a", "fixed")
+    waiting = Pod("web-0", Resources(6, 1), PodPhase.PENDING, 1000, None)
+    pods = (fixed, waiting, trainer("a", 0, "n0"), trainer("a", 1, "n0"), trainer("a", 2, "n1"))
+    j = JobDemand("a", 1, 3, 3, T)
+    plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 4)), pods, (j,)))
+    assert plan.sizes == {"a": 2} and plan.nodes["a"] == ("n0", "n1")
+
+
+def test_a_shrink_frees_the_node_where_the_waiting_higher_priority_pod_fits():
+    # A web pod needs a GPU: only n1 has one, and job a's four trainers fill it. The job must give one
+    # trainer up; the plan gives up one on n1, not the one on n0 (as full, and first by name).
+    nodes = (Node("n0", Resources(2, 100, 0)), Node("n1", Resources(8, 100, 1)))
+    web = Pod("web-0", Resources(2, 1, 1), PodPhase.PENDING, 1000, None)
+    pods = (web, trainer("a", 0, "n0"), *(trainer("a", k, "n1") for k in range(1, 5)))
+    plan = get_policy("edl").plan(Snapshot(nodes, pods, (JobDemand("a", 1, 5, 5, T),)))
+    assert plan.sizes == {"a": 4} and plan.nodes["a"] == ("n0", "n1", "n1", "n1")
+
+
+def test_a_higher_priority_jobs_new_trainer_is_planned_where_a_lower_one_gives_up_room():
+    # lo's 2-core trainers fill both 4-core nodes; hi's first 4-core trainer needs one of them whole.
+    lo, hi = JobDemand("lo", 1, 4, 4, T), JobDemand("hi", 1, 1, 0, Resources(4, 1), priority=1)
+    pods = tuple(trainer("lo", k, n) for k, n in enumerate(("n0", "n0", "n1", "n1")))
+    plan = get_policy("edl").plan(Snapshot((node("n0", 4), node("n1", 4)), pods, (lo, hi)))
+    assert plan.sizes == {"lo": 2, "hi": 1}
+    assert plan.nodes == {"hi": ("n0",), "lo": ("n1", "n1")}
+
+
+def test_best_fill_is_the_most_whole_pods_of_the_shapes_take_of_a_room():
+    from edl.autoscale.accounting import best_fill
+
+    assert best_fill(8.654, [4, 5]) == 8 and best_fill(13.654, [4, 5]) == 13 and best_fill(3.654, [4, 5]) == 0
+    assert best_fill(17.654, [5]) == 15 and best_fill(10, [3, 7]) == 10 and best_fill(11, [3, 7]) == 10
+    assert best_fill(64, [0.5, 3]) == 64 and best_fill(5, []) == 0 and best_fill(-1, [1]) == 0
+    assert best_fill(100, [0.777]) == 0.777 * 128
+
+
+def test_a_fixed_pod_goes_where_it_leaves_room_pods_can_fill_not_into_the_tightest_hole():
+    from edl.autoscale.accounting import capacity
+
+    # Free: 7.654, 12.654 and 17.654 cores. Best fit drops a 4-core pod into the 7.654: 3.654 left, which
+    # no 4- or 5-core pod uses. Beside it on 12.654, 8.654 is left: two more 4-core pods (0.654 lost, as on
+    # the 17.654 with 5 + 4 + 4); of the two, the tighter.
+    s = Snapshot((node("n0", 7.654), node("n1", 12.654), node("n2", 17.654)), (), ())
+    four = Resources(4, 1)
+    assert capacity(s).place(four) == 0
+    cap = capacity(s)
+    assert cap.place_packed(four, [4, 5]) == 1 and cap.free_cpu[1] == 12.654 - 4
+    assert cap.place_packed(Resources(20, 1), [4, 5]) is None
+
+
+def test_the_plan_names_a_node_for_a_jobs_waiting_fixed_pod():
+    # Job b's 4-core pserver runs on n2; job a's waits, and so does a service's pod (the scheduler's
+    # to place: the plan names no node for it; best fit puts it into n3 in the plan's accounting).
+    nodes = (node("n0", 7.654), node("n1", 12.654), node("n2", 4), node("n3", 3))
+    pods = (Pod("a-ps", Resources(4, 1), PodPhase.PENDING, 0, None, "a", "fixed"),
+            Pod("b-ps", Resources(4, 1), PodPhase.RUNNING, 0, "n2", "b", "fixed"),
+            Pod("web-0", Resources(3, 1), PodPhase.PENDING, 1000, None))
+    jobs = (JobDemand("a", 1, 4, 0, Resources(5, 1)), JobDemand("b", 1, 4, 0, Resources(5, 1)))
+    # 3.654 cores left beside it on n0 fit no 4- or 5-core pod; 8.654 on n1 fit two pservers.
+    assert get_policy("edl").plan(Snapshot(nodes, pods, jobs)).pods == {"a-ps": "n1"}
+    assert get_policy("edl2017").plan(Snapshot(nodes, pods, jobs)).pods == {}
+
+
 def test_best_fit_passes_over_a_node_it_would_leave_with_cores_no_pod_can_use():
     from edl.autoscale.accounting import capacity
 

@@ -228,6 +228,19 @@ def test_with_pod_ip_a_recreated_master_is_reached_at_its_own_ip_not_its_predece
     assert clock.t >= kube.created_at + 2  # waited for the successor's IP
 
 
+def test_the_master_is_created_preferring_the_node_the_plan_gives_it():
+    from edl.cluster.manifests import preferred_node
+
+    clock = FakeClock(0.0)
+    for planned in ("n1", None):
+        kube, asked = DyingKube(clock, grace_s=1.0), []
+        c = KubeCluster(kube, SPEC, K8sOptions(namespace="ml"), clock=clock, sleep=clock.sleep,
+                        place_master=lambda pod: asked.append(pod) or planned)
+        c.recreate_master()
+        assert [p["metadata"]["name"] for p in asked] == ["edl-mnist-master"]  # asked with the pod to create
+        assert preferred_node(kube.pods["edl-mnist-master"]["spec"]) == planned
+
+
 def test_through_the_service_a_recreated_master_keeps_the_services_address():
     clock = FakeClock(0.0)
     assert dying_cluster(DyingKube(clock, grace_s=1.0), clock).recreate_master() == "edl-mnist-master.ml.svc:8470"

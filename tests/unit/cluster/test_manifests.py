@@ -61,6 +61,11 @@ def test_rbac_is_least_privilege():
     # its job (delete and create by name allow as much already).
     assert launcher["secrets"] == {"get", "create", "delete", "patch"}
     assert launcher["pods"] == {"get", "list", "watch", "create", "delete", "patch"}  # no update
+    # Cluster-wide, read only: a priority class and nodes by name, and one list of nodes and pods to plan
+    # where the master goes.
+    across = {r: set(rule["verbs"]) for rule in roles[("ClusterRole", m.LAUNCHER_PRIORITY_ROLE)]["rules"]
+              for r in rule["resources"]}
+    assert across == {"priorityclasses": {"get"}, "nodes": {"get", "list"}, "pods": {"list"}}
     sas = {o["metadata"]["name"]: o for o in rbac if o["kind"] == "ServiceAccount"}
     assert sas["edl-trainer"]["automountServiceAccountToken"] is False
 

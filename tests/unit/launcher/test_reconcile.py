@@ -26,6 +26,18 @@ def test_scale_down_drains_the_youngest_running_and_deletes_pending_first():
     assert plan.delete == ("waiting",) and plan.drain == ("young",) and plan.create == 0
 
 
+def test_scale_down_drains_the_trainers_on_nodes_the_plan_no_longer_keeps():
+    # The plan keeps n0 and n1: the old trainer on n2 goes, not the youngest (on n1).
+    pods = [pod("old", created=1, node="n2"), pod("mid", created=3, node="n0"), pod("young", created=5, node="n1")]
+    plan = plan_trainers(2, pods, {}, 10, 60, node_hints=("n0", "n1"))
+    assert plan.drain == ("old",) and plan.delete == ()
+    # A node that keeps one of two trainers there lets the younger of them go.
+    pods = [pod("a", created=1, node="n0"), pod("b", created=2, node="n0"), pod("c", created=3, node="n1")]
+    assert plan_trainers(2, pods, {}, 10, 60, node_hints=("n0", "n1")).drain == ("b",)
+    # Without a plan (``edl scale N``), the youngest as before.
+    assert plan_trainers(2, pods, {}, 10, 60).drain == ("c",)
+
+
 def test_drained_trainers_are_not_counted_and_removed_after_a_timeout():
     pods = [pod("a"), pod("b", created=3)]
     plan = plan_trainers(1, pods, {"b": 0.0}, 10, 60)
