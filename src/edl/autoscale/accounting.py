@@ -208,7 +208,8 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
     """Free capacity after the non-terminated pods bound to each node.
 
     With ``planned`` (the jobs whose trainers the caller is planning), those trainers are
-    left out, and so are pods still waiting for a node, which go to ``pending`` instead;
+    left out, and so are pods still waiting for a node, which go to ``pending`` instead (a pod
+    bound to a node but not running yet, its containers starting, holds that node);
     ``bound`` collects, per planned job, the nodes its left-out trainers are bound to, and
     ``shapes`` the CPU requests of the jobs' other pods (fixed pods).
     One pass over the pods: this is the hot loop of a decision on a large cluster.
@@ -233,7 +234,7 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
                 if bound is not None and p.node is not None:
                     bound.setdefault(p.job, []).append(p.node)
                 continue
-            if phase is waiting:
+            if phase is waiting and p.node is None:
                 if pending is not None:
                     pending.append(p)
                 continue

@@ -209,3 +209,19 @@ def test_filling_a_node_at_a_time_places_as_repeated_best_fit_does():
         singles = [i for i in (one.place(req) for _ in range(k)) if i is not None]
         assert sorted(many.place_many(req, k)) == sorted(singles)
         assert many.free_cpu == one.free_cpu
+
+
+def test_a_pod_bound_but_not_yet_running_holds_its_node():
+    # A service pod the scheduler bound to n0 is still starting (phase Pending, its node set): it takes
+    # n0's room, and it is not a pod waiting for a node (the plan would place it a second time).
+    from edl.autoscale.accounting import capacity
+
+    starting = Pod("web-0", Resources(6, 1), PodPhase.PENDING, 1000, "n0")
+    waiting = Pod("web-1", Resources(6, 1), PodPhase.PENDING, 1000, None)
+    s = Snapshot((node("n0", 8), node("n1", 8)), (starting, waiting), (JobDemand("a", 1, 8, 1, T),))
+    pending: list[Pod] = []
+    cap = capacity(s, frozenset({"a"}), pending)
+    assert pending == [waiting]
+    assert cap.free_cpu == [2, 8]
+    plan = get_policy("edl").plan(s)
+    assert plan.nodes["a"].count("n0") <= 1  # n0 holds one 2-core trainer beside the starting pod
