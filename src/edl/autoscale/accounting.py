@@ -107,6 +107,36 @@ class Capacity:
             return i
         return None
 
+    def place_spread(self, req: Resources) -> int | None:
+        """Bind one pod of ``req`` to the fitting node with the most free CPU (what kube-scheduler's
+        default LeastAllocated scoring prefers for a pod without a preferred node); ``None`` if none fits.
+        A lazy max-heap per shape, as ``place`` keeps for best fit."""
+        fit = (req.cpu, req.memory, req.gpu)
+        key = ("spread", *fit)
+        heap = self._heaps.get(key)
+        free_cpu = self.free_cpu
+        if heap is None:
+            heap = [(-free_cpu[i], i) for i in range(len(self.names)) if self._fits(i, *fit)]
+            heapq.heapify(heap)
+            self._heaps[key] = heap
+        while heap:
+            neg, i = heap[0]
+            if not self._fits(i, *fit):
+                heapq.heappop(heap)
+                continue
+            if -neg != free_cpu[i]:  # changed since it was filed: re-file it
+                heapq.heapreplace(heap, (-free_cpu[i], i))
+                continue
+            free_cpu[i] -= req.cpu
+            self.free_mem[i] -= req.memory
+            self.free_gpu[i] -= req.gpu
+            if self._fits(i, *fit):
+                heapq.heapreplace(heap, (-free_cpu[i], i))
+            else:
+                heapq.heappop(heap)
+            return i
+        return None
+
     def place_many(self, req: Resources, count: int, waste_below: float = 0.0, job: str | None = None) -> list[int]:
         """``place`` up to ``count`` times; a node chosen is filled while it holds more (what repeated best
         fit does, as the node stays the fullest that fits), at one heap look-up per node, not per pod.
@@ -192,6 +222,10 @@ class Capacity:
         self.free_gpu[node] += req.gpu
         off = self._gpu_offsets()
         for key, heap in self._heaps.items():
+            if key[0] == "spread":
+                if self._fits(node, *key[1:]):
+                    heapq.heappush(heap, (-self.free_cpu[node], node))
+                continue
             if len(key) > 3 and node not in self.eligible[key[3]]:
                 continue  # a heap of one job's nodes: not this one
             if self._fits(node, *key[:3]):
@@ -208,8 +242,7 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
     """Free capacity after the non-terminated pods bound to each node.
 
     With ``planned`` (the jobs whose trainers the caller is planning), those trainers are
-    left out, and so are pods still waiting for a node, which go to ``pending`` instead (a pod
-    bound to a node but not running yet, its containers starting, holds that node);
+    left out, and so are pods still waiting for a node, which go to ``pending`` instead;
     ``bound`` collects, per planned job, the nodes its left-out trainers are bound to, and
     ``shapes`` the CPU requests of the jobs' other pods (fixed pods).
     One pass over the pods: this is the hot loop of a decision on a large cluster.

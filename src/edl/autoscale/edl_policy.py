@@ -136,8 +136,9 @@ class EdlPolicy:
         """Where each job's trainers go: those it holds stay (up to its size), then, tier by tier,
         the pods waiting for a node are placed and the new trainers go best fit into what is left.
         A job's own waiting pods (``fixed``, by pod name) go where they leave the least room that
-        the jobs' pods cannot fill (``Capacity.place_packed``); other pods best fit, as the
-        scheduler's spreading is not ours to steer.
+        the jobs' pods cannot fill (``Capacity.place_packed``); other pods where the scheduler's
+        default scoring will put them, the least allocated node (``Capacity.place_spread``), as that is
+        not ours to steer: the room the plan frees for them is then where they will look for it.
 
         Best fit on the cluster as it is, not as the sizing saw it (that one re-placed every
         trainer from scratch): a new trainer that fits nowhere now gets no node (the scheduler
@@ -208,7 +209,7 @@ class EdlPolicy:
                 for n in sorted(held[j.name], key=lambda n: (-cap.free_cpu[index[n]], n))[:max(0, surplus[j.name])]:
                     give_up(j.name, n)
             for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
-                i = cap.place(p.requests) if p.job is None else cap.place_packed(p.requests, fill)
+                i = cap.place_spread(p.requests) if p.job is None else cap.place_packed(p.requests, fill)
                 if i is None:
                     i = make_room(p.requests, p.priority, p.job)
                 if i is not None and p.job is not None and fixed is not None:

@@ -31,9 +31,20 @@ def test_a_waiting_higher_priority_pod_is_planned_before_new_trainers():
     waiting = Pod("web-0", Resources(6, 1), PodPhase.PENDING, 1000, None)
     j = JobDemand("a", 1, 8, 1, T)
     plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), (waiting, trainer("a", 0, "n0")), (j,)))
-    # The service is planned first, best fit (into n0's 6 free cores, beside our trainer): new trainers
-    # go to n1, not where the service will go.
-    assert plan.sizes["a"] == 5 and plan.nodes["a"] == ("n0", "n1", "n1", "n1", "n1")
+    # The service is planned first, where the default scheduler's spreading puts a pod without a preferred
+    # node (the least allocated node, n1): new trainers fill n0 and n1's rest, not where the service goes.
+    assert plan.sizes["a"] == 5 and plan.nodes["a"] == ("n0", "n0", "n0", "n0", "n1")
+
+
+def test_place_spread_takes_the_fitting_node_with_the_most_free_cpu():
+    from edl.autoscale.accounting import capacity
+
+    cap = capacity(Snapshot((node("n0", 6), node("n1", 8), node("n2", 3)), (), ()))
+    four = Resources(4, 1)
+    assert [cap.place_spread(four), cap.place_spread(four), cap.place_spread(four)] == [1, 0, 1]
+    assert cap.place_spread(four) is None and cap.free_cpu == [2, 0, 3]
+    cap.release(0, four)
+    assert cap.place_spread(Resources(5, 1)) == 0  # a released node is seen again
 
 
 def test_plan_and_decide_agree_on_sizes_and_edl2017_places_nothing():
