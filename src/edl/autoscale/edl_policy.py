@@ -114,9 +114,7 @@ class EdlPolicy:
         self.keep_bonus = keep_bonus
 
     def decide(self, snapshot: Snapshot) -> dict[str, int]:
-        pending: list[Pod] = []
-        cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending)
-        return self._sizes(snapshot, cap, pending)
+        return self.plan(snapshot).sizes
 
     def plan(self, snapshot: Snapshot) -> Plan:
         pending: list[Pod] = []
@@ -124,21 +122,40 @@ class EdlPolicy:
         shapes: set[float] = set()
         cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending, bound, shapes)
         base = cap.copy()
-        sizes = self._sizes(snapshot, cap, pending)
+        sizes, keep = self._sizes(snapshot, cap, pending)
         fixed: dict[str, str] = {}
-        nodes = self._placement(snapshot.jobs, sizes, base, pending, bound, shapes, fixed)
-        return Plan(sizes, nodes, fixed)
+        nodes = self._placement(snapshot.jobs, sizes, base, pending, bound, shapes, fixed, keep)
+        return Plan(self._as_placed(snapshot.jobs, sizes, keep, nodes), nodes, fixed)
+
+    def _as_placed(self, jobs: tuple[JobDemand, ...], sizes: dict[str, int], keep: dict[str, int],
+                   nodes: dict[str, tuple[str, ...]]) -> dict[str, int]:
+        """The sizes as the cluster holds them. The sizing packs every trainer from scratch, which can
+        fit fewer than where they run: a job it shrank by force keeps what the placement kept where it
+        runs (up to ``keep``, what it would keep but for room). A job that grows gets what the placement
+        found room for (not less than it has): trainers asked for beyond that would wait for a node, and
+        each one that starts later pauses the job again. A partial growth that does not pay is not made."""
+        out = dict(sizes)
+        for j in jobs:
+            n, placed = sizes.get(j.name, 0), len(nodes.get(j.name, ()))
+            have = max(j.current, j.min)
+            if n > have and placed > have:
+                out[j.name] = n if placed >= n else placed if self._pays_to_grow(j, placed) else have
+            else:
+                out[j.name] = max(j.min, min(placed, max(n, keep.get(j.name, 0))))
+        return out
 
     @staticmethod
     def _placement(jobs: tuple[JobDemand, ...], sizes: dict[str, int], cap: Capacity, pending: list[Pod],
                    bound: dict[str, list[str]], shapes: set[float] | frozenset[float] = frozenset(),
-                   fixed: dict[str, str] | None = None) -> dict[str, tuple[str, ...]]:
+                   fixed: dict[str, str] | None = None, keep: dict[str, int] | None = None
+                   ) -> dict[str, tuple[str, ...]]:
         """Where each job's trainers go: those it holds stay (up to its size), then, tier by tier,
-        the pods waiting for a node are placed and the new trainers go best fit into what is left.
+        the pods waiting for a node are placed, a new job's minimum goes best fit, a job the sizing
+        shrank below ``keep`` (what it keeps but for room) takes back the nodes it gave up where they
+        still have room, and the new trainers go best fit into what is left.
         A job's own waiting pods (``fixed``, by pod name) go where they leave the least room that
-        the jobs' pods cannot fill (``Capacity.place_packed``); other pods where the scheduler's
-        default scoring will put them, the least allocated node (``Capacity.place_spread``), as that is
-        not ours to steer: the room the plan frees for them is then where they will look for it.
+        the jobs' pods cannot fill (``Capacity.place_packed``); other pods best fit, as the
+        scheduler's spreading is not ours to steer.
 
         Best fit on the cluster as it is, not as the sizing saw it (that one re-placed every
         trainer from scratch): a new trainer that fits nowhere now gets no node (the scheduler
@@ -151,43 +168,51 @@ class EdlPolicy:
             for n in nodes:
                 cap.take(index[n], by_job[name].trainer)
         surplus = {name: len(nodes) - sizes.get(name, 0) for name, nodes in held.items()}
+        forced = dict.fromkeys(held, 0)  # trainers given up for a waiting pod beyond what a job gives up
 
         def give_up(name: str, node: str) -> None:
             held[name].remove(node)
             surplus[name] -= 1
             cap.release(index[node], by_job[name].trainer)
 
-        def make_room(req: Resources, below: int, own: str | None) -> int | None:
+        def make_room(req: Resources, below: int, own: str | None, force: bool = False) -> int | None:
             """The node where the fewest trainers that go anyway (of jobs that shrink, below priority
             ``below`` or the pod's own job) leave room for ``req``: those are the ones given up. The
-            waiting pod then has room in the plan's own count, not only in total."""
+            waiting pod then has room in the plan's own count, not only in total. With ``force``, the
+            trainers of lower-priority jobs above their minimum may go too (the fewest such first): the
+            sizing packs from scratch and can find room that the cluster as it is does not have."""
             on: dict[int, list[str]] = {}
             allowed = cap.eligible.get(own) if own is not None else None  # a trainer's own selector
+            budget0 = {name: surplus[name] if not force or by_job[name].priority >= below else
+                       max(surplus[name], len(nodes) - by_job[name].min) for name, nodes in held.items()}
             for name, nodes in held.items():
-                if surplus[name] > 0 and (by_job[name].priority < below or name == own):
+                if budget0[name] > 0 and (by_job[name].priority < below or name == own):
                     for n in nodes:
                         if allowed is None or index[n] in allowed:
                             on.setdefault(index[n], []).append(name)
-            best: tuple[int, float, int, list[str]] | None = None
+            best: tuple[int, int, float, int, list[str]] | None = None
             for i, names in on.items():
-                cpu, mem, gpu, going = cap.free_cpu[i], cap.free_mem[i], cap.free_gpu[i], []
-                budget = dict(surplus)
-                for name in sorted(names, key=lambda name: (-by_job[name].trainer.cpu, name)):
+                cpu, mem, gpu, going, taken = cap.free_cpu[i], cap.free_mem[i], cap.free_gpu[i], [], 0
+                budget = dict(budget0)
+                for name in sorted(names, key=lambda name: (surplus[name] <= 0, -by_job[name].trainer.cpu, name)):
                     if cpu + EPS >= req.cpu and mem + EPS >= req.memory and gpu + EPS >= req.gpu:
                         break
                     if budget[name] > 0:
                         budget[name] -= 1
+                        taken += budget0[name] - budget[name] > surplus[name]  # beyond what it gives up
                         t = by_job[name].trainer
                         cpu, mem, gpu = cpu + t.cpu, mem + t.memory, gpu + t.gpu
                         going.append(name)
                 if cpu + EPS >= req.cpu and mem + EPS >= req.memory and gpu + EPS >= req.gpu:
-                    key = (len(going), cpu - req.cpu, i, going)
-                    if best is None or key[:3] < best[:3]:
+                    key = (taken, len(going), cpu - req.cpu, i, going)
+                    if best is None or key[:4] < best[:4]:
                         best = key
             if best is None:
                 return None
-            _, _, i, going = best
+            i, going = best[3], best[4]
             for name in going:
+                if surplus[name] <= 0:
+                    forced[name] += 1
                 give_up(name, cap.names[i])
             cap.take(i, req)
             return i
@@ -198,6 +223,7 @@ class EdlPolicy:
         smallest = min((c for c in (*(j.trainer.cpu for j in jobs), *shapes, *(p.requests.cpu for p in pending))
                         if c > 0), default=0.0)
         fill = sorted({*(j.trainer.cpu for j in jobs), *shapes})
+        waiting_above = max((p.priority for p in pending), default=-math.inf)
         for tier in sorted({j.priority for j in jobs} | {p.priority for p in pending}, reverse=True):
             tier_jobs = sorted((j for j in jobs if j.priority == tier), key=lambda j: j.name)
             # What the jobs of this level still give up (the waiting pods above took what they needed):
@@ -205,24 +231,49 @@ class EdlPolicy:
             # they free comes as whole nodes' worth of room where the cluster is already sparse, which is
             # where the scheduler's spreading sends the next pods, rather than as holes in packed nodes;
             # and it is free for this level's own waiting pods (a new job's fixed pods).
+            given: dict[str, list[str]] = {}
             for j in tier_jobs:
                 for n in sorted(held[j.name], key=lambda n: (-cap.free_cpu[index[n]], n))[:max(0, surplus[j.name])]:
                     give_up(j.name, n)
+                    given.setdefault(j.name, []).append(n)
             for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
                 i = cap.place_spread(p.requests) if p.job is None else cap.place_packed(p.requests, fill)
                 if i is None:
                     i = make_room(p.requests, p.priority, p.job)
+                if i is None and p.job is None:
+                    i = make_room(p.requests, p.priority, None, force=True)
                 if i is not None and p.job is not None and fixed is not None:
                     fixed[p.name] = cap.names[i]
+            new: dict[str, list[str]] = {}
+            for j in tier_jobs:  # a job's minimum comes before what others keep
+                need = min(j.min, sizes.get(j.name, 0)) - len(held[j.name])
+                new[j.name] = [cap.names[i] for i in cap.place_many(j.trainer, need, smallest, j.name)]
+                while len(new[j.name]) < need and (i := make_room(j.trainer, j.priority, j.name)) is not None:
+                    new[j.name].append(cap.names[i])
+            for j in tier_jobs:  # trainers shrunk by the sizing's packing alone stay where they run
+                if j.priority < waiting_above:
+                    continue  # the room the waiting pods get is the scheduler's to choose: leave it all
+                t = j.trainer
+                for n in reversed(given.get(j.name, [])):  # the fullest first
+                    if len(held[j.name]) >= (keep or {}).get(j.name, 0):
+                        break
+                    i = index[n]
+                    if cap.free_cpu[i] + EPS >= t.cpu and cap.free_mem[i] + EPS >= t.memory and cap.free_gpu[i] + EPS >= t.gpu:
+                        cap.take(i, t)
+                        held[j.name].append(n)
+                        surplus[j.name] += 1
             for j in tier_jobs:
-                want = sizes.get(j.name, 0) - len(held[j.name])
-                new = [cap.names[i] for i in cap.place_many(j.trainer, want, smallest, j.name)]
-                while len(new) < want and (i := make_room(j.trainer, j.priority, j.name)) is not None:
-                    new.append(cap.names[i])
-                out[j.name] = tuple(sorted((*held[j.name], *new)))
+                want = sizes.get(j.name, 0) - forced[j.name] - len(held[j.name])
+                placed = new[j.name]
+                placed += [cap.names[i] for i in cap.place_many(j.trainer, want - len(placed), smallest, j.name)]
+                while len(placed) < want and (i := make_room(j.trainer, j.priority, j.name)) is not None:
+                    placed.append(cap.names[i])
+                out[j.name] = tuple(sorted((*held[j.name], *placed)))
         return out
 
-    def _sizes(self, snapshot: Snapshot, cap: Capacity, pending: list[Pod]) -> dict[str, int]:
+    def _sizes(self, snapshot: Snapshot, cap: Capacity, pending: list[Pod]) -> tuple[dict[str, int], dict[str, int]]:
+        """Each job's size, and what it would keep but for room (``keep``: its size, or its current
+        size where a rescale gate holds it there, whichever is smaller)."""
         # Everything but the trainers we are planning counts as load (``cap``); pods still waiting
         # for a node (``pending``) are placed below, by priority.
         tiers = sorted({j.priority for j in snapshot.jobs} | {p.priority for p in pending}, reverse=True)
@@ -240,7 +291,7 @@ class EdlPolicy:
         return self._settle(snapshot.jobs, alloc, floor, after_min, weight)
 
     def _settle(self, jobs: tuple[JobDemand, ...], fair: dict[str, int], floor: dict[str, int],
-                cap: Capacity, weight: dict[str, float]) -> dict[str, int]:
+                cap: Capacity, weight: dict[str, float]) -> tuple[dict[str, int], dict[str, int]]:
         """From fair shares to targets: only rescales that pay for their pause, and only what fits.
 
         Every change of a job's size pauses it (measured ``rescale_cost_s``). A job grows only
@@ -262,8 +313,9 @@ class EdlPolicy:
                 want[j.name] = j.current
             else:
                 want[j.name] = f
+        held = {j.name: min(want[j.name], j.current) for j in jobs}
         if all(want[j.name] == fair[j.name] for j in jobs):
-            return want  # the fair plan itself, placed trainer by trainer already
+            return want, held  # the fair plan itself, placed trainer by trainer already
         keepers = sorted((j for j in jobs if want[j.name] <= j.current), key=lambda j: (-j.priority, j.name))
         growers = sorted((j for j in jobs if want[j.name] > j.current),
                          key=lambda j: (-j.priority, -weight[j.name], j.name))
@@ -285,7 +337,7 @@ class EdlPolicy:
                     cap.release(node, j.trainer)
                 have = keep
             target[j.name] = have
-        return target
+        return target, held
 
     def _horizon(self, j: JobDemand) -> float:
         """How long a change of size matters: the policy's horizon, or until the job is done."""

@@ -67,6 +67,9 @@ def test_a_trainer_that_fits_nowhere_now_gets_no_node():
     plan = get_policy("edl").plan(Snapshot((node("n0", 5), node("n1", 5), node("n2", 6)), pods, (j,)))
     assert len(plan.nodes["a"]) <= plan.sizes["a"]
     assert sorted(plan.nodes["a"])[:3] == ["n0", "n1", "n2"]
+    # The job grows by what the cluster holds now, not by what the sizing's packing found: a trainer
+    # asked for beyond that would wait, and start (pausing the job again) whenever room came.
+    assert plan.sizes["a"] == len(plan.nodes["a"]) == 4
 
 
 def test_free_hints_are_the_planned_nodes_no_live_trainer_holds_or_prefers():
@@ -236,3 +239,28 @@ def test_a_pod_bound_but_not_yet_running_holds_its_node():
     assert cap.free_cpu == [2, 8]
     plan = get_policy("edl").plan(s)
     assert plan.nodes["a"].count("n0") <= 1  # n0 holds one 2-core trainer beside the starting pod
+
+
+def test_a_job_keeps_the_trainers_the_cluster_holds_where_they_run():
+    # Job a's five 5-core trainers and b's 6-core one fill the three nodes as they run (n0: 6 + 5 of 12,
+    # n1 and n2: 5 + 5 of 10). Packed from scratch (the sizing), a's fifth fits nowhere: that shrink would
+    # be an artefact of the packing, and it would cost a pause.
+    a5, b6 = Resources(5, 1), Resources(6, 1)
+    pods = tuple(Pod(f"a-t{k}", a5, PodPhase.RUNNING, 0, n, "a", "trainer")
+                 for k, n in enumerate(("n0", "n1", "n1", "n2", "n2")))
+    pods += (Pod("b-t0", b6, PodPhase.RUNNING, 0, "n0", "b", "trainer"),)
+    nodes = (node("n0", 12), node("n1", 10), node("n2", 10))
+    plan = get_policy("edl").plan(Snapshot(nodes, pods, (JobDemand("a", 1, 5, 5, a5), JobDemand("b", 1, 1, 1, b6))))
+    assert plan.sizes == {"a": 5, "b": 1}
+    assert plan.nodes == {"a": ("n0", "n1", "n1", "n2", "n2"), "b": ("n0",)}
+
+
+def test_a_waiting_service_pod_gets_room_the_sizing_counted_only_in_total():
+    # Six 2-core trainers leave 2 cores on each 8-core node: 4 in total, as much as the waiting 4-core
+    # pod asks, so the sizing (packing from scratch) keeps all six. No node has 4: the plan gives up a
+    # trainer where that makes room, and the job's size follows (not a trainer moved to the other node).
+    pods = tuple(trainer("a", i, "n0" if i < 3 else "n1") for i in range(6))
+    pods += (Pod("web-0", Resources(4, 1), PodPhase.PENDING, 1000, None),)
+    plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), pods, (JobDemand("a", 1, 6, 6, T),)))
+    assert plan.sizes == {"a": 5}
+    assert plan.nodes["a"] in (("n0", "n0", "n1", "n1", "n1"), ("n0", "n0", "n0", "n1", "n1"))
