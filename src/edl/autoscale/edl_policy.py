@@ -14,10 +14,16 @@
    curves, a job that stops scaling stops getting trainers.
 3. No thrash, because every rescale pauses a job (measured ``rescale_cost_s``):
    a trainer a job holds counts ``keep_bonus`` (1.5x) more than one it would
-   gain; a job grows only when the throughput gained over the time it has left
-   beats its pause; it gives trainers up voluntarily only when the move pays
-   for two pauses (its own and the receiver's), and never for one trainer.
-   Forced shrinks (higher-priority demand, minimums) always go through.
+   gain; a running job's change of size is charged its pause in the fair
+   shares themselves (a step must gain more log throughput than the pause costs
+   over the horizon, and the best step per trainer is taken whole, so freed
+   capacity goes to few jobs in large steps); a job grows only when the
+   throughput gained over the time it has left beats its pause; it gives
+   trainers up voluntarily only when the move pays for two pauses (its own and
+   the receiver's), and never for one trainer. Forced shrinks (higher-priority
+   demand, minimums) always go through, and only those the cluster as it is
+   needs: the sizes are what the placement holds (``plan``), not what a packing
+   from scratch fits.
 4. Real placement: every trainer is bound to a node that can hold it (best fit
    on CPU, memory and GPU), so the plan never exceeds what the cluster holds.
 5. The plan says where new trainers go (``plan``): the trainers a job holds stay
@@ -33,7 +39,7 @@ import heapq
 import math
 
 from edl.autoscale.accounting import EPS, Capacity, capacity
-from edl.api.cluster import JobDemand, Pod, Resources, Snapshot
+from edl.api.cluster import JobDemand, Pod, PodPhase, Resources, Snapshot
 from edl.api.policy import Plan
 
 
@@ -287,7 +293,8 @@ class EdlPolicy:
         after_min = cap.copy()
         floor = dict(alloc)
         weight = self.weights(snapshot.jobs)
-        self._grow(cap, sorted(snapshot.jobs, key=lambda j: j.name), alloc, weight, self.keep_bonus)
+        self._grow(cap, sorted(snapshot.jobs, key=lambda j: j.name), alloc, weight, self.keep_bonus,
+                   self._charges(snapshot))
         return self._settle(snapshot.jobs, alloc, floor, after_min, weight)
 
     def _settle(self, jobs: tuple[JobDemand, ...], fair: dict[str, int], floor: dict[str, int],
@@ -338,6 +345,19 @@ class EdlPolicy:
                 have = keep
             target[j.name] = have
         return target, held
+
+    def _charges(self, snapshot: Snapshot) -> dict[str, float]:
+        """What starting a change of size costs each running job, in log throughput: its pause over the
+        policy's horizon, ``-log(1 - pause / horizon)`` (infinite when the pause is the horizon or more). A
+        job none of whose trainers runs yet changes for free: its first generation forms with them."""
+        running = {p.job for p in snapshot.pods
+                   if p.job is not None and p.role == "trainer" and p.phase is PodPhase.RUNNING}
+        out: dict[str, float] = {}
+        for j in snapshot.jobs:
+            if j.name in running and j.rescale_cost_s > 0:
+                frac = j.rescale_cost_s / self.horizon_s
+                out[j.name] = math.inf if frac >= 1 else -math.log(1 - frac)
+        return out
 
     def _horizon(self, j: JobDemand) -> float:
         """How long a change of size matters: the policy's horizon, or until the job is done."""
@@ -397,9 +417,17 @@ class EdlPolicy:
 
     @staticmethod
     def _grow(cap: Capacity, jobs: list[JobDemand], alloc: dict[str, int], weight: dict[str, float],
-              keep_bonus: float = 1.0) -> None:
-        heap: list[tuple[float, int, str]] = []
+              keep_bonus: float = 1.0, charge: dict[str, float] | None = None) -> None:
+        """Spare capacity, trainer by trainer, to the largest weighted gain in log throughput.
+
+        ``charge``: what starting a change costs a job (``_charges``). A job at its current size grows
+        only by a step whose gain, net of that charge, is the best per trainer (``(log T(m) - log T(n)
+        - charge) / (m - n)`` over ``m``), and takes the whole step when its turn comes; once it grows,
+        each further trainer is valued alone (the pause is paid). So the capacity that frees goes to
+        few jobs in large steps, not one trainer to each job (a pause each)."""
+        heap: list[tuple[float, int, str, int]] = []
         by_name = {j.name: j for j in jobs}
+        charge = charge or {}
 
         # The bonus only holds between jobs of one priority: a higher-priority job gets its share.
         top = max((j.priority for j in jobs), default=0)
@@ -410,15 +438,31 @@ class EdlPolicy:
                 # Larger weighted gain first; a trainer the job holds now weighs ``keep_bonus`` more,
                 # and on a tie the job that holds it keeps it.
                 held = j.current > n and j.priority == top
-                value = weight[j.name] * log_gain(j, n) * (keep_bonus if held else 1.0)
-                heapq.heappush(heap, (-value, 0 if held else 1, j.name))
+                step, value = 1, weight[j.name] * log_gain(j, n) * (keep_bonus if held else 1.0)
+                kappa = charge.get(j.name, 0.0) if n == j.current else 0.0
+                if kappa > 0 and j.speed(n) > 0:
+                    if kappa == math.inf:
+                        return
+                    base, best = math.log(j.speed(n)), -math.inf
+                    for m in range(n + 1, j.max + 1):
+                        s = j.speed(m)
+                        rate = (math.log(s) - base - kappa) / (m - n) if s > 0 else -math.inf
+                        if rate > best:
+                            best, step = rate, m - n
+                    if best <= 0:
+                        return  # no step pays for the pause
+                    value = weight[j.name] * best
+                heapq.heappush(heap, (-value, 0 if held else 1, j.name, step))
 
         for j in jobs:
             push(j)
         while heap:
-            _, _, name = heapq.heappop(heap)
+            _, _, name, step = heapq.heappop(heap)
             j = by_name[name]
-            if cap.place(j.trainer, job=j.name) is None:
+            got = 0
+            while got < step and cap.place(j.trainer, job=j.name) is not None:
+                got += 1
+            if got == 0:
                 continue  # no node holds another trainer of this shape
-            alloc[name] += 1
+            alloc[name] += got
             push(j)

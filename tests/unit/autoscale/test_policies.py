@@ -121,6 +121,18 @@ def test_edl_growth_must_pay_for_the_rescale_pause():
     assert get_policy("edl").decide(snap(nodes(1), [costly])) == {"a": 4}
 
 
+def test_edl_gives_freed_capacity_to_few_running_jobs_in_large_steps():
+    # Three running jobs of 2 trainers each, 3 slots free. One trainer each pays for its pause (+50 %
+    # over the horizon), but that is three pauses; a change costs the same pause whatever its size, so
+    # the three slots go to one job (one pause), and the others stay.
+    jobs = [job(name, 2, 1, 10, rescale_cost_s=30) for name in "abc"]
+    assert sorted(get_policy("edl").decide(snap(nodes(1, cpu=9), jobs)).values()) == [2, 2, 5]
+    # A job not running yet changes for free (its first generation forms with the trainers it gets).
+    fresh = [job(name, 2, 1, 10, rescale_cost_s=30) for name in "abc"]
+    pods = tuple(p for j in fresh for p in trainers(j, phase=PodPhase.PENDING))
+    assert sorted(get_policy("edl").decide(Snapshot(tuple(nodes(1, cpu=9)), pods, tuple(fresh))).values()) == [3, 3, 3]
+
+
 def test_edl_puts_trainers_where_they_speed_a_job_up_most():
     flat = job("flat", 2, 1, 20, throughput=(0, 100, 120, 125, 126, 126, 126, 126, 126, 126, 126))
     linear = job("lin", 2, 1, 20, throughput=tuple(100.0 * n for n in range(11)))
