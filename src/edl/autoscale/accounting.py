@@ -238,13 +238,14 @@ class Capacity:
 
 def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
              pending: list[Pod] | None = None, bound: dict[str, list[str]] | None = None,
-             shapes: set[float] | None = None) -> Capacity:
+             shapes: set[float] | None = None, running: set[str] | None = None) -> Capacity:
     """Free capacity after the non-terminated pods bound to each node.
 
     With ``planned`` (the jobs whose trainers the caller is planning), those trainers are
     left out, and so are pods still waiting for a node, which go to ``pending`` instead;
     ``bound`` collects, per planned job, the nodes its left-out trainers are bound to, and
-    ``shapes`` the CPU requests of the jobs' other pods (fixed pods).
+    ``shapes`` the CPU requests of the jobs' other pods (fixed pods), and ``running`` the planned
+    jobs with a trainer running.
     One pass over the pods: this is the hot loop of a decision on a large cluster.
     """
     nodes = sorted(snapshot.nodes, key=lambda n: n.name)
@@ -266,6 +267,8 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
             if p.job is not None and p.role == "trainer" and p.job in planned:
                 if bound is not None and p.node is not None:
                     bound.setdefault(p.job, []).append(p.node)
+                if running is not None and phase is PodPhase.RUNNING:
+                    running.add(p.job)
                 continue
             if phase is waiting and p.node is None:
                 if pending is not None:

@@ -39,7 +39,7 @@ import heapq
 import math
 
 from edl.autoscale.accounting import EPS, Capacity, capacity
-from edl.api.cluster import JobDemand, Pod, PodPhase, Resources, Snapshot
+from edl.api.cluster import JobDemand, Pod, Resources, Snapshot
 from edl.api.policy import Plan
 
 
@@ -126,9 +126,10 @@ class EdlPolicy:
         pending: list[Pod] = []
         bound: dict[str, list[str]] = {}
         shapes: set[float] = set()
-        cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending, bound, shapes)
+        running: set[str] = set()
+        cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending, bound, shapes, running)
         base = cap.copy()
-        sizes, keep = self._sizes(snapshot, cap, pending)
+        sizes, keep = self._sizes(snapshot, cap, pending, running)
         fixed: dict[str, str] = {}
         nodes = self._placement(snapshot.jobs, sizes, base, pending, bound, shapes, fixed, keep)
         return Plan(self._as_placed(snapshot.jobs, sizes, keep, nodes), nodes, fixed)
@@ -277,9 +278,11 @@ class EdlPolicy:
                 out[j.name] = tuple(sorted((*held[j.name], *placed)))
         return out
 
-    def _sizes(self, snapshot: Snapshot, cap: Capacity, pending: list[Pod]) -> tuple[dict[str, int], dict[str, int]]:
+    def _sizes(self, snapshot: Snapshot, cap: Capacity, pending: list[Pod],
+               running: set[str]) -> tuple[dict[str, int], dict[str, int]]:
         """Each job's size, and what it would keep but for room (``keep``: its size, or its current
-        size where a rescale gate holds it there, whichever is smaller)."""
+        size where a rescale gate holds it there, whichever is smaller). ``running``: the jobs with a
+        trainer running."""
         # Everything but the trainers we are planning counts as load (``cap``); pods still waiting
         # for a node (``pending``) are placed below, by priority.
         tiers = sorted({j.priority for j in snapshot.jobs} | {p.priority for p in pending}, reverse=True)
@@ -294,7 +297,7 @@ class EdlPolicy:
         floor = dict(alloc)
         weight = self.weights(snapshot.jobs)
         self._grow(cap, sorted(snapshot.jobs, key=lambda j: j.name), alloc, weight, self.keep_bonus,
-                   self._charges(snapshot))
+                   self._charges(snapshot.jobs, running))
         return self._settle(snapshot.jobs, alloc, floor, after_min, weight)
 
     def _settle(self, jobs: tuple[JobDemand, ...], fair: dict[str, int], floor: dict[str, int],
@@ -346,14 +349,12 @@ class EdlPolicy:
             target[j.name] = have
         return target, held
 
-    def _charges(self, snapshot: Snapshot) -> dict[str, float]:
+    def _charges(self, jobs: tuple[JobDemand, ...], running: set[str]) -> dict[str, float]:
         """What starting a change of size costs each running job, in log throughput: its pause over the
         policy's horizon, ``-log(1 - pause / horizon)`` (infinite when the pause is the horizon or more). A
         job none of whose trainers runs yet changes for free: its first generation forms with them."""
-        running = {p.job for p in snapshot.pods
-                   if p.job is not None and p.role == "trainer" and p.phase is PodPhase.RUNNING}
         out: dict[str, float] = {}
-        for j in snapshot.jobs:
+        for j in jobs:
             if j.name in running and j.rescale_cost_s > 0:
                 frac = j.rescale_cost_s / self.horizon_s
                 out[j.name] = math.inf if frac >= 1 else -math.log(1 - frac)
