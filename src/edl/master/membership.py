@@ -175,7 +175,9 @@ class MembershipConfig:
     silent_s: float = 4.0
     stall_s: float = 15.0
     prepare: bool = True  # graceful changes through a prepared generation (else: stop at a boundary)
-    prepare_timeout_s: float = 10.0  # not every member ready by then: stop at a boundary instead
+    # Not every member ready by then: stop at a boundary instead. Longer than the lease, so that a joiner
+    # that froze before it formed the group is failed first, and the change planned again without it.
+    prepare_timeout_s: float = 15.0
 
 
 class Membership:

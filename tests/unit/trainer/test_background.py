@@ -223,3 +223,20 @@ def test_each_new_task_is_read_ahead_once():
     for _ in range(5):
         pf.fetch()
     assert warmed == [task(0), task(1)] and pf.buffer.remaining() == 32
+
+
+def test_a_prepared_generation_has_the_go_once_given_or_once_formed():
+    from edl.api.master import Prepared
+
+    c = Control("1")
+    p = Prepared(5, ("a", "b"), ("h", 1), (1,), False)
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 4, False, JobStatus.RUNNING, False, prepared=p))
+    assert not c.go(5) and c.heard() == (5, False) and not c.prepared_dropped(5)
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 4, False, JobStatus.RUNNING, False,
+                            prepared=Prepared(5, ("a", "b"), ("h", 1), (1,), True)))
+    assert c.go(5) and c.heard() == (5, True)
+    # The others switched and the master formed it before our next heartbeat: still the go, not dropped.
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 5, False, JobStatus.RUNNING, False))
+    assert c.go(5) and not c.prepared_dropped(5) and c.heard() == (0, False)
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 6, False, JobStatus.RUNNING, False))
+    assert not c.go(5) and c.prepared_dropped(5)
