@@ -169,11 +169,11 @@ def task(i: int, rows: int = 16) -> Task:
     return Task(i, 0, "a.parquet", i * rows, (i + 1) * rows)
 
 
-def prefetcher(link, progress, buffer=None, warm=lambda task: None):
+def prefetcher(link, progress, buffer=None, warm=lambda task: None, full_wait_s=0.0):
     clock = Clock()
     ids = iter(f"r{i}" for i in range(100))
     return Prefetcher(link, "t1", buffer or TaskBuffer(), 16, progress, sleep=clock.sleep,
-                      new_id=lambda: next(ids), warm=warm), clock
+                      new_id=lambda: next(ids), warm=warm, full_wait_s=full_wait_s), clock
 
 
 def test_nothing_is_fetched_before_the_first_generation():
@@ -191,7 +191,24 @@ def test_tasks_are_fetched_until_two_batches_are_held():
     pf.fetch()
     pf.fetch()  # 32 rows held: enough
     assert [c[1] for c in link.calls] == ["r0", "r1"] and link.calls[0][2] == Cursor(0, 3)
-    assert pf.buffer.remaining() == 32 and clock.slept == [0.01]
+    assert pf.buffer.remaining() == 32 and clock.slept == []  # it waited on the buffer, not the clock
+
+
+def test_a_full_buffer_is_waited_on_until_the_loop_takes_a_batch_not_polled():
+    import threading
+    import time
+
+    link = FakeLink(task(0), task(1), task(2))
+    pf, clock = prefetcher(link, Progress(generation=1), full_wait_s=30.0)
+    pf.fetch()
+    pf.fetch()
+    taker = threading.Timer(0.2, lambda: pf.buffer.take(16))  # the loop's next batch
+    taker.start()
+    t0 = time.monotonic()
+    pf.fetch()  # full: returns when the batch is taken, not after a poll's or the full wait's time
+    assert 0.15 < time.monotonic() - t0 < 10 and clock.slept == [] and len(link.calls) == 2
+    pf.fetch()
+    assert len(link.calls) == 3 and pf.buffer.remaining() == 32
 
 
 def test_a_lost_answer_is_asked_for_again_with_the_same_request_id():
