@@ -305,6 +305,7 @@ class Trainer:
             step = self.runner.run(lambda: self.replica.broadcast(group, 0), dropped, group)
         except CollectiveError as e:
             log.info("trainer %s: not joining generation %d: %s", self.id, gen, e)
+            self.progress.generation = 0  # in none: a heartbeat naming a dropped one is answered at once
             return None
         self.progress.step = step
         log.info("trainer %s: generation %d, rank %d of %d, step %d (prepared: group formed in %.3f s, "
@@ -335,6 +336,7 @@ class Trainer:
             except CollectiveError as e:
                 log.warning("trainer %s: generation %d did not start: %s", self.id, generation, e)
                 self._report(generation, step, {}, failed=True)
+                p.generation = a.generation  # where it stopped; the master forms the next one from its report
                 return None
         log.info("trainer %s: generation %d, rank %d of %d, step %d (switched into at the step; state in %.3f s%s)",
                  self.id, generation, rank, len(prepared.members), step, self.clock() - t0,
