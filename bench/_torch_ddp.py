@@ -1,5 +1,5 @@
 """The torchrun peer: the same MLP trained with DistributedDataParallel under torchrun's
-restart-all elasticity. Rank 0 logs the wall time of every completed step; every rank
+restart-all elasticity. Rank 0 logs the wall time of every completed step and the restart round; every rank
 writes its pid so the benchmark can kill one. Resumes from a snapshot after a restart,
 as torchrun's documentation recommends.
 """
@@ -66,7 +66,7 @@ def main() -> None:
         opt.step()
         step += 1
         if log:
-            log.write(f"{step} {time.time()}\n")
+            log.write(f"{step} {time.time()} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}\n")
             if step % 20 == 0:
                 tmp = work / "snapshot.tmp"
                 torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)

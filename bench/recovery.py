@@ -166,21 +166,22 @@ def torchrun_recovery(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
                              "--batch-size", str(batch)], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
-    def steps() -> list[tuple[int, float]]:
+    def steps() -> list[tuple[int, float, int]]:
+        """(step, wall time, restart round) of every step rank 0 completed."""
         path = work / "steps.log"
         if not path.exists():
             return []
         out = []
         for line in path.read_text().splitlines():
             parts = line.split()
-            if len(parts) == 2:
-                out.append((int(parts[0]), float(parts[1])))
+            if len(parts) == 3:
+                out.append((int(parts[0]), float(parts[1]), int(parts[2])))
         return out
 
-    def wait_steps(after: float, n: int, timeout: float = 180) -> None:
+    def wait_steps(after: float, n: int, timeout: float = 180, round_: int = 0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if sum(1 for _, t in steps() if t > after) >= n:
+            if sum(1 for _, t, r in steps() if t > after and r >= round_) >= n:
                 return
             if proc.poll() is not None:
                 raise RuntimeError(f"torchrun exited with {proc.returncode}; see {tmp / 'torchrun.log'}")
@@ -192,12 +193,13 @@ def torchrun_recovery(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
         wait_steps(0, 40)
         for _ in range(rounds):
             wait_steps(time.time(), 20)
-            last_step = steps()[-1][0]
+            last_step, _, round_ = steps()[-1]
             pid = int((work / "pid-1").read_text())
             t_kill = time.time()  # the steps log holds wall-clock times
             os.kill(pid, signal.SIGKILL)
-            wait_steps(t_kill, 1)
-            nxt = next((s, t) for s, t in steps() if t > t_kill)
+            # The next step of the restarted workers (rank 0 may still log the step it was in).
+            wait_steps(t_kill, 1, round_=round_ + 1)
+            nxt = next((s, t) for s, t, r in steps() if t > t_kill and r > round_)
             out["kill_to_next_step_s"].append(nxt[1] - t_kill)
             out["redone_steps"].append(max(0, last_step - nxt[0] + 1))
     finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-for script in ("throughput.py", "checkpoint_cost.py", "group_formation.py", "recovery.py", "recovery_master.py", "accuracy.py",
+for script in ("throughput.py", "overhead.py", "checkpoint_cost.py", "group_formation.py", "recovery.py", "recovery_master.py", "accuracy.py",
                "policy_speed.py", "sidecar_scale.py", "sim_speed.py"):
     print(f"\n=== bench/{script}", flush=True)
     subprocess.run([sys.executable, str(HERE / script)], check=True)

@@ -1,6 +1,6 @@
 """Steady-state throughput: edl with 2 trainers vs plain Paddle DataParallel, and the cost of checkpoints.
 
-    python bench/throughput.py [--rounds 14] [--window 6]
+    python bench/throughput.py [--rounds 14] [--window 5]
 
 Three contenders run at once on the same model (edl.zoo.mlp), batch per trainer
 and data: ``paddle.distributed.launch --nproc_per_node 2`` with
@@ -10,10 +10,11 @@ are frozen with SIGSTOP, and the contenders take turns in short windows for
 several rounds. So all three see the same machine
 (this one is noisy: its speed drifts by tens of percent over minutes) and the
 ratios are paired per round. edl's step count is the master's, which hears it
-with each heartbeat (about once a second), so a window's count is off by up to a
-second's steps: the median of many rounds says more than any one. Windows stay
-short (6 s): a job is frozen for two windows, and a trainer frozen mid-collective
-for over 15 s is taken by its master for one held up by a stuck peer.
+with each heartbeat (about once a second): each window's ends are read as the count
+moves (``fresh_count``), so that neither end is up to a second old. Windows stay
+short (5 s, and about a second at each end for the count to move): a job is frozen for
+two turns, and a trainer frozen mid-collective for over 15 s is taken by its master for
+one held up by a stuck peer.
 With ``--compare-src DIR`` the checkpointing run is replaced by the same edl job
 imported from DIR (another version's ``src``): an A/B of two versions, written to
 bench/results/throughput_ab.json. The table also gives each contender's CPU per
@@ -74,6 +75,22 @@ def _is_worker(pid: int) -> bool:
     return b"trainer" in argv or any(a.endswith(b"_paddle_dp.py") for a in argv)
 
 
+def fresh_count(counter, every_s: float = 0.02, limit_s: float = 2.0) -> tuple[int, float]:
+    """The count as it moves, and when: ``counter`` is read until its value changes, and the new value is
+    taken with the time it was first seen. edl's count is the master's, which hears it with each trainer's
+    heartbeat (about once a second), so a read at an arbitrary moment is up to a second old; and after a
+    thaw the heartbeats come in step with the bench's own sleeps, so that age was not even random: a window
+    could gain or lose up to a second's steps in six. Read as it moves, a count is as old as one read (tens
+    of milliseconds), for DataParallel's per-step count as for edl's."""
+    first, deadline = counter(), time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        time.sleep(every_s)
+        value = counter()
+        if value != first:
+            return value, time.monotonic()
+    return first, time.monotonic()
+
+
 class Contender:
     def __init__(self, name: str, pgid: int, counter, samples_per_step: int) -> None:
         self.name, self.pgid, self.counter, self.samples_per_step = name, pgid, counter, samples_per_step
@@ -100,10 +117,14 @@ class Contender:
 
     def measure(self, window: float) -> float:
         self.thaw()
-        time.sleep(1.0)  # let heartbeats and the step in flight settle
-        cpu0, c0, t0 = self._cpu(), self.counter(), time.monotonic()
+        # The count's first move after the thaw is the step in flight, or the heartbeat held over the freeze:
+        # the window starts at its next move (about a second for edl, a step or two for DataParallel).
+        fresh_count(self.counter)
+        c0, t0 = fresh_count(self.counter)
+        cpu0 = self._cpu()
         time.sleep(window)
-        c1, t1, cpu1 = self.counter(), time.monotonic(), self._cpu()
+        c1, t1 = fresh_count(self.counter)
+        cpu1 = self._cpu()
         self.freeze()
         for pid, v in cpu1.items():
             self.cpu["workers" if _is_worker(pid) else "others"] += v - cpu0.get(pid, 0.0)
@@ -116,8 +137,9 @@ class Contender:
 def main() -> int:
     p = argparse.ArgumentParser(description="edl vs Paddle DataParallel throughput (interleaved)")
     p.add_argument("--rounds", type=int, default=14, help="turns per contender (default 14)")
-    p.add_argument("--window", type=float, default=6.0,
-                   help="seconds measured per turn (default 6; over 6.5 a frozen job takes its trainers for stuck)")
+    p.add_argument("--window", type=float, default=5.0,
+                   help="seconds measured per turn (default 5; a turn also waits about a second for the count to "
+                        "move at each end, and over 15 s frozen a job takes its trainers for stuck)")
     p.add_argument("--batch-size", type=int, default=256, help="records per trainer per step (default 256)")
     p.add_argument("--rows", type=int, default=100000, help="synthetic rows (default 100000)")
     p.add_argument("--compare-src", metavar="DIR", help="replace the checkpointing run by edl imported from DIR "

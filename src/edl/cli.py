@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -75,7 +76,18 @@ def cmd_trainer(a: argparse.Namespace) -> int:
     require_paddle("a trainer needs it (on Kubernetes: run trainers from a trainer image, --trainer-image)")
     from edl.trainer.worker import run_trainer
 
-    return run_trainer(a.id, a.master, _token_from_env(), a.backend)
+    try:
+        code = run_trainer(a.id, a.master, _token_from_env(), a.backend)
+    except EdlError as e:
+        print(f"edl: error: {e}", file=sys.stderr)
+        code = e.exit_code
+    # Leave at once: Paddle's C++ threads that may still run (a group forming for a prepared generation
+    # the master dropped, a collective left to Gloo) abort the process when the interpreter's teardown
+    # destroys what they use, which would turn a clean exit into SIGABRT.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _not_running(job: str) -> UserError:

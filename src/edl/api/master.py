@@ -82,9 +82,16 @@ class Unassigned(str, Enum):
 
 
 # ------------------------------------------------------------------ the one JSON form
+_PLAIN = frozenset({int, float, str, bool})
+
+
 def to_json(value: Any) -> Any:
     """The JSON form of any answer below: enums by value, cursors as ``[task_id, offset]``,
     dataclasses as objects of their fields, tuples as lists."""
+    if value is None or type(value) in _PLAIN:
+        # Most values are plain (a status holds one count per epoch: a thousand for ``--epochs 1000``);
+        # the checks below cost microseconds each, which the launcher's polls paid per value.
+        return value
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, Cursor):
@@ -190,6 +197,11 @@ class JobView:
     # the launcher gives new trainer pods the ones no trainer has yet as their preferred node.
     node_hints: tuple[str, ...] = ()
     user_error: bool = False  # failed because of the user's input (``error`` names it): a retry cannot help
+    # Counts the changes of what the launcher acts on (``Job.control_key``) this master has answered with:
+    # ``GET /v1/status?after=`` this and ``wait_s`` answers once it has moved on, or after ``wait_s`` (a long
+    # poll). It only grows, so of two answers of one master the one with the higher count is the newer. 0:
+    # a master that does not count.
+    control_version: int = 0
 
     def to_json(self) -> dict:
         return to_json(self)
@@ -207,7 +219,7 @@ class JobView:
             generations=tuple(GenerationSummary.from_json(g) for g in d["generations"]),
             checkpoints=tuple(CheckpointRecord.from_json(c) for c in d["checkpoints"]),
             elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False), user_error=d.get("user_error", False),
-            node_hints=tuple(d.get("node_hints") or ()),
+            node_hints=tuple(d.get("node_hints") or ()), control_version=d.get("control_version", 0),
         )
 
 

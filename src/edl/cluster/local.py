@@ -83,7 +83,7 @@ class LocalProcesses:
         return self.log_dir / f"{name}.log"
 
     def spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None,
-              stdin_pipe: bool = False) -> Proc:
+              stdin_pipe: bool = False, own_session: bool = False) -> Proc:
         log_path = self.log_path(name)
         f = log_path.open("ab")
         env = dict(self.env)
@@ -91,7 +91,7 @@ class LocalProcesses:
         popen = subprocess.Popen(
             [sys.executable, "-m", "edl", *args],
             stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-            env=env, preexec_fn=_die_with_parent, close_fds=True,
+            env=env, preexec_fn=_die_with_parent, close_fds=True, start_new_session=own_session,
         )
         f.close()
         return Proc(name, popen, log_path)
@@ -211,8 +211,13 @@ class LocalCluster:
     def create_trainer(self, name: str, node: str | None = None) -> None:  # one machine: no node to prefer
         args = ["trainer", "--id", name, "--master", self.address]  # --audit: the log goes under the checkpoints
         # EDL_TRAINER_LOG: where a trainer whose user code raised says its traceback is (its output's file).
+        # A session of its own, as paddle.distributed.launch gives each worker: where the kernel groups
+        # processes by session for CPU shares (autogroup, on in most distributions), each trainer then
+        # gets a share of a busy machine, as a DataParallel worker does, instead of all of the job's
+        # processes sharing one. It still dies with the launcher (``PR_SET_PDEATHSIG``), which stops it.
         self.procs_by_name[name] = self.procs.spawn(name, args, {"EDL_TOKEN": self.token,
-                                                                 "EDL_TRAINER_LOG": str(self.procs.log_path(name))})
+                                                                 "EDL_TRAINER_LOG": str(self.procs.log_path(name))},
+                                                    own_session=True)
         self._save()
 
     def delete_trainer(self, name: str) -> None:

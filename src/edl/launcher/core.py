@@ -29,6 +29,7 @@ from edl.console import clip, plain_console, say
 from edl.errors import EdlError, KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.reconcile import plan_trainers
+from edl.launcher.watch import StatusWatch
 from edl.trainer.audit import audit
 from edl.master.client import HttpMaster
 
@@ -140,7 +141,7 @@ class Launcher:
                  master_silence_limit_s: float = MASTER_SILENCE_LIMIT_S,
                  master_factory: Callable[[MasterEndpoint], ControlLink] = http_master,
                  beat_in_background: bool = False, beat_every_s: float = BEAT_EVERY_S,
-                 loop_stall_s: float = LOOP_STALL_S) -> None:
+                 loop_stall_s: float = LOOP_STALL_S, status_watch: StatusWatch | None = None) -> None:
         self.spec = spec
         self.cluster = cluster
         self.max_trainer_failures = max_trainer_failures
@@ -178,11 +179,22 @@ class Launcher:
         self.loop_stall_s = loop_stall_s
         self.loop_at = clock()  # when the launcher's loop last came round
         self._stop_beating = threading.Event()
+        # With a watch (real time), a round takes the master's status from the watch's long poll instead of
+        # asking for it (``edl.launcher.watch``), unless the watch's copy may be too old for what the round
+        # decides: on the first round, after a new master, when the trainers changed, or when the copy is
+        # older than a status this launcher already used.
+        self.status_watch = status_watch
+        self._read_now = True
+        self._trainers_seen: tuple | None = None  # the trainers as the last round saw them
+        self._used: tuple[str, int] = ("", 0)  # master uid and control version of the status the last round used
+        self._used_serial = 0  # the watch's reading that status came from (0: read directly)
 
     # --------------------------------------------------------------- start
     def start(self) -> MasterEndpoint:
         self.endpoint = self.cluster.ensure_job()
         self.master = self.master_factory(self.endpoint)
+        if self.status_watch is not None:
+            self.status_watch.follow(self.endpoint)
         if self.beat_in_background:
             threading.Thread(target=self._beat_in_background, name="edl-launcher-beat", daemon=True).start()
         self._seen_names(t.name for t in self.cluster.trainers())  # adopted: continue after theirs
@@ -228,6 +240,9 @@ class Launcher:
         assert self.endpoint is not None
         self.endpoint = replace(self.endpoint, address=address)
         self.master = self.master_factory(self.endpoint)
+        self._read_now = True
+        if self.status_watch is not None:
+            self.status_watch.follow(self.endpoint)
 
     # ---------------------------------------------------------------- loop
     def _tell(self, report: Callable[[], object]) -> bool:
@@ -272,7 +287,7 @@ class Launcher:
         if not self.cluster.master_alive():
             self._master_lost()
             self.wait_for_master()
-        st = self.master.status()
+        st = self._status()
         if st is None:
             self._master_silent()
             return None
@@ -282,6 +297,30 @@ class Launcher:
             return st
         self._apply(st)
         return None
+
+    def _status(self) -> JobView | None:
+        """The master's status for this round: the watch's newest copy where it will do, else read now."""
+        reading = self.status_watch.latest() if self.status_watch is not None and not self._read_now else None
+        if reading is not None and reading.endpoint == self.endpoint:
+            if reading.error is not None:
+                raise reading.error
+            st = reading.view
+            if st is None or st.control_version == 0 or self._newer_or_same(st):
+                self._used_serial = reading.serial
+                return self._use(st)
+        self._read_now = False
+        self._used_serial = self.status_watch.latest_serial() if self.status_watch is not None else 0
+        return self._use(self.master.status())
+
+    def _newer_or_same(self, st: JobView) -> bool:
+        """``st`` is no older than the status the last round used (or comes from another master)."""
+        uid, version = self._used
+        return st.master_uid != uid or st.control_version >= version
+
+    def _use(self, st: JobView | None) -> JobView | None:
+        if st is not None:
+            self._used = (st.master_uid, st.control_version)
+        return st
 
     def _master_silent(self) -> None:
         """The master's pod looks alive but the master does not answer (a partition, a hung
@@ -303,6 +342,11 @@ class Launcher:
         plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
                              self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs,
                              node_hints=st.node_hints)
+        seen = tuple((t.name, t.phase, t.exit) for t in trainers)
+        # A trainer that came or went (an exit this round reports, one it starts): the next round reads the
+        # master afresh rather than the watch's copy, which may predate it (see ``plan_trainers`` on exits).
+        self._read_now = self._read_now or seen != self._trainers_seen
+        self._trainers_seen = seen
         by_name = {t.name: t for t in trainers}
         for name, code in plan.exited:
             self._tell(lambda: self.master.report_exit(name, code))
@@ -366,13 +410,14 @@ class Launcher:
         plan is held: nothing is created or deleted, the job's pods go on as they are; the
         next round carries on from what the cluster then shows. Away longer than
         ``api_away_limit_s``: the job fails."""
+        shown: JobView | None = None  # watching, the status last shown (a copy is shown once)
         while True:
             self.beat()
             try:
                 st = self.tick()
             except TemporaryError as e:
                 self._api_away(e)
-                self.sleep(poll_s)
+                self._pause(poll_s)
                 continue
             except KubeForbiddenError as e:
                 if self.api_away_since is None:
@@ -380,14 +425,25 @@ class Launcher:
                 # Just back from a restart, an apiserver refuses until its RBAC caches are filled:
                 # still away (bounded by api_away_limit_s), not a revoked permission.
                 self._api_away(e)
-                self.sleep(poll_s)
+                self._pause(poll_s)
                 continue
             self._api_back()
             if st is not None:
                 return st
-            if view is not None and self.last_status is not None:
+            if view is not None and self.last_status is not None and self.last_status is not shown:
                 view.show(self.last_status)  # what this round's tick read: no second request
+                shown = self.last_status if self.status_watch is not None else None
+            self._pause(poll_s)
+
+    def _pause(self, poll_s: float) -> None:
+        """Between rounds: ``poll_s``, or (watching) until the watch has a newer reading, if sooner."""
+        if self.status_watch is None:
             self.sleep(poll_s)
+        else:
+            self.status_watch.wait_newer(self._used_serial, poll_s)
+            # Woken once per reading, whether or not the next round uses it (a round that fails before it
+            # reads the status must not find the same reading "newer" again and spin).
+            self._used_serial = max(self._used_serial, self.status_watch.latest_serial())
 
     def _api_away(self, e: Exception) -> None:
         now = self.clock()
@@ -461,6 +517,8 @@ class Launcher:
     def shutdown(self, delete: bool = True) -> None:
         """Stop the master and remove every object of the job (idempotent)."""
         self._stop_beating.set()
+        if self.status_watch is not None:
+            self.status_watch.stop()
         if self.master is not None:
             self._tell(self.master.shutdown)
         if delete:

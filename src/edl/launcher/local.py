@@ -27,7 +27,8 @@ from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.errors import EdlError, UserError
 from edl.cluster.local import LocalCluster
 from edl.api.spec import JobSpec
-from edl.launcher.core import JobResult, Launcher, ProgressView, audit_summary
+from edl.launcher.core import JobResult, Launcher, ProgressView, audit_summary, http_master
+from edl.launcher.watch import StatusWatch
 from edl.master.client import HttpMaster
 from edl.master.main import prepare_job
 from edl.modeldef import require_paddle
@@ -121,8 +122,11 @@ class LocalLauncher:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         cluster = LocalCluster(self.spec, self.dir, env)
+        # The status from a long poll (``edl.launcher.watch``): the loop comes round ten times a second for
+        # the trainers' exits, and asks the master only when something changed.
         launcher = Launcher(self.spec, cluster, max_trainer_failures=self.max_trainer_failures,
-                            console=self.console, master_start_timeout_s=60.0, beat_in_background=True)
+                            console=self.console, master_start_timeout_s=60.0, beat_in_background=True,
+                            status_watch=StatusWatch(http_master))
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _interrupt)
         stop_sidecar = threading.Event()

@@ -123,10 +123,10 @@ class HttpMaster:
     def _call(self, method: str, path: str, body: dict | None = None, params: dict | None = None) -> Any:
         return self._answer(self._request(method, path, body, params), path)
 
-    def _poll(self, path: str) -> Any | None:
+    def _poll(self, path: str, params: dict | None = None) -> Any | None:
         """One GET; ``None`` while the master is unavailable."""
         try:
-            return self._answer(self._request("GET", path, once=True), path)
+            return self._answer(self._request("GET", path, params=params, once=True), path)
         except MasterUnavailable:
             return None
 
@@ -137,8 +137,11 @@ class HttpMaster:
         except MasterUnavailable:
             return False
 
-    def status(self) -> JobView | None:
-        d = self._poll("/v1/status")
+    def status(self, after: int = 0, wait_s: float = 0.0) -> JobView | None:
+        """The job's status; with ``after`` (a ``JobView.control_version``) and ``wait_s``, a long poll:
+        the answer comes once what the launcher acts on differs from ``after``, or after ``wait_s``."""
+        params = {"after": after, "wait_s": wait_s} if after and wait_s > 0 else None
+        d = self._poll("/v1/status", params)
         return None if d is None else JobView.from_json(d)
 
     def summary(self) -> dict[str, Any] | None:

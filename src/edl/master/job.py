@@ -97,6 +97,8 @@ class Job:
         self.node_hints: tuple[str, ...] = ()  # the sidecar's planned node per trainer (not checkpointed)
         # The launcher's beats; its silence abandons the job (from this master's start: a full timeout).
         self.deadman = DeadMan(spec.launcher_timeout_s, now)
+        self._control_key: tuple | None = None  # the last ``control_key`` answered, and its count of changes
+        self._control_changes = 0
         desired = spec.trainers
         if restored is not None:
             self.queue = TaskQueue.from_state(restored["queue"])
@@ -477,6 +479,28 @@ class Job:
             ))
         return out
 
+    def control_key(self) -> tuple:
+        """What the launcher acts on or reports as an event, from the status: the job's outcome, the
+        membership's phase and generation, the desired count and planned nodes, the trainers it knows,
+        the epochs done, checkpoints, and whether the newest generation's pause is known. The launcher's
+        long poll of the status returns when this changes. Not the step, the loss or the rows done:
+        they change every step, and the launcher only shows them."""
+        m = self.membership
+        gen = m.current
+        return (self.master_uid, self.status, self.error, self.user_error, self.abandoned, m.phase,
+                gen.id if gen else 0, gen.world_size if gen else 0, self.desired, self.node_hints,
+                self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints), len(m.history),
+                bool(m.history) and m.history[-1].pause_s is not None,
+                tuple((t.id, t.state) for t in m.trainers.values() if not t.state.gone))
+
+    def control_version(self) -> int:
+        """How often ``control_key`` has changed, as far as anyone asked (``JobView.control_version``):
+        each answer that differs from the one before counts one more."""
+        key = self.control_key()
+        if key != self._control_key:
+            self._control_key, self._control_changes = key, self._control_changes + 1
+        return self._control_changes
+
     def status_view(self, now: float) -> JobView:
         m = self.membership
         gen = m.current
@@ -511,6 +535,7 @@ class Job:
             elapsed_s=round(self.elapsed_s(now), 3),
             abandoned=self.abandoned,
             user_error=self.user_error,
+            control_version=self.control_version(),
         )
 
     def summary(self, now: float) -> dict[str, Any]:

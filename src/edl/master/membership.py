@@ -21,7 +21,7 @@ them have it (their slots say so), reporting that step on their way. The master
 then forms exactly the prepared generation at that step (``form`` adopts it). Any
 other change before the go re-plans it; a failure, or a switch the master cannot
 adopt, drops it: the normal formation follows and members that had switched into
-it are told to leave its collective (``dropped_prepared``). A preparation that is
+it are told to leave its collective (``dropped``). A preparation that is
 not ready in ``prepare_timeout_s`` falls back to stopping at a boundary.
 
 The phase moves only through ``PHASE_TRANSITIONS``::
@@ -175,7 +175,9 @@ class MembershipConfig:
     silent_s: float = 4.0
     stall_s: float = 15.0
     prepare: bool = True  # graceful changes through a prepared generation (else: stop at a boundary)
-    prepare_timeout_s: float = 10.0  # not every member ready by then: stop at a boundary instead
+    # Not every member ready by then: stop at a boundary instead. Longer than the lease, so that a joiner
+    # that froze before it formed the group is failed first, and the change planned again without it.
+    prepare_timeout_s: float = 15.0
 
 
 class Membership:
@@ -202,7 +204,7 @@ class Membership:
         self.ready: set[str] = set()  # members of ``prepared`` that formed its collective
         self.go = False  # every member of ``prepared`` is ready: the switch may come at any step
         self.early_first_step: float | None = None  # its first step, heard before it was formed
-        self.dropped_prepared = 0  # the newest prepared generation dropped: whoever switched into it leaves
+        self.dropped: set[int] = set()  # prepared generations dropped, never formed: whoever switched in leaves
 
     # ---------------------------------------------------------------- helpers
     def _move(self, to: Phase) -> None:
@@ -231,8 +233,11 @@ class Membership:
 
     def _drop_prepared(self) -> None:
         if self.prepared is not None:
-            self.dropped_prepared = max(self.dropped_prepared, self.prepared.id)
+            self.dropped.add(self.prepared.id)
             self.wanted = self.wanted or self.prepared.reason
+        self._clear_prepared()
+
+    def _clear_prepared(self) -> None:
         self.prepared, self.ready, self.go, self.early_first_step = None, set(), False, None
 
     def members(self) -> tuple[str, ...]:
@@ -389,7 +394,7 @@ class Membership:
         for m in p.members:
             if self.trainers[m].state is TrainerState.WAITING:
                 self.trainers[m].move(TrainerState.ACTIVE)
-        self.prepared, self.ready, self.go, self.early_first_step = None, set(), False, None
+        self._clear_prepared()
         return self._install(gen, departed, rollback=False)
 
     def first_step(self, generation: int, now: float) -> None:
@@ -549,11 +554,10 @@ class Membership:
         return p
 
     def in_dropped_prepared(self, trainer_id: str) -> bool:
-        """The trainer switched into a prepared generation the master dropped: it must leave its collective."""
+        """The trainer switched into a prepared generation the master dropped (it will never be formed): it
+        must leave its collective, whatever formed since."""
         t = self.trainers.get(trainer_id)
-        current = self.current.id if self.current is not None else 0
-        return (t is not None and current < t.generation <= self.dropped_prepared
-                and (self.prepared is None or t.generation != self.prepared.id))
+        return t is not None and t.generation in self.dropped
 
     def change_pending_for(self, trainer_id: str) -> bool:
         """Should this trainer stop at the next step boundary?"""

@@ -58,6 +58,7 @@ log = logging.getLogger("edl.master")
 
 B = TypeVar("B", bound="Body")
 MAX_PLANNED_NODES = 10_000  # a plan names one node per trainer
+MAX_STATUS_WAIT_S = 10.0  # the longest long poll of the status
 T = TypeVar("T")
 
 
@@ -271,10 +272,9 @@ class Master:
     async def ticker(self, period: float = 0.1) -> None:
         while True:
             await asyncio.sleep(period)
-            before = (self.job.membership.phase, len(self.job.membership.history), self.job.status, self.job.abandoned)
+            before = self.job.control_key()
             self.job.tick(self.clock())
-            after = (self.job.membership.phase, len(self.job.membership.history), self.job.status, self.job.abandoned)
-            if before != after:
+            if self.job.control_key() != before:  # a trainer expired, a generation formed, the job ended
                 await self.notify()
             if self.job.launcher(self.clock()) is LauncherState.OVER and not self.shutdown_requested.is_set():
                 log.warning("job %s abandoned by its launcher: master exiting", self.job.spec.job)
@@ -495,6 +495,7 @@ def _checkpoint_routes(master: Master) -> list[BaseRoute]:
         ok = job.checkpoint_committed(CheckpointRecord(body.step, body.uri, body.write_s, body.generation))
         if ok:
             log.info("checkpoint committed at step %d: %s (%.2f s)", body.step, body.uri, body.write_s)
+            await master.notify()  # a launcher waiting for a last checkpoint (a cancel) hears of it now
         return {"ok": ok}
 
     @routes.post("/v1/finish")
@@ -520,7 +521,13 @@ def _control_routes(master: Master) -> list[BaseRoute]:
     job = master.job
 
     @routes.get("/v1/status")
-    async def status(_: Request) -> dict:
+    async def status(r: Request) -> dict:
+        # With ``after`` (the ``control_version`` of the caller's last answer) and ``wait_s``: a long poll,
+        # answered once something the launcher acts on has changed, or after ``wait_s``.
+        after = _query(r, "after", int, 0)
+        wait_s = _query(r, "wait_s", float, 0.0)
+        if after and wait_s > 0:  # (NaN is not > 0)
+            await master.wait_for(lambda: job.control_version() != after, min(wait_s, MAX_STATUS_WAIT_S))
         return job.status_view(master.clock()).to_json()
 
     @routes.get("/v1/summary")

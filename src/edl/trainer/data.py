@@ -35,6 +35,7 @@ class TaskBuffer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._took = threading.Condition(self._lock)  # notified when rows leave the buffer
         self.tasks: list[Task] = []
         self.offset = 0  # rows consumed of tasks[0]
         self.cursor: Cursor | None = None  # position after the last taken batch
@@ -55,7 +56,16 @@ class TaskBuffer:
 
     def remaining(self) -> int:
         with self._lock:
-            return sum(t.size for t in self.tasks) - self.offset
+            return self._remaining()
+
+    def _remaining(self) -> int:
+        return sum(t.size for t in self.tasks) - self.offset
+
+    def wait_below(self, rows: int, timeout_s: float) -> bool:
+        """Until fewer than ``rows`` rows are held (the loop took a batch, the buffer was cleared), or
+        ``timeout_s`` has passed; whether fewer are held."""
+        with self._took:
+            return self._took.wait_for(lambda: self._remaining() < rows, timeout_s)
 
     def take(self, n: int) -> list[Slice]:
         """Take up to ``n`` rows, crossing task boundaries; fully consumed tasks are dropped."""
@@ -72,6 +82,7 @@ class TaskBuffer:
                 if self.offset >= t.size:
                     self.tasks.pop(0)
                     self.offset = 0
+            self._took.notify_all()
         return out
 
     def reposition(self, cursor: Cursor | None, held: list[Task], offset: int, key: tuple[str, int] = ("", 0)) -> None:
@@ -82,6 +93,7 @@ class TaskBuffer:
             self.offset = offset if self.tasks else 0
             self.cursor = cursor
             self._key, self._taken, self._start, self._start_offset = key, list(held), cursor, self.offset
+            self._took.notify_all()
 
     def rekey(self, key: tuple[str, int]) -> None:
         """Generation ``key`` goes on from here with what is held (a switch at a step boundary): the ledger
@@ -94,6 +106,7 @@ class TaskBuffer:
         with self._lock:
             self.tasks, self.offset, self.cursor = [], 0, None
             self._key, self._taken, self._start, self._start_offset = key, [], None, 0
+            self._took.notify_all()
 
     def ledger(self) -> Ledger:
         with self._lock:

@@ -112,9 +112,11 @@ class Control:
             return (0, False) if p is None else (p.generation, p.go)
 
     def go(self, generation: int) -> bool:
-        """The master gave the go for the prepared ``generation``."""
+        """The master gave the go for the prepared ``generation``, or already formed it (the others switched
+        and reported between two of our heartbeats)."""
         with self._lock:
-            return self._prepared is not None and self._prepared.generation == generation and self._prepared.go
+            p = self._prepared
+            return (p is not None and p.generation == generation and p.go) or self._generation == generation
 
     def prepared_dropped(self, generation: int) -> bool:
         """The master no longer prepares ``generation`` (nor formed it)."""

@@ -14,12 +14,15 @@ from edl.trainer.data import TaskBuffer
 from edl.trainer.progress import Progress
 
 
+FULL_WAIT_S = 0.5  # a full buffer is waited on this long at most (then ``alive`` is asked again)
+
+
 class Prefetcher:
     """Asks the master for tasks into ``buffer`` while it holds under two batches."""
 
     def __init__(self, link: TrainerLink, trainer_id: str, buffer: TaskBuffer, batch_size: int, progress: Progress,
                  sleep: Callable[[float], None] = time.sleep, new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
-                 warm: Callable[[Task], None] = lambda task: None) -> None:
+                 warm: Callable[[Task], None] = lambda task: None, full_wait_s: float = FULL_WAIT_S) -> None:
         self.link = link
         self.id = trainer_id
         self.buffer = buffer
@@ -28,6 +31,7 @@ class Prefetcher:
         self.sleep = sleep
         self.new_id = new_id
         self.warm = warm
+        self.full_wait_s = full_wait_s
         self.finished = False  # the master has handed out every task of every epoch
         self._request_id = new_id()
 
@@ -45,8 +49,13 @@ class Prefetcher:
 
     def fetch(self) -> None:
         """One round: ask for a task if one is wanted now, else pause a little."""
-        if self.finished or self.buffer.remaining() >= 2 * self.batch_size or self.progress.generation == 0:
+        if self.finished or self.progress.generation == 0:
             self.sleep(0.01)
+            return
+        if self.buffer.remaining() >= 2 * self.batch_size:
+            # Woken by the loop's next batch, not a poll: a poll of 100 a second cost the trainer about
+            # 5 ms of CPU a second, beside a loop that needs all of it.
+            self.buffer.wait_below(2 * self.batch_size, self.full_wait_s)
             return
         try:
             r = self.link.next_task(self.id, self._request_id, self.progress.safe_cursor)

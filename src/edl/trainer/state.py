@@ -29,19 +29,11 @@ def parameters(model: paddle.nn.Layer) -> dict[str, np.ndarray]:
 
 
 def snapshot(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict]:
-    params = parameters(model)
-    opt_arrays: dict[str, np.ndarray] = {}
-    extra: dict[str, Any] = {}
-    maps = _name_maps(model)
-    for key, value in opt.state_dict().items():
-        if isinstance(value, paddle.Tensor):
-            for internal, structured in maps:
-                if key.startswith(internal):
-                    opt_arrays[structured + "::" + key[len(internal):]] = value.numpy().copy()
-                    break
-        else:
-            extra[key] = value
-    return params, opt_arrays, extra
+    """Copies of the parameters and the optimizer's arrays by structured name, and its other state."""
+    tensors, extra = _state_tensors(model, opt)
+    copies = {k: t.numpy().copy() for k, t in tensors.items()}
+    return ({k[2:]: v for k, v in copies.items() if k.startswith("p:")},
+            {k[2:]: v for k, v in copies.items() if k.startswith("o:")}, extra)
 
 
 def set_parameters(model: paddle.nn.Layer, params: dict[str, np.ndarray]) -> None:

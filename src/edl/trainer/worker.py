@@ -288,7 +288,8 @@ class Trainer:
             nonlocal heard
             p = self.control.prepared
             heard = heard or (p is not None and p.generation == gen)
-            return self.control.aborts(gen) or (heard and self.control.prepared_dropped(gen)) or self.clock() > deadline
+            return (self.control.aborts(gen) or self.control.dropped or (heard and self.control.prepared_dropped(gen))
+                    or self.clock() > deadline)
 
         self.prefetch.buffer.reposition(None, [], 0, (uid, gen))  # a joiner holds nothing yet
         t0 = self.clock()
@@ -304,6 +305,7 @@ class Trainer:
             step = self.runner.run(lambda: self.replica.broadcast(group, 0), dropped, group)
         except CollectiveError as e:
             log.info("trainer %s: not joining generation %d: %s", self.id, gen, e)
+            self.progress.generation = 0  # in none: a heartbeat naming a dropped one is answered at once
             return None
         self.progress.step = step
         log.info("trainer %s: generation %d, rank %d of %d, step %d (prepared: group formed in %.3f s, "
@@ -334,6 +336,7 @@ class Trainer:
             except CollectiveError as e:
                 log.warning("trainer %s: generation %d did not start: %s", self.id, generation, e)
                 self._report(generation, step, {}, failed=True)
+                p.generation = a.generation  # where it stopped; the master forms the next one from its report
                 return None
         log.info("trainer %s: generation %d, rank %d of %d, step %d (switched into at the step; state in %.3f s%s)",
                  self.id, generation, rank, len(prepared.members), step, self.clock() - t0,

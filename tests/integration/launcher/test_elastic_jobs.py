@@ -69,8 +69,11 @@ def test_scale_up_then_drain_keeps_exactly_once(digits, tmp_path, job_runner):
     reasons = [g["reason"] for g in s["generations"]]
     assert "scale_up" in reasons and "scale_down" in reasons
     assert all(g["rolled_back_steps"] == 0 for g in s["generations"])
-    # Every graceful change was prepared while the job trained and switched into, without a stop.
+    # Every graceful change was prepared while the job trained and switched into, without a stop, and every
+    # trainer ended cleanly (a drained one whose group for a dropped preparation was still forming aborted
+    # at exit once).
     assert all(g["prepared_s"] is not None for g in s["generations"] if g["reason"] in ("scale_up", "scale_down"))
+    assert s["trainer_failures"] == 0, s
     assert s["metrics"]["accuracy"] >= 0.9
     metrics = httpx.get(f"http://{info['address']}/metrics").text if job.status() else ""
     del metrics  # the master is gone once the job ended; /metrics is checked in the master API test

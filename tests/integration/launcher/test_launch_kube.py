@@ -158,11 +158,13 @@ def test_a_launcher_killed_without_its_cleanup_leaves_no_pod_running_and_no_proc
 
 
 def test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up(steps):
-    first = steps.launch("reown", epochs=20)
+    # Long enough that the job is still training when the master is checked: trainers keep training while
+    # their launcher is gone, and 20 epochs could end (and be cleaned up) before the second step adopted.
+    first = steps.launch("reown", epochs=80)
     steps.wait(lambda: steps.trainers("reown"), what="a running trainer")
     os.kill(steps.container_pid(first), signal.SIGKILL)
     steps.wait(lambda: steps.phase(first) == "Failed", 30, "the first step to fail")
-    second = steps.launch("reown", epochs=20)
+    second = steps.launch("reown", epochs=80)
     steps.wait(lambda: "adopted the existing job" in steps.log(second), what="adoption")
     master_uid = steps.pod("edl-reown-master").metadata.uid
     steps.core.delete_namespaced_pod(first, steps.ns)  # the workflow's pod GC removes the failed pod

@@ -94,3 +94,36 @@ def test_trainer_faults_at_any_rank_cost_at_most_the_failed_step(digits, tmp_pat
     # Only the killed trainers and the woken one ended badly: no survivor exited.
     assert s["trainer_failures"] == kills + 1, s
     assert all(g["rolled_back_steps"] <= 1 for g in s["generations"]), s["generations"]
+
+
+def test_a_joiner_that_stops_responding_in_a_graceful_change_costs_no_rollback(digits, tmp_path, job_runner):
+    """The joiner is stopped (SIGSTOP) as soon as it registers: before it formed the prepared generation's
+    group (its lease runs out and the change is planned again without it), or after (the others switched
+    and wait on it: it is dropped as a hung member). Either way the two trainers go on from their own
+    state, the woken joiner leaves, a replacement joins, and every record is trained on exactly once."""
+    epochs = 120  # the job outlasts the joiner's lease (10 s) with room to spare
+    job = job_runner("hangjoin", [
+        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", str(epochs), "--batch-size", "16",
+        "--learning-rate", "0.003", "--min-trainers", "1", "--max-trainers", "3", "--trainers", "2",
+        "--checkpoint-uri", str(tmp_path / "ckpt"), "--checkpoint-interval", "1", "--max-trainer-failures", "5",
+        "--audit", "--summary-out", str(tmp_path / "summary.json"),
+    ]).start()
+    st = job.wait_for(settled(2, 20), what="two trainers training")
+    members = {t["id"] for t in st["trainers"]}
+    scale(job, 3)
+    st = job.wait_for(lambda s: any(t["id"] not in members for t in s["trainers"]), what="the joiner registered")
+    joiner = next(t for t in st["trainers"] if t["id"] not in members)
+    os.kill(joiner["pid"], signal.SIGSTOP)
+    st = job.wait_for(lambda s: all(t["id"] != joiner["id"] for t in s["trainers"]) and s["phase"] == "running",
+                      timeout=60, what="the stopped joiner dropped")
+    st = job.wait_for(lambda s: s["step"] > st["step"] + 40, timeout=60, what="progress without it")
+    os.kill(joiner["pid"], signal.SIGCONT)
+    assert wait_ended(joiner["pid"], 30), "the woken joiner did not leave"
+    st = job.wait_for(settled(3, st["step"] + 5), timeout=120, what="a replacement joined")
+    assert job.wait(240) == 0, job.output()[-3000:]
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["status"] == "succeeded", s["error"]
+    assert s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+    assert s["audited_samples_per_epoch"] == [1438] * epochs
+    assert all(g["rolled_back_steps"] == 0 for g in s["generations"]), s["generations"]
+    assert s["trainer_failures"] == 1, s  # the joiner; no member of the job was lost

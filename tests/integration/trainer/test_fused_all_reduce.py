@@ -11,12 +11,10 @@ and both ranks.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+
+from tests.integration.trainer.ranks import free_port, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,23 +73,10 @@ group.close()
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_ranks_fused_all_reduce_equals_the_per_parameter_one(tmp_path):
     port = free_port()
     outs = [tmp_path / f"rank{r}.npz" for r in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(r), str(port), str(outs[r])],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
-    try:
-        logs = [p.communicate(timeout=100)[0].decode(errors="replace") for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0, 0], logs
+    run_ranks(WORKER, 2, lambda r: [str(r), str(port), str(outs[r])])
     ranks = [dict(np.load(o)) for o in outs]
     assert list(ranks[0]["samples"]) == [24, 5, 0, 18, 24]  # the slots' counts, summed exactly
     names = [k.removeprefix("fused/") for k in ranks[0] if k.startswith("fused/")]

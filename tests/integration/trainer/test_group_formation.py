@@ -4,11 +4,10 @@ second group forms on a side thread while the first one goes on all-reducing."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 
 import pytest
+
+from tests.integration.trainer.ranks import free_port, run_ranks
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -55,26 +54,10 @@ print(json.dumps({"nodelay": nodelay, "sums": sums, "steps": steps, "next_sum": 
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_group_forms_with_no_delay_and_the_next_one_forms_beside_it():
-    world, port, port2 = 3, _port(), _port()
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(r), str(world), str(port), str(port2)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
-    try:
-        outs = [p.communicate(timeout=150) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-2000:]
-    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    world, port, port2 = 3, free_port(), free_port()
+    outs = run_ranks(WORKER, world, lambda r: [str(r), str(world), str(port), str(port2)], timeout=150)
+    results = [json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{"))) for out in outs]
     for r in results:
         assert r["nodelay"] and all(r["nodelay"])  # found the store connection, and Nagle is off on it
         assert r["sums"][0] == 1 + 2 + 3

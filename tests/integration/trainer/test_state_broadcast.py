@@ -9,12 +9,10 @@ they travel in place rather than packed.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+
+from tests.integration.trainer.ranks import free_port, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,25 +54,12 @@ group.close()
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_every_rank_takes_rank0s_state_in_place_fresh_or_trained(tmp_path):
     from edl.trainer.state import SMALL_BYTES
 
     port = free_port()
     outs = [tmp_path / f"rank{r}.npz" for r in range(3)]
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(r), str(port), str(outs[r])],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(3)]
-    try:
-        logs = [p.communicate(timeout=100)[0].decode(errors="replace") for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0, 0, 0], logs
+    run_ranks(WORKER, 3, lambda r: [str(r), str(port), str(outs[r])])
     ranks = [dict(np.load(o)) for o in outs]
     assert [int(r["step"]) for r in ranks] == [7, 7, 7]
     keys = [k for k in ranks[0] if k != "step"]

@@ -81,3 +81,49 @@ def test_an_unreachable_master_is_temporary():
     assert link.status() is None and not link.healthy()
     with pytest.raises(TemporaryError, match="unreachable"):
         link.scale(2)
+
+
+def test_a_long_poll_of_the_status_answers_when_what_the_launcher_acts_on_changes(job):
+    # The launcher's status watch (``edl.launcher.watch``): a step or a loss (every heartbeat) does not end
+    # the wait; a new desired count does, at once.
+    import threading
+    import time
+
+    link, http = link_to(job)
+    with http:
+        link._http = http  # one client, one event loop: the long poll and the calls beside it share it
+        http.post("/v1/trainers/t1/register", json={"pid": 11, "host": "127.0.0.1", "store_port": 5})
+        first = link.status()
+        assert first is not None and first.control_version
+        t0 = time.monotonic()
+        same = link.status(after=first.control_version, wait_s=0.3)  # nothing changes: the whole wait
+        assert time.monotonic() - t0 >= 0.3 and same.control_version == first.control_version
+        # Another count (what a client of a master that restarted holds): at once.
+        assert link.status(after=first.control_version + 1, wait_s=5.0).control_version == first.control_version
+
+        answers: list = []
+        poll = threading.Thread(target=lambda: answers.append(link.status(after=first.control_version, wait_s=5.0)))
+        poll.start()
+        time.sleep(0.3)
+        r = http.post("/v1/trainers/t1/heartbeat", json={"generation": 1, "step": 7, "loss": 0.5, "wait_s": 0})
+        assert r.status_code == 200
+        time.sleep(0.3)
+        assert not answers  # a heartbeat's step and loss: still waiting
+        t0 = time.monotonic()
+        assert http.post("/v1/scale", json={"trainers": 2}).status_code == 200
+        poll.join(5.0)
+        assert answers and time.monotonic() - t0 < 2.0
+        assert answers[0].desired_trainers == 2 and answers[0].step == 7
+        assert answers[0].control_version > first.control_version
+
+
+def test_the_control_key_leaves_out_the_step_and_takes_in_what_the_launcher_acts_on(job):
+    job.register("t1", 11, "h", 5, 0.0)
+    key = job.control_key()
+    job.heartbeat("t1", 9, None, 0.5, 0.25, 1, None)  # a step, a loss, a cursor
+    assert job.control_key() == key and job.status_view(0.5).step == 9
+    job.scale(2)
+    assert job.control_key() != key
+    key = job.control_key()
+    job.register("t2", 12, "h", 6, 0.6)  # a trainer the launcher must not name again
+    assert job.control_key() != key

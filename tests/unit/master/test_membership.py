@@ -240,7 +240,7 @@ def test_a_change_before_the_go_plans_again_and_one_after_waits_for_the_switch()
     m.register("a", 1, "h", 11, now=1.0)
     p1 = m.prepare(1.0)
     m.register("b", 2, "h", 12, now=1.1)  # before the go: planned again with both
-    assert m.prepared is None and m.dropped_prepared == p1.id
+    assert m.prepared is None and p1.id in m.dropped
     m.heartbeat("t0", 5, 1.15, store_port=9100)  # rank 0 advertises its next port
     p2 = m.prepare(1.2)
     assert p2.id > p1.id and p2.members == ("t0", "a", "b") and p2.rendezvous[1] == 9100
@@ -275,9 +275,9 @@ def test_a_failure_drops_the_preparation_and_whoever_switched_into_it_is_told_to
     m.fail("t2", 1.3)
     f = m.form(1.3, 0, Source.INIT)
     assert f.generation.id > p.id and f.generation.members == ("t0", "t1") and f.generation.base_step == 30
-    assert m.in_dropped_prepared("t0") is False  # the heartbeat below moves it on
-    m.heartbeat("t0", 30, 1.35, generation=p.id)
-    assert m.in_dropped_prepared("t0") is False  # generation p is older than the current one
+    assert m.in_dropped_prepared("t0")  # still in p's collective (its heartbeat said so): it must leave it
+    m.heartbeat("t0", 30, 1.35, generation=f.generation.id)
+    assert not m.in_dropped_prepared("t0")  # it did, and joined the one formed
     m2 = started(2, prepare=True)
     m2.register("t2", 3, "h", 3, now=1.0)
     m2.heartbeat("t0", 5, 1.0, store_port=9010)
@@ -285,7 +285,7 @@ def test_a_failure_drops_the_preparation_and_whoever_switched_into_it_is_told_to
     for t in p2.members:
         m2.ready_for(t, p2.id, 1.1)
     m2.fail("t2", 1.15)  # before anyone reported: dropped, planned again without it
-    assert m2.prepared is None and m2.dropped_prepared == p2.id
+    assert m2.prepared is None and p2.id in m2.dropped
     m2.heartbeat("t1", 5, 1.2, generation=p2.id)  # t1 had switched already
     assert m2.in_dropped_prepared("t1")
 

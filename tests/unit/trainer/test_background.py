@@ -169,11 +169,11 @@ def task(i: int, rows: int = 16) -> Task:
     return Task(i, 0, "a.parquet", i * rows, (i + 1) * rows)
 
 
-def prefetcher(link, progress, buffer=None, warm=lambda task: None):
+def prefetcher(link, progress, buffer=None, warm=lambda task: None, full_wait_s=0.0):
     clock = Clock()
     ids = iter(f"r{i}" for i in range(100))
     return Prefetcher(link, "t1", buffer or TaskBuffer(), 16, progress, sleep=clock.sleep,
-                      new_id=lambda: next(ids), warm=warm), clock
+                      new_id=lambda: next(ids), warm=warm, full_wait_s=full_wait_s), clock
 
 
 def test_nothing_is_fetched_before_the_first_generation():
@@ -191,7 +191,24 @@ def test_tasks_are_fetched_until_two_batches_are_held():
     pf.fetch()
     pf.fetch()  # 32 rows held: enough
     assert [c[1] for c in link.calls] == ["r0", "r1"] and link.calls[0][2] == Cursor(0, 3)
-    assert pf.buffer.remaining() == 32 and clock.slept == [0.01]
+    assert pf.buffer.remaining() == 32 and clock.slept == []  # it waited on the buffer, not the clock
+
+
+def test_a_full_buffer_is_waited_on_until_the_loop_takes_a_batch_not_polled():
+    import threading
+    import time
+
+    link = FakeLink(task(0), task(1), task(2))
+    pf, clock = prefetcher(link, Progress(generation=1), full_wait_s=30.0)
+    pf.fetch()
+    pf.fetch()
+    taker = threading.Timer(0.2, lambda: pf.buffer.take(16))  # the loop's next batch
+    taker.start()
+    t0 = time.monotonic()
+    pf.fetch()  # full: returns when the batch is taken, not after a poll's or the full wait's time
+    assert 0.15 < time.monotonic() - t0 < 10 and clock.slept == [] and len(link.calls) == 2
+    pf.fetch()
+    assert len(link.calls) == 3 and pf.buffer.remaining() == 32
 
 
 def test_a_lost_answer_is_asked_for_again_with_the_same_request_id():
@@ -223,3 +240,20 @@ def test_each_new_task_is_read_ahead_once():
     for _ in range(5):
         pf.fetch()
     assert warmed == [task(0), task(1)] and pf.buffer.remaining() == 32
+
+
+def test_a_prepared_generation_has_the_go_once_given_or_once_formed():
+    from edl.api.master import Prepared
+
+    c = Control("1")
+    p = Prepared(5, ("a", "b"), ("h", 1), (1,), False)
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 4, False, JobStatus.RUNNING, False, prepared=p))
+    assert not c.go(5) and c.heard() == (5, False) and not c.prepared_dropped(5)
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 4, False, JobStatus.RUNNING, False,
+                            prepared=Prepared(5, ("a", "b"), ("h", 1), (1,), True)))
+    assert c.go(5) and c.heard() == (5, True)
+    # The others switched and the master formed it before our next heartbeat: still the go, not dropped.
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 5, False, JobStatus.RUNNING, False))
+    assert c.go(5) and not c.prepared_dropped(5) and c.heard() == (0, False)
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 6, False, JobStatus.RUNNING, False))
+    assert not c.go(5) and c.prepared_dropped(5)

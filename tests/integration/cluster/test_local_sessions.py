@@ -1,0 +1,44 @@
+"""Local trainers each run in a session of their own (as ``paddle.distributed.launch`` starts its workers):
+where the kernel shares a busy CPU between sessions (autogroup), each trainer gets its share instead of
+the whole job sharing one. They still die with the launcher that started them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.launcher.test_dead_man_switch import running
+from tests.waits import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+LAUNCHER = """
+import os, sys, time
+from pathlib import Path
+from edl.api.spec import JobSpec
+from edl.cluster.local import LocalCluster
+
+spec = JobSpec(job="sessions", model_def="edl.zoo.digits", data="unused", epochs=1, batch_size=1, min_trainers=1,
+               max_trainers=1, trainers=1, checkpoint_uri=sys.argv[1])
+cluster = LocalCluster(spec, Path(sys.argv[1]), dict(os.environ))
+cluster.create_trainer("sessions-t1")  # no master answers at its address: it waits for one
+print(cluster.procs_by_name["sessions-t1"].pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_local_trainer_runs_in_a_session_of_its_own_and_dies_with_its_launcher(tmp_path):
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], stdout=subprocess.PIPE,
+                                env={**os.environ, "EDL_MASTER_GIVE_UP_S": "600"})
+    try:
+        trainer = int(launcher.stdout.readline())
+        assert os.getsid(trainer) == trainer != os.getsid(launcher.pid)
+        os.kill(launcher.pid, signal.SIGKILL)
+        wait_for(lambda: not running(trainer), 30, "the trainer to die with its launcher", every=0.2)
+    finally:
+        launcher.kill()
+        launcher.wait()
