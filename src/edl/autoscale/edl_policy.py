@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 
 from edl.autoscale.accounting import EPS, Capacity, capacity
 from edl.api.cluster import JobDemand, Pod, Resources, Snapshot
@@ -132,7 +133,24 @@ class EdlPolicy:
         sizes, keep = self._sizes(snapshot, cap, pending, running)
         fixed: dict[str, str] = {}
         nodes = self._placement(snapshot.jobs, sizes, base, pending, bound, shapes, fixed, keep)
-        return Plan(self._as_placed(snapshot.jobs, sizes, keep, nodes), nodes, fixed)
+        sizes = self._as_placed(snapshot.jobs, sizes, keep, nodes)
+        return Plan(sizes, self._trimmed(nodes, sizes, bound), fixed)
+
+    @staticmethod
+    def _trimmed(nodes: dict[str, tuple[str, ...]], sizes: dict[str, int],
+                 bound: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+        """At most one node per trainer of a job's size (``Plan.nodes``): where a growth the placement
+        found room for is not made, its new nodes go, the nodes the job's trainers run on stay."""
+        out = dict(nodes)
+        for name, planned in nodes.items():
+            extra = len(planned) - sizes.get(name, 0)
+            if extra <= 0:
+                continue
+            running = Counter(bound.get(name, ()))
+            new = list((Counter(planned) - running).elements())
+            drop = Counter(new[:extra]) + Counter(list(running.elements())[:max(0, extra - len(new))])
+            out[name] = tuple(sorted((Counter(planned) - drop).elements()))
+        return out
 
     def _as_placed(self, jobs: tuple[JobDemand, ...], sizes: dict[str, int], keep: dict[str, int],
                    nodes: dict[str, tuple[str, ...]]) -> dict[str, int]:

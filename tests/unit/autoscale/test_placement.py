@@ -264,3 +264,27 @@ def test_a_waiting_service_pod_gets_room_the_sizing_counted_only_in_total():
     plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), pods, (JobDemand("a", 1, 6, 6, T),)))
     assert plan.sizes == {"a": 5}
     assert plan.nodes["a"] in (("n0", "n0", "n1", "n1", "n1"), ("n0", "n0", "n0", "n1", "n1"))
+
+
+def test_a_growth_not_made_leaves_no_planned_node_beyond_the_size():
+    # Found by a random search over plans: job j0 (1-core trainers, 4 running, 100 s of work left, 20 s
+    # pauses) was sized to grow, the placement found room for two of its new trainers, and that partial
+    # growth does not pay for the pause: j0 stays at 4, and its plan names the four nodes it runs on, not
+    # six (a planned node beyond the size would be a hint for a trainer that is never created).
+    one, three, five = Resources(1, 1), Resources(3, 1), Resources(5, 1)
+    on = {"n0": [("j0", one), ("j1", three), ("j2", five)],
+          "n1": [("j0", one), ("j0", one), ("j0", one), ("j1", three), ("j1", three)],
+          "n2": [("j1", three), ("j1", three)]}
+    pods, count = [], {}
+    for n, held in on.items():
+        for job, req in held:
+            count[job] = count.get(job, 0) + 1
+            pods.append(Pod(f"{job}-t{count[job]}", req, PodPhase.RUNNING, 1 if job != "j2" else 0, n, job, "trainer"))
+    pods += [Pod("web-0", Resources(6, 1), PodPhase.PENDING, 1000, None),
+             Pod("web-1", Resources(4, 1), PodPhase.PENDING, 1000, None)]
+    jobs = (JobDemand("j0", 3, 10, 4, one, 1, rescale_cost_s=20, remaining=100.0),
+            JobDemand("j1", 2, 5, 5, three, 1, rescale_cost_s=20, remaining=1e5),
+            JobDemand("j2", 2, 8, 1, five, 0, rescale_cost_s=5, remaining=100.0))
+    plan = get_policy("edl").plan(Snapshot((node("n0", 12), node("n1", 10), node("n2", 8)), tuple(pods), jobs))
+    assert plan.sizes["j0"] == 4 and plan.nodes["j0"] == ("n0", "n1", "n1", "n1")
+    assert all(len(plan.nodes[j.name]) <= plan.sizes[j.name] for j in jobs)
