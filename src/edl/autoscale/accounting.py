@@ -88,9 +88,12 @@ class Capacity:
                                                                           else sorted(allowed)) if self._fits(i, *fit)]
             heapq.heapify(heap)
             self._heaps[key] = heap
+        # The hot loop of a decision (a place per trainer): the fit test inlined, on local names.
+        free_mem, free_gpu = self.free_mem, self.free_gpu
+        cpu, mem, gpu = req.cpu, req.memory, req.gpu
         while heap:
             cpu_at_push, i = heap[0]
-            if not self._fits(i, *fit):
+            if free_cpu[i] + EPS < cpu or free_mem[i] + EPS < mem or free_gpu[i] + EPS < gpu:
                 heapq.heappop(heap)
                 continue
             now = free_cpu[i] + off[i] if off else free_cpu[i]
@@ -98,12 +101,12 @@ class Capacity:
                 heapq.heapreplace(heap, (now, i))
                 continue
             free_cpu[i] -= req.cpu
-            self.free_mem[i] -= req.memory
-            self.free_gpu[i] -= req.gpu
-            if self._fits(i, *fit):
-                heapq.heapreplace(heap, (free_cpu[i] + off[i] if off else free_cpu[i], i))
-            else:
+            free_mem[i] -= req.memory
+            free_gpu[i] -= req.gpu
+            if free_cpu[i] + EPS < cpu or free_mem[i] + EPS < mem or free_gpu[i] + EPS < gpu:
                 heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (free_cpu[i] + off[i] if off else free_cpu[i], i))
             return i
         return None
 
