@@ -24,9 +24,10 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result  # noqa: E402
 
-from edl.api.cluster import JobDemand, Resources# noqa: E402
-from edl.autoscale.policy import get_policy# noqa: E402
-from edl.autoscale.sidecar import Sidecar, SidecarConfig# noqa: E402
+from edl.api.cluster import JobDemand, Resources  # noqa: E402
+from edl.api.master import JobStatus, JobView, Phase  # noqa: E402
+from edl.autoscale.policy import get_policy  # noqa: E402
+from edl.autoscale.sidecar import Sidecar, SidecarConfig  # noqa: E402
 from edl.cluster.kube_api import decode_node, decode_pod  # noqa: E402
 
 N_NODES, N_PODS, N_JOBS = 5000, 150_000, 100
@@ -77,15 +78,21 @@ class CacheView:
 
 
 class Master:
+    """The job's master as the sidecar reads it: a running job at ``desired`` trainers."""
+
     def __init__(self, desired: int) -> None:
         self.desired = desired
+        self.hints: tuple[str, ...] = ()
 
-    def status(self):
-        return {"status": "running", "desired_trainers": self.desired, "world_size": self.desired,
-                "done_rows": [0], "rows_per_epoch": 0, "epochs": 1, "generations": []}
+    def status(self) -> JobView:
+        return JobView(job="ml/job-000", status=JobStatus.RUNNING, error=None, master_uid="1", phase=Phase.RUNNING,
+                       generation=1, world_size=self.desired, desired_trainers=self.desired, unschedulable_at=None,
+                       min_trainers=2, max_trainers=200, epoch=0, epochs=1, epochs_completed=0, rows_per_epoch=0,
+                       done_rows=(0,), step=0, loss=None, trainers=(), generations=(), checkpoints=(), elapsed_s=0.0,
+                       node_hints=self.hints)
 
-    def scale(self, n):
-        self.desired = n
+    def scale(self, n: int, nodes: tuple[str, ...] = ()) -> None:
+        self.desired, self.hints = n, tuple(nodes)
 
 
 def main() -> int:
