@@ -124,6 +124,15 @@ class Control:
             return ((self._prepared is None or self._prepared.generation != generation)
                     and self._generation != generation)
 
+    def superseded(self, generation: int) -> bool:
+        """The master prepared or formed a later generation than ``generation``: it will never form that one.
+        Unlike ``prepared_dropped`` this needs no earlier answer naming ``generation`` (a joiner's assignment
+        can come before its heartbeat hears of it, and the drop before its next heartbeat)."""
+        with self._lock:
+            if self._generation == generation:
+                return False  # formed: a later one prepared now is the next change, not this one's drop
+            return (self._prepared is not None and self._prepared.generation > generation) or self._generation > generation
+
     @property
     def dropped(self) -> bool:
         with self._lock:

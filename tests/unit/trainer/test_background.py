@@ -257,3 +257,23 @@ def test_a_prepared_generation_has_the_go_once_given_or_once_formed():
     assert c.go(5) and not c.prepared_dropped(5) and c.heard() == (0, False)
     c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 6, False, JobStatus.RUNNING, False))
     assert not c.go(5) and c.prepared_dropped(5)
+
+
+def test_a_joiner_knows_its_prepared_generation_superseded_without_having_heard_of_it():
+    # The joiner's assignment to prepared generation 2 came before any heartbeat named it, and the master
+    # dropped it (a third trainer registered) before the next: that heartbeat already names generation 3.
+    # Waiting to have "heard" of 2 first kept such a joiner in 2's rendezvous until its deadline (30 s).
+    from edl.api.master import Prepared
+
+    c = Control("1")
+    assert not c.superseded(2)
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 1, False, JobStatus.RUNNING, False,
+                            prepared=Prepared(3, ("a", "b", "c"), ("h", 1), (1, 2), False)))
+    assert c.superseded(2)
+    # A later generation formed by a stop (the preparation timed out) supersedes it too.
+    c.learn(HeartbeatAnswer("1", True, TrainerState.WAITING, 4, False, JobStatus.RUNNING, False))
+    assert c.superseded(2) and c.superseded(3)
+    # Formed (the others switched into it), with the next change prepared already: not superseded.
+    c.learn(HeartbeatAnswer("1", True, TrainerState.ACTIVE, 4, False, JobStatus.RUNNING, False,
+                            prepared=Prepared(5, ("a", "b"), ("h", 1), (), False)))
+    assert not c.superseded(4)
