@@ -355,15 +355,22 @@ class Job:
     def tick(self, now: float) -> Formation | None:
         if self.launcher(now) is not LauncherState.WATCHING:
             return None  # abandoned: nothing may re-form while everyone leaves
-        if self.status is not JobStatus.RUNNING or self.queue.finished:
-            return None  # finishing: rank 0 writes the last checkpoint; nothing may re-form
-        m = self.membership
-        m.expire(now)
-        if m.phase is Phase.FORMING and self.resume_reports:
-            return self._resume(now)
-        m.prepare(now)
-        if not m.ready_to_form(now):
+        if self.status is not JobStatus.RUNNING:
             return None
+        m = self.membership
+        if self.queue.finished:
+            # Finishing: rank 0 writes the last checkpoint; nothing may re-form. Except a prepared generation
+            # the members switched into at the step that finished the data: they are in it, and its rank 0's
+            # last checkpoint and finish name it (stale for ever if it were never formed).
+            if not m.switched_in(now):
+                return None
+        else:
+            m.expire(now)
+            if m.phase is Phase.FORMING and self.resume_reports:
+                return self._resume(now)
+            m.prepare(now)
+            if not m.ready_to_form(now):
+                return None
         formation = m.form(now, self.restore_step, self.restore_source)
         if formation.rollback:
             # No survivor holds the model: model and queue go back to the last checkpoint.

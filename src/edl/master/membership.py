@@ -373,6 +373,12 @@ class Membership:
         return all(self.trainers[m].state in live if m in old.members else self.trainers[m].state is TrainerState.WAITING
                    for m in p.members)
 
+    def switched_in(self, now: float) -> bool:
+        """Every member reported switching into the prepared generation at one step: ``form`` adopts it.
+        True even while nothing else may form (the job's data all done at that very step): the members
+        train in it already, and its rank 0 ends the job there."""
+        return self.phase is Phase.SYNCING and self.ready_to_form(now) and self._adoptable()
+
     def _adopt(self, now: float) -> Formation:
         p, old = self.prepared, self.current
         assert p is not None and old is not None
