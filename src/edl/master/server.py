@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
@@ -305,7 +305,12 @@ class _Routes:
             async def endpoint(request: Request) -> Response:
                 if self.token is not None and not _authorized(request, self.token):
                     return JSONResponse({"detail": "missing or wrong job token"}, status_code=401)
-                answer = await handler(request)
+                try:
+                    answer = await handler(request)
+                except ClientDisconnect:
+                    # The caller went away mid-request (a trainer killed while it sent a heartbeat): nobody
+                    # reads the answer, and it is no error of ours to log.
+                    return Response(status_code=400)
                 return answer if isinstance(answer, Response) else JSONResponse(answer)
 
             self.routes.append(Route(self.prefix + path, endpoint, methods=[method]))

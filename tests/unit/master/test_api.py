@@ -119,3 +119,25 @@ def test_a_body_that_does_not_fit_is_a_400_naming_the_field_and_changes_nothing(
     r = client.post("/v1/trainers/t1/heartbeat", content=b'{"step": 0, "loss": NaN, "wait_s": Infinity}',
                     headers={**auth, "Content-Type": "application/json"})
     assert r.status_code == 200
+
+
+def test_a_caller_gone_mid_request_is_answered_quietly(caplog):
+    # A trainer killed while it sent a heartbeat: the body never comes. That logged Starlette's
+    # ClientDisconnect with a traceback in the master's log; it is nobody's error.
+    _, job = make_client()
+    app = build_app(asyncio.new_event_loop().run_until_complete(_make_master(job)))
+    scope = {"type": "http", "method": "POST", "path": "/v1/trainers/t1/heartbeat", "raw_path": b"/v1/trainers/t1/heartbeat",
+             "query_string": b"", "headers": [(b"authorization", f"Bearer {TOKEN}".encode()),
+                                                (b"content-type", b"application/json")],
+             "http_version": "1.1", "scheme": "http", "server": ("test", 80), "client": ("test", 1), "root_path": ""}
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.new_event_loop().run_until_complete(app(scope, receive, send))
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 400
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
