@@ -147,7 +147,9 @@ def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runn
 def test_master_and_a_trainer_killed_together_fall_back_to_the_checkpoint(digits, tmp_path, job_runner):
     """Without every member's report the rows consumed since the checkpoint are not known: the new master
     goes back to the checkpoint (exactly-once still holds) and says how many steps that cost."""
-    epochs = 8
+    # 20 epochs (900 steps): the kill comes 100 steps past a checkpoint near the start, long before the end
+    # (8 epochs, 360 steps, could end before the kill on an idle machine).
+    epochs = 20
     job = job_runner("mboth", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=1e9)).start()
     job.wait_for(lambda s: s["world_size"] == 2 and s["step"] > 30, what="two trainers training")
     info = job.info()

@@ -43,8 +43,10 @@ def test_another_job_on_a_prefix_is_refused_naming_its_owner(digits, tmp_path, j
 
 
 def test_a_second_run_of_a_running_job_is_refused_and_the_first_finishes(digits, tmp_path, job_runner):
-    # 10 epochs (450 steps on two trainers): the refusal comes within seconds of the first run's step 20.
-    epochs = 10
+    # 40 epochs (1,800 steps on two trainers, 20 s or more here): the refusal comes within seconds of the first
+    # run's step 20, well before it ends (10 epochs, 6 s on an idle machine, ended before the second run had
+    # started up and checked, which then ran the job again).
+    epochs = 40
     first = job_runner("twice", job_args(digits, tmp_path, epochs=epochs, trainers=2)).start()
     first.wait_for(lambda s: s["step"] > 20, what="the first run training")
     start = time.monotonic()
