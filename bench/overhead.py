@@ -34,7 +34,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, EdlJob, write_result  # noqa: E402
-from throughput import process_tree  # noqa: E402
+from throughput import process_tree, signal_tree  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 THREAD_NAMES = ROOT / "bench" / "_threadnames"
@@ -191,11 +191,7 @@ def _measure_dp(run: Run, tmp: Path, data: Path, tag: str, a: argparse.Namespace
         _warm(steps)
         run.measure(dp.pid, steps, a.window)
     finally:
-        for pid in process_tree(dp.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        signal_tree(dp.pid)
         dp.wait()
 
 

@@ -57,6 +57,16 @@ def process_tree(root: int) -> list[int]:
     return out
 
 
+def signal_tree(root: int, sig: int = signal.SIGKILL) -> None:
+    """``sig`` to every process under ``root``, those gone already skipped (paddle.distributed.launch puts
+    its workers in sessions of their own: a process group does not reach them)."""
+    for pid in process_tree(root):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of one process (0 once it is gone)."""
     try:
@@ -102,12 +112,7 @@ class Contender:
         return {pid: _cpu_s(pid) for pid in process_tree(self.pgid)}
 
     def _signal(self, sig: int) -> None:
-        # The whole process tree: paddle.distributed.launch puts its workers in sessions of their own.
-        for pid in process_tree(self.pgid):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        signal_tree(self.pgid, sig)
 
     def freeze(self) -> None:
         self._signal(signal.SIGSTOP)
@@ -208,19 +213,12 @@ def main() -> int:
                 c.thaw()
             ckpts = len((jobs[1].status() or {"checkpoints": []})["checkpoints"])
         finally:
-            for pid in [p for j in jobs for p in process_tree(j.proc.pid)] + [p for pr in procs for p in process_tree(pr.pid)]:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+            for root in [j.proc.pid for j in jobs] + [pr.pid for pr in procs]:
+                signal_tree(root, signal.SIGCONT)
             for j in jobs:
                 j.stop()
             for pr in procs:
-                for pid in process_tree(pr.pid):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                signal_tree(pr.pid)
                 pr.wait()
     dp_c, edl_c, ck_c = contenders
     per_round = [e / d for e, d in zip(edl_c.rates, dp_c.rates)]
