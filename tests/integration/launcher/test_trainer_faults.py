@@ -17,6 +17,7 @@ import pytest
 
 from edl.procs import wait_ended
 from tests.conftest import run_edl
+from tests.integration.launcher.test_elastic_jobs import job_args
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -56,12 +57,8 @@ def scale(job, n: int) -> None:
 
 
 def test_trainer_faults_at_any_rank_cost_at_most_the_failed_step(digits, tmp_path, job_runner):
-    job = job_runner("faults", [
-        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", str(EPOCHS), "--batch-size", "16",
-        "--learning-rate", "0.003", "--min-trainers", "1", "--max-trainers", "4", "--trainers", "4",
-        "--checkpoint-uri", str(tmp_path / "ckpt"), "--checkpoint-interval", "1", "--max-trainer-failures", "10",
-        "--audit", "--summary-out", str(tmp_path / "summary.json"),
-    ]).start()
+    job = job_runner("faults", job_args(digits, tmp_path, epochs=EPOCHS, max_t=4, trainers=4,
+                                             extra=("--max-trainer-failures", "10"))).start()
     st = job.wait_for(settled(4, 20), what="four trainers training")
     kills = 0
     # SIGKILL: the first rank of 4 (it also hosts the group's store), the last of 3, the first of 2.
@@ -102,12 +99,8 @@ def test_a_joiner_that_stops_responding_in_a_graceful_change_costs_no_rollback(d
     and wait on it: it is dropped as a hung member). Either way the two trainers go on from their own
     state, the woken joiner leaves, a replacement joins, and every record is trained on exactly once."""
     epochs = 120  # the job outlasts the joiner's lease (10 s) with room to spare
-    job = job_runner("hangjoin", [
-        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", str(epochs), "--batch-size", "16",
-        "--learning-rate", "0.003", "--min-trainers", "1", "--max-trainers", "3", "--trainers", "2",
-        "--checkpoint-uri", str(tmp_path / "ckpt"), "--checkpoint-interval", "1", "--max-trainer-failures", "5",
-        "--audit", "--summary-out", str(tmp_path / "summary.json"),
-    ]).start()
+    job = job_runner("hangjoin", job_args(digits, tmp_path, epochs=epochs, max_t=3, trainers=2,
+                                               extra=("--max-trainer-failures", "5"))).start()
     st = job.wait_for(settled(2, 20), what="two trainers training")
     members = {t["id"] for t in st["trainers"]}
     scale(job, 3)
