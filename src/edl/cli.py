@@ -256,7 +256,7 @@ def _simulate_generated(a: argparse.Namespace, policies: list[str]) -> int:
 
 def cmd_sidecar(a: argparse.Namespace) -> int:
     from edl.api.cluster import Resources
-    from edl.api.spec import (node_selector, sidecar_problems, tolerations, trainer_range_problems,
+    from edl.api.spec import (selector_pairs, sidecar_problems, toleration_triples, trainer_range_problems,
                               trainer_resource_problems)
     from edl.autoscale.policy import POLICY_NAMES
     from edl.autoscale.run import run_sidecar
@@ -267,11 +267,11 @@ def cmd_sidecar(a: argparse.Namespace) -> int:
                         trainer_resource_problems(a.trainer_cpu, a.trainer_memory, a.trainer_gpu))
     trainer = Resources(quantity(a.trainer_cpu), quantity(a.trainer_memory) / 2 ** 30, float(a.trainer_gpu))
     try:
-        selector = tuple(sorted(node_selector(a.trainer_node_selector).items()))
+        selector = selector_pairs(a.trainer_node_selector)
     except ValueError as e:
         raise UserError(f"--trainer-node-selector {e}") from None
     try:
-        tolerated = tuple((t["key"], t.get("value", ""), t["effect"]) for t in tolerations(a.trainer_tolerations))
+        tolerated = toleration_triples(a.trainer_tolerations)
     except ValueError as e:
         raise UserError(f"--trainer-tolerations {e}") from None
     return run_sidecar(a.job_name, a.master, _token_from_env(), a.namespace, a.policy, a.period, a.jitter,

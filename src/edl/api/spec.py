@@ -162,6 +162,17 @@ def tolerations(text: str) -> list[dict[str, str]]:
     return result
 
 
+def selector_pairs(text: str) -> tuple[tuple[str, str], ...]:
+    """``node_selector`` as a job's demand holds it (``JobDemand.node_selector``): sorted (key, value)."""
+    return tuple(sorted(node_selector(text).items()))
+
+
+def toleration_triples(text: str) -> tuple[tuple[str, str, str], ...]:
+    """``tolerations`` as a job's demand holds them (``JobDemand.tolerations``): (key, value, effect), an
+    empty value for any value."""
+    return tuple((t["key"], t.get("value", ""), t["effect"]) for t in tolerations(text))
+
+
 MAX_SEED = 2 ** 32 - 1  # numpy's and Paddle's seeds are unsigned 32-bit
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 from rich.console import Console
 
 from edl.api.cluster import JobDemand, Resources, Snapshot
-from edl.api.spec import node_selector, tolerations
+from edl.api.spec import selector_pairs, toleration_triples
 from edl.autoscale.policy import get_policy
 from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
@@ -71,9 +71,8 @@ def master_placer(kube: KubeApi, spec: JobSpec, opts: K8sOptions,
     trainer = Resources(quantity(opts.trainer_cpu), quantity(opts.trainer_memory) / GIB, float(opts.trainer_gpu))
     # As its sidecar will publish it (``edl sidecar``'s flags come from the same options).
     mine = JobDemand(job, spec.min_trainers, spec.max_trainers, 0, trainer,
-                     node_selector=tuple(sorted(node_selector(opts.trainer_node_selector).items())),
-                     tolerations=tuple((t["key"], t.get("value", ""), t["effect"])
-                                       for t in tolerations(opts.trainer_tolerations)))
+                     node_selector=selector_pairs(opts.trainer_node_selector),
+                     tolerations=toleration_triples(opts.trainer_tolerations))
 
     def place(manifest: dict) -> str | None:
         master = replace(decode_pod({**manifest, "status": {"phase": "Pending"}}), node=None)
