@@ -265,8 +265,10 @@ class EdlPolicy:
                 i = cap.place_spread(p.requests) if p.job is None else cap.place_packed(p.requests, fill)
                 if i is None:
                     i = make_room(p.requests, p.priority, p.job)
-                if i is None and p.job is None:
-                    i = make_room(p.requests, p.priority, None, force=True)
+                if i is None:
+                    # What must run: a service's pod takes from lower levels' trainers above their
+                    # minimum; a job's own pod (part of what it needs to run at all) from its level's too.
+                    i = make_room(p.requests, p.priority + (p.job is not None), p.job, force=True)
                 if i is not None and p.job is not None and fixed is not None:
                     fixed[p.name] = cap.names[i]
             new: dict[str, list[str]] = {}
@@ -274,6 +276,11 @@ class EdlPolicy:
                 need = min(j.min, sizes.get(j.name, 0)) - len(held[j.name])
                 new[j.name] = [cap.names[i] for i in cap.place_many(j.trainer, need, smallest, j.name)]
                 while len(new[j.name]) < need and (i := make_room(j.trainer, j.priority, j.name)) is not None:
+                    new[j.name].append(cap.names[i])
+                # A minimum is what must run: where the cluster as it is has no room for it (the sizing
+                # packs from scratch and finds some), trainers of this level's jobs above their minimum go.
+                while len(new[j.name]) < need and (i := make_room(j.trainer, j.priority + 1, j.name,
+                                                                  force=True)) is not None:
                     new[j.name].append(cap.names[i])
             for j in tier_jobs:  # trainers shrunk by the sizing's packing alone stay where they run
                 if j.priority < waiting_above:
