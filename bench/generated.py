@@ -62,7 +62,8 @@ def main() -> int:
         for pol, v in s["policies"].items():
             ub = "-" if v["util_to_bound_median"] is None else f"{v['util_to_bound_median']:.3f}"
             console.print(f"[{label}] {pol}: util/bound median {ub}, service lag worst "
-                          f"{v['lag_periods_worst']:.1f} periods, unfinished jobs {v['unfinished_jobs']}")
+                          f"{v['lag_periods_worst']:.1f} periods, longest wait to train {v['pending_s_worst']:.0f} s, "
+                          f"unfinished jobs {v['unfinished_jobs']}")
         for pol, v in s["jct_bound_over"].items():
             console.print(f"[{label}] JCT bound / {pol}: median {v['median']:.3f}, best {v['best']:.3f}")
     console.print(f"written to {write_result('generated', result)}")

@@ -242,12 +242,14 @@ def _simulate_generated(a: argparse.Namespace, policies: list[str]) -> int:
         t.add_row(pair, f"{v['median']:.3f}", f"{v['worst']:.3f}", f"{v['best']:.3f}")
     console.print(t)
     u = Table(title="per policy")
-    for c in ("policy", "util/bound median", "util/bound worst", "svc lag periods median", "worst", "unfinished jobs"):
+    for c in ("policy", "util/bound median", "util/bound worst", "svc lag periods median", "worst", "longest wait s",
+              "unfinished jobs"):
         u.add_column(c, justify="right")
     for p, v in result["summary"]["policies"].items():
         u.add_row(p, "-" if v["util_to_bound_median"] is None else f"{v['util_to_bound_median']:.3f}",
                   "-" if v["util_to_bound_worst"] is None else f"{v['util_to_bound_worst']:.3f}",
-                  f"{v['lag_periods_median']:.1f}", f"{v['lag_periods_worst']:.1f}", str(v["unfinished_jobs"]))
+                  f"{v['lag_periods_median']:.1f}", f"{v['lag_periods_worst']:.1f}", f"{v['pending_s_worst']:.0f}",
+                  str(v["unfinished_jobs"]))
     console.print(u)
     if a.out:
         write_json_atomic(Path(a.out), result)

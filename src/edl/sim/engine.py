@@ -79,12 +79,11 @@ class JobState:
     target: int = 0
     done: float = 0.0
     completed_at: float | None = None
-    first_running_at: float | None = None
     paused_until: float = 0.0
     last_running: int = 0
     trainer_samples: list[int] = field(default_factory=list)
     cancelled: bool = False  # its launcher removed it
-    started_at: float | None = None  # its first trainer runs
+    started_at: float | None = None  # its first trainer runs: it is pending until then
     formed_at: float | None = None  # its first generation formed
     curve: tuple[float, ...] = ()  # throughput with n trainers, n = 0..max (computed once)
     roles: tuple[str, ...] = ()  # its pods' roles other than trainer: fixed pods, and a launcher's master
@@ -379,8 +378,6 @@ class Simulation:
                 continue
             name = js.spec.name
             roles = [(name, "trainer"), *((name, r) for r in js.roles)]
-            if js.first_running_at is None and any(self.running_active.get(k, 0) for k in roles):
-                js.first_running_at = t
             running = self.running_active.get((name, "trainer"), 0)
             fixed_ok = all(self.running_active.get(k, 0) == self.active.get(k, 0) for k in roles[1:])
             js.trainer_samples.append(running)
@@ -418,7 +415,7 @@ class Simulation:
                 self._open_increase[s.name] = None
         active = {name: js.last_running for name, js in self.jobs.items()
                   if js.submitted and js.completed_at is None and js.last_running > 0}
-        pending_jobs = sum(1 for js in self.jobs.values() if js.submitted and js.first_running_at is None)
+        pending_jobs = sum(1 for js in self.jobs.values() if js.submitted and js.started_at is None)
         self.timeline.append({"t": t, "util": running_cpu / self.total_cpu, "trainers": active,
                               "pending_jobs": pending_jobs, "services": svc})
         if self.placed is not None:
@@ -540,7 +537,8 @@ class Simulation:
         for js in self.jobs.values():
             if not js.submitted:
                 continue
-            pend = None if js.first_running_at is None else js.first_running_at - js.spec.submit_at
+            # Pending until it trains: its fixed pods running beside no trainer are not a start.
+            pend = None if js.started_at is None else js.started_at - js.spec.submit_at
             jct = None if js.completed_at is None else js.completed_at - js.spec.submit_at
             running = [n for n in js.trainer_samples if n > 0]
             jobs.append({"name": js.spec.name, "pending_s": pend, "jct_s": jct,

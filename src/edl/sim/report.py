@@ -124,6 +124,13 @@ def _jct_censored(report: dict, scenario: Scenario) -> float:
     return float(np.mean(vals)) if vals else 0.0
 
 
+def _pending_max(report: dict, scenario: Scenario) -> float:
+    """The longest a job waited to train (to its first trainer running; never: to the horizon)."""
+    submit = {j.name: j.submit_at for j in scenario.jobs}
+    return max((j["pending_s"] if j["pending_s"] is not None else scenario.duration_s - submit[j["name"]]
+                for j in report["jobs"]), default=0.0)
+
+
 def generated_benchmark(seeds: list[int], policies: list[str], runs: int = 1, bound: bool = True,
                         progress=None) -> dict:
     """Every policy over the generated scenarios of ``seeds`` (``edl.sim.generate``).
@@ -134,9 +141,10 @@ def generated_benchmark(seeds: list[int], policies: list[str], runs: int = 1, bo
     Per scenario: each policy's mean JCT (unfinished jobs counted to the horizon), the JCT lower
     bound (``edl.sim.bound.jct_lower_bound``: every job alone at its ``max``), utilization and
     its packing bound (the linear relaxation, sampled every 30 s: still an upper bound), and the
-    worst lag of the services in decision periods. Summary: for every pair of policies the median
+    worst lag of the services in decision periods, and the longest a job waited for its first trainer
+    to run (one that never started counted to the horizon). Summary: for every pair of policies the median
     and worst ratio of mean JCT (``a/b`` below 1: ``a`` is faster), and each policy's median and worst
-    utilization-to-bound and worst service lag.
+    utilization-to-bound, worst service lag and longest wait to train.
     """
     import dataclasses
 
@@ -170,6 +178,7 @@ def generated_benchmark(seeds: list[int], policies: list[str], runs: int = 1, bo
                 "unfinished": sum(1 for j in rep["jobs"] if j["jct_s"] is None),
                 "utilization": util, "bound": b, "util_to_bound": None if not b else util / b,
                 "lag_periods_max": max((s["lag_s_max"] for s in rep["services"]), default=0.0) / sc.period_s,
+                "pending_s_max": _pending_max(rep, sc),
                 "rescale_events": rep["rescale_events"]}
         rows.append(row)
         if progress is not None:
@@ -196,5 +205,6 @@ def generated_benchmark(seeds: list[int], policies: list[str], runs: int = 1, bo
             "util_to_bound_worst": float(min(ub)) if ub else None,
             "lag_periods_median": float(np.median(lag)) if lag else 0.0,
             "lag_periods_worst": float(max(lag)) if lag else 0.0,
+            "pending_s_worst": max((row["policies"][p]["pending_s_max"] for row in rows), default=0.0),
             "unfinished_jobs": sum(row["policies"][p]["unfinished"] for row in rows)}
     return {"seeds": seeds, "policies": policies, "runs": runs, "scenarios": rows, "summary": summary}

@@ -251,3 +251,18 @@ def test_edl_cuts_mean_completion_time_on_mixed_work():
     jct = {p: Simulation(sc, p, seed=0, check_invariants=False).run()["jct_s_mean"] for p in ("off", "edl2017", "edl")}
     assert jct["edl"] <= 0.70 * jct["off"]
     assert jct["edl"] <= 0.90 * jct["edl2017"]
+
+
+def test_a_job_is_pending_until_a_trainer_of_it_runs_not_its_fixed_pods():
+    # Under off, job j-01's parameter server fits beside j-00 at once, its static trainers only when
+    # j-00 is done: it waits all that time to train, and its pending time says so.
+    import copy
+
+    d = copy.deepcopy(SMALL)
+    d["services"] = []
+    d["nodes"] = [{"count": 1, "cpu": 10, "memory_gi": 32}]
+    d["jobs"][0].update(static=4, work=2000)
+    r = Simulation(parse(d), "off").run()
+    first, second = r["jobs"]
+    assert first["pending_s"] < 15
+    assert second["pending_s"] > first["jct_s"] - 5
