@@ -480,14 +480,32 @@ class EdlPolicy:
                     value = weight[j.name] * best
                 heapq.heappush(heap, (-value, 0 if held else 1, j.name, step))
 
+        # Where every job's trainer has one shape and may go anywhere, which job a trainer is for does
+        # not change where best fit puts it: the trainers that fit are a count, found by filling node by
+        # node (``place_many``, as repeated best fit places them), not a heap look-up per trainer. The
+        # caller reads only the sizes from this capacity, not its nodes.
+        shapes = {j.trainer for j in jobs}
+        left: int | None = None
+        if len(shapes) == 1 and next(iter(shapes)).cpu > 0 and not any(j.name in cap.eligible for j in jobs):
+            left = len(cap.place_many(next(iter(shapes)), sum(max(0, j.max - alloc[j.name]) for j in jobs)))
+
+        def take(j: JobDemand, step: int) -> int:
+            nonlocal left
+            if left is not None:
+                got = min(step, left)
+                left -= got
+                return got
+            got = 0
+            while got < step and cap.place(j.trainer, job=j.name) is not None:
+                got += 1
+            return got
+
         for j in jobs:
             push(j)
         while heap:
             _, _, name, step = heapq.heappop(heap)
             j = by_name[name]
-            got = 0
-            while got < step and cap.place(j.trainer, job=j.name) is not None:
-                got += 1
+            got = take(j, step)
             if got == 0:
                 continue  # no node holds another trainer of this shape
             alloc[name] += got

@@ -220,3 +220,35 @@ def test_plans_respect_bounds_and_capacity(specs, n_nodes, n_web, policy, cost, 
         running_web = sum(1 for p in web if p.phase is PodPhase.RUNNING)
         extra_cpu = sum((plan[j.name]) * j.trainer.cpu for j in js if plan[j.name] > j.min)
         assert extra_cpu + running_web <= 8 * n_nodes + 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(free=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 80)), min_size=1, max_size=30),
+       jobs=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 20), st.integers(0, 12), st.sampled_from([0, 10, 40])),
+                     min_size=1, max_size=6),
+       cpu=st.sampled_from([1, 2, 4, 5]))
+def test_growth_counts_one_shapes_trainers_as_placing_each_one_does(free, jobs, cpu):
+    # Where every job's trainer has one shape and may go anywhere, the growth counts the trainers that
+    # fit (one fill, node by node) instead of placing each one. A job restricted to some nodes (here all
+    # of them) takes the trainer-by-trainer path: both must size every job alike.
+    from edl.autoscale.accounting import Capacity
+    from edl.autoscale.edl_policy import EdlPolicy
+
+    shape = Resources(cpu, 2 * cpu)
+    demands = [JobDemand(f"j{k}", lo, lo + span, cur, shape, rescale_cost_s=cost,
+                         throughput=tuple(100 * (1 - 0.9 ** n) for n in range(lo + span + 1)))
+               for k, (lo, span, cur, cost) in enumerate(jobs)]
+    names = [f"n{i}" for i in range(len(free))]
+
+    def grown(restricted: bool) -> dict[str, int]:
+        cap = Capacity(names, [float(c) for c, _ in free], [float(m) for _, m in free], [0.0] * len(free),
+                       Resources(0, 0), Resources(0, 0),
+                       eligible={"j0": frozenset(range(len(free)))} if restricted else {})
+        alloc = {j.name: j.min for j in demands}
+        running = {j.name for j in demands if j.current > 0}
+        policy = EdlPolicy()
+        policy._grow(cap, demands, alloc, policy.weights(tuple(demands)), policy.keep_bonus,
+                     policy._charges(tuple(demands), running))
+        return alloc
+
+    assert grown(False) == grown(True)
