@@ -177,7 +177,8 @@ class EdlPolicy:
         """Where each job's trainers go: those it holds stay (up to its size), then, tier by tier,
         the pods waiting for a node are placed, a new job's minimum goes best fit, a job the sizing
         shrank below ``keep`` (what it keeps but for room) takes back the nodes it gave up where they
-        still have room, and the new trainers go best fit into what is left.
+        still have room (unless a higher-priority pod waits that the cluster as it is has no room
+        for), and the new trainers go best fit into what is left.
         A job's own waiting pods (``fixed``, by pod name) go where they leave the least room that
         the jobs' pods cannot fill (``Capacity.place_packed``); other pods best fit, as the
         scheduler's spreading is not ours to steer.
@@ -248,7 +249,9 @@ class EdlPolicy:
         smallest = min((c for c in (*(j.trainer.cpu for j in jobs), *shapes, *(p.requests.cpu for p in pending))
                         if c > 0), default=0.0)
         fill = sorted({*(j.trainer.cpu for j in jobs), *shapes})
-        waiting_above = max((p.priority for p in pending), default=-math.inf)
+        # The highest level with a waiting pod that the cluster as it is has no room for (room was made,
+        # or none found): below it, the room trainers free is the scheduler's to hand out.
+        squeezed = -math.inf
         for tier in sorted({j.priority for j in jobs} | {p.priority for p in pending}, reverse=True):
             tier_jobs = sorted((j for j in jobs if j.priority == tier), key=lambda j: j.name)
             # What the jobs of this level still give up (the waiting pods above took what they needed):
@@ -264,6 +267,7 @@ class EdlPolicy:
             for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
                 i = cap.place_spread(p.requests) if p.job is None else cap.place_packed(p.requests, fill)
                 if i is None:
+                    squeezed = max(squeezed, p.priority)
                     i = make_room(p.requests, p.priority, p.job)
                 if i is None:
                     # What must run: a service's pod takes from lower levels' trainers above their
@@ -283,7 +287,7 @@ class EdlPolicy:
                                                                   force=True)) is not None:
                     new[j.name].append(cap.names[i])
             for j in tier_jobs:  # trainers shrunk by the sizing's packing alone stay where they run
-                if j.priority < waiting_above:
+                if j.priority < squeezed:
                     continue  # the room the waiting pods get is the scheduler's to choose: leave it all
                 t = j.trainer
                 for n in reversed(given.get(j.name, [])):  # the fullest first
@@ -334,8 +338,9 @@ class EdlPolicy:
         up voluntarily only when the move is large enough to pay for two pauses (its own and the
         receiver's); shrinking by ``band`` trainers never is. Forced shrinks always go through:
         the sizes are placed on the cluster after every higher-priority pod and every minimum,
-        jobs that keep or shrink first (they hold those trainers now), then growers by
-        priority and weight; whatever no longer fits is handed back in this decision.
+        jobs that keep or shrink first (they hold those trainers now), then growers, each by
+        priority and weight; whatever no longer fits is handed back in this decision, by the
+        jobs the fair shares value least.
         """
         want: dict[str, int] = {}
         for j in jobs:
@@ -351,7 +356,8 @@ class EdlPolicy:
         held = {j.name: min(want[j.name], j.current) for j in jobs}
         if all(want[j.name] == fair[j.name] for j in jobs):
             return want, held  # the fair plan itself, placed trainer by trainer already
-        keepers = sorted((j for j in jobs if want[j.name] <= j.current), key=lambda j: (-j.priority, j.name))
+        keepers = sorted((j for j in jobs if want[j.name] <= j.current),
+                         key=lambda j: (-j.priority, -weight[j.name], j.name))
         growers = sorted((j for j in jobs if want[j.name] > j.current),
                          key=lambda j: (-j.priority, -weight[j.name], j.name))
         target: dict[str, int] = {}

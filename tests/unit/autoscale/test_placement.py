@@ -303,3 +303,36 @@ def test_a_new_jobs_minimum_gets_room_from_a_job_of_its_level_above_its_minimum(
     assert plan.sizes == {"a": 1, "b": 5}
     assert len(plan.nodes["a"]) == 1 and len(plan.nodes["b"]) == 5
     assert plan.nodes["b"].count(plan.nodes["a"][0]) == 2  # b gave up the trainer beside a's
+
+
+def test_trainers_stay_where_they_run_while_a_waiting_service_pod_has_room_of_its_own():
+    # As in the test above, the sizing's packing from scratch fits one 5-core trainer of a fewer than
+    # the cluster holds. A higher-priority service pod waits, but the empty n3 has room for it as the
+    # cluster is: the trainers where they run take nothing from it, so a keeps them (before, any waiting
+    # higher-priority pod made the plan hand the room to the scheduler: a paid a pause for nothing,
+    # and grew back in the next decision).
+    a5, b6 = Resources(5, 1), Resources(6, 1)
+    pods = tuple(Pod(f"a-t{k}", a5, PodPhase.RUNNING, 0, n, "a", "trainer")
+                 for k, n in enumerate(("n0", "n1", "n1", "n2", "n2")))
+    pods += (Pod("b-t0", b6, PodPhase.RUNNING, 0, "n0", "b", "trainer"),
+             Pod("web-0", Resources(3, 1), PodPhase.PENDING, 1000, None))
+    nodes = (node("n0", 12), node("n1", 10), node("n2", 10), node("n3", 4))
+    plan = get_policy("edl").plan(Snapshot(nodes, pods, (JobDemand("a", 1, 5, 5, a5), JobDemand("b", 1, 1, 1, b6))))
+    assert plan.sizes == {"a": 5, "b": 1}
+    assert plan.nodes["a"] == ("n0", "n1", "n1", "n2", "n2")
+
+
+def test_a_forced_shrink_among_jobs_that_keep_their_size_takes_from_the_one_the_shares_value_least():
+    # Jobs a and b hold four 2-core trainers each and fill both 8-core nodes; neither would change size
+    # by itself (long pauses). A higher-priority pod waits for 2 cores: one trainer must go. It goes from
+    # a, the job with the most work left (the smaller completion-time weight), not from whichever job
+    # comes last by name.
+    pods = tuple(trainer("a", i, "n0") for i in range(4)) + tuple(trainer("b", i, "n1") for i in range(4))
+    pods += (Pod("web-0", T, PodPhase.PENDING, 1000, None),)
+    curve = tuple(float(n) for n in range(9))
+    for long_job, short_job in (("a", "b"), ("b", "a")):
+        remaining = {long_job: 100_000.0, short_job: 1_000.0}
+        jobs = tuple(JobDemand(n, 1, 8, 4, T, rescale_cost_s=100, throughput=curve, remaining=remaining[n])
+                     for n in ("a", "b"))
+        plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), pods, jobs))
+        assert plan.sizes == {long_job: 3, short_job: 4}
