@@ -234,6 +234,15 @@ class Capacity:
             if self._fits(node, *key[:3]):
                 heapq.heappush(heap, (self.free_cpu[node] + (off[node] if off and key[2] <= 0 else 0.0), node))
 
+    def saved(self) -> tuple[list[float], list[float], list[float]]:
+        """The free capacity as it is now, for ``restore``."""
+        return list(self.free_cpu), list(self.free_mem), list(self.free_gpu)
+
+    def restore(self, saved: tuple[list[float], list[float], list[float]]) -> None:
+        """Free capacity back to what ``saved`` took: every place, take and release since undone."""
+        self.free_cpu[:], self.free_mem[:], self.free_gpu[:] = saved
+        self._heaps.clear()  # rebuilt lazily by the next ``place``
+
     def copy(self) -> "Capacity":
         return Capacity(self.names, list(self.free_cpu), list(self.free_mem), list(self.free_gpu), self.total,
                         self.requested, eligible=self.eligible)

@@ -130,9 +130,9 @@ class EdlPolicy:
         running: set[str] = set()
         cap = capacity(snapshot, frozenset(j.name for j in snapshot.jobs), pending, bound, shapes, running)
         base = cap.copy()
-        sizes, keep = self._sizes(snapshot, cap, pending, running)
+        sizes, keep, startable = self._sizes(snapshot, cap, pending, running)
         fixed: dict[str, str] = {}
-        nodes = self._placement(snapshot.jobs, sizes, base, pending, bound, shapes, fixed, keep)
+        nodes = self._placement(snapshot.jobs, sizes, base, pending, bound, shapes, fixed, keep, startable)
         sizes = self._as_placed(snapshot.jobs, sizes, keep, nodes)
         return Plan(sizes, self._trimmed(nodes, sizes, bound), fixed)
 
@@ -172,8 +172,8 @@ class EdlPolicy:
     @staticmethod
     def _placement(jobs: tuple[JobDemand, ...], sizes: dict[str, int], cap: Capacity, pending: list[Pod],
                    bound: dict[str, list[str]], shapes: set[float] | frozenset[float] = frozenset(),
-                   fixed: dict[str, str] | None = None, keep: dict[str, int] | None = None
-                   ) -> dict[str, tuple[str, ...]]:
+                   fixed: dict[str, str] | None = None, keep: dict[str, int] | None = None,
+                   startable: frozenset[str] = frozenset()) -> dict[str, tuple[str, ...]]:
         """Where each job's trainers go: those it holds stay (up to its size), then, tier by tier,
         the pods waiting for a node are placed, a new job's minimum goes best fit, a job the sizing
         shrank below ``keep`` (what it keeps but for room) takes back the nodes it gave up where they
@@ -181,7 +181,9 @@ class EdlPolicy:
         for), and the new trainers go best fit into what is left.
         A job's own waiting pods (``fixed``, by pod name) go where they leave the least room that
         the jobs' pods cannot fill (``Capacity.place_packed``); other pods best fit, as the
-        scheduler's spreading is not ours to steer.
+        scheduler's spreading is not ours to steer. For a job whose minimum the sizing fits
+        (``startable``), its minimum and its own waiting pods may take its level's trainers above
+        their minimum, all of the minimum or none.
 
         Best fit on the cluster as it is, not as the sizing saw it (that one re-placed every
         trainer from scratch): a new trainer that fits nowhere now gets no node (the scheduler
@@ -206,7 +208,9 @@ class EdlPolicy:
             ``below`` or the pod's own job) leave room for ``req``: those are the ones given up. The
             waiting pod then has room in the plan's own count, not only in total. With ``force``, the
             trainers of lower-priority jobs above their minimum may go too (the fewest such first): the
-            sizing packs from scratch and can find room that the cluster as it is does not have."""
+            sizing packs from scratch and can find room that the cluster as it is does not have. A
+            caller passing ``below`` one above its own level lets its level's jobs give up trainers
+            too (a minimum, which must run)."""
             on: dict[int, list[str]] = {}
             allowed = cap.eligible.get(own) if own is not None else None  # a trainer's own selector
             budget0 = {name: surplus[name] if not force or by_job[name].priority >= below else
@@ -269,9 +273,10 @@ class EdlPolicy:
                 if i is None:
                     squeezed = max(squeezed, p.priority)
                     i = make_room(p.requests, p.priority, p.job)
-                if i is None:
+                if i is None and (p.job is None or p.job in startable):
                     # What must run: a service's pod takes from lower levels' trainers above their
-                    # minimum; a job's own pod (part of what it needs to run at all) from its level's too.
+                    # minimum; the pod of a job that can start (part of what it needs to run at all)
+                    # from its level's too.
                     i = make_room(p.requests, p.priority + (p.job is not None), p.job, force=True)
                 if i is not None and p.job is not None and fixed is not None:
                     fixed[p.name] = cap.names[i]
@@ -281,11 +286,21 @@ class EdlPolicy:
                 new[j.name] = [cap.names[i] for i in cap.place_many(j.trainer, need, smallest, j.name)]
                 while len(new[j.name]) < need and (i := make_room(j.trainer, j.priority, j.name)) is not None:
                     new[j.name].append(cap.names[i])
-                # A minimum is what must run: where the cluster as it is has no room for it (the sizing
-                # packs from scratch and finds some), trainers of this level's jobs above their minimum go.
-                while len(new[j.name]) < need and (i := make_room(j.trainer, j.priority + 1, j.name,
-                                                                  force=True)) is not None:
-                    new[j.name].append(cap.names[i])
+                if len(new[j.name]) < need and j.name in startable:
+                    # A minimum is what must run: where the cluster as it is has no room for it (the
+                    # sizing packs from scratch and finds some), trainers of this level's jobs above their
+                    # minimum go; all of the minimum or none (a part of it runs nothing).
+                    before = (cap.saved(), {n: list(v) for n, v in held.items()}, dict(surplus), dict(forced),
+                              len(new[j.name]))
+                    while len(new[j.name]) < need and (i := make_room(j.trainer, j.priority + 1, j.name,
+                                                                      force=True)) is not None:
+                        new[j.name].append(cap.names[i])
+                    if len(new[j.name]) < need:
+                        cap.restore(before[0])
+                        held.update(before[1])
+                        surplus.update(before[2])
+                        forced.update(before[3])
+                        del new[j.name][before[4]:]
             for j in tier_jobs:  # trainers shrunk by the sizing's packing alone stay where they run
                 if j.priority < squeezed:
                     continue  # the room the waiting pods get is the scheduler's to choose: leave it all
@@ -308,10 +323,10 @@ class EdlPolicy:
         return out
 
     def _sizes(self, snapshot: Snapshot, cap: Capacity, pending: list[Pod],
-               running: set[str]) -> tuple[dict[str, int], dict[str, int]]:
-        """Each job's size, and what it would keep but for room (``keep``: its size, or its current
-        size where a rescale gate holds it there, whichever is smaller). ``running``: the jobs with a
-        trainer running."""
+               running: set[str]) -> tuple[dict[str, int], dict[str, int], frozenset[str]]:
+        """Each job's size, what it would keep but for room (``keep``: its size, or its current
+        size where a rescale gate holds it there, whichever is smaller), and the jobs whose minimum
+        fits (the others wait for it). ``running``: the jobs with a trainer running."""
         # Everything but the trainers we are planning counts as load (``cap``); pods still waiting
         # for a node (``pending``) are placed below, by priority.
         tiers = sorted({j.priority for j in snapshot.jobs} | {p.priority for p in pending}, reverse=True)
@@ -327,7 +342,8 @@ class EdlPolicy:
         weight = self.weights(snapshot.jobs)
         self._grow(cap, sorted(snapshot.jobs, key=lambda j: j.name), alloc, weight, self.keep_bonus,
                    self._charges(snapshot.jobs, running))
-        return self._settle(snapshot.jobs, alloc, floor, after_min, weight)
+        startable = frozenset(j.name for j in snapshot.jobs if floor[j.name] >= j.min)
+        return (*self._settle(snapshot.jobs, alloc, floor, after_min, weight), startable)
 
     def _settle(self, jobs: tuple[JobDemand, ...], fair: dict[str, int], floor: dict[str, int],
                 cap: Capacity, weight: dict[str, float]) -> tuple[dict[str, int], dict[str, int]]:
@@ -487,19 +503,23 @@ class EdlPolicy:
                 heapq.heappush(heap, (-value, 0 if held else 1, j.name, step))
 
         # Where every job's trainer has one shape and may go anywhere, which job a trainer is for does
-        # not change where best fit puts it: the trainers that fit are a count, found by filling node by
-        # node (``place_many``, as repeated best fit places them), not a heap look-up per trainer. The
-        # caller reads only the sizes from this capacity, not its nodes.
+        # not change where best fit puts it: the trainers that fit are a count, placed ahead in batches
+        # that double (``place_many`` fills node by node, as repeated best fit places them) rather than
+        # by a heap look-up per trainer, and handed out in the order the jobs win them. The caller
+        # reads only the sizes from this capacity, not its nodes.
         shapes = {j.trainer for j in jobs}
-        left: int | None = None
-        if len(shapes) == 1 and next(iter(shapes)).cpu > 0 and not any(j.name in cap.eligible for j in jobs):
-            left = len(cap.place_many(next(iter(shapes)), sum(max(0, j.max - alloc[j.name]) for j in jobs)))
+        one_shape = len(shapes) == 1 and next(iter(shapes)).cpu > 0 and not any(j.name in cap.eligible for j in jobs)
+        pool, batch, full = 0, 1, False  # placed ahead, not yet handed out; the next batch; nothing more fits
 
         def take(j: JobDemand, step: int) -> int:
-            nonlocal left
-            if left is not None:
-                got = min(step, left)
-                left -= got
+            nonlocal pool, batch, full
+            if one_shape:
+                while pool < step and not full:
+                    ask = max(batch, step - pool)
+                    got = len(cap.place_many(j.trainer, ask))
+                    pool, batch, full = pool + got, 2 * batch, got < ask
+                got = min(step, pool)
+                pool -= got
                 return got
             got = 0
             while got < step and cap.place(j.trainer, job=j.name) is not None:

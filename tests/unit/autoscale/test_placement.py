@@ -336,3 +336,13 @@ def test_a_forced_shrink_among_jobs_that_keep_their_size_takes_from_the_one_the_
                      for n in ("a", "b"))
         plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), pods, jobs))
         assert plan.sizes == {long_job: 3, short_job: 4}
+
+
+def test_a_minimum_that_cannot_fit_takes_nothing_from_its_level():
+    # Job a needs three 6-core trainers to start; the two 8-core nodes hold two at most, whatever b gives
+    # up. b's eight 2-core trainers stay: taking six of them for two-thirds of a minimum runs nothing.
+    # (Found in review: the forced minimum took room one trainer at a time, with no all-or-nothing.)
+    pods = tuple(Pod(f"b-t{i}", T, PodPhase.RUNNING, 1, "n0" if i < 4 else "n1", "b", "trainer") for i in range(8))
+    jobs = (JobDemand("a", 3, 4, 0, Resources(6, 1), 1), JobDemand("b", 1, 8, 8, T, 1))
+    plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), pods, jobs))
+    assert plan.sizes["b"] == 8 and plan.nodes["a"] == ()
