@@ -17,7 +17,7 @@ import numpy as np
 
 from edl.api.data import Cursor
 from edl.api.master import TrainerLink
-from edl.errors import StaleError
+from edl.errors import StaleError, TemporaryError
 from edl.storage.checkpoint import AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays, encode_arrays
 
 log = logging.getLogger("edl.trainer")
@@ -52,23 +52,35 @@ class Checkpointer:
         """Since the last checkpoint was taken (or since we started)."""
         return self.clock() - self._last
 
-    def save(self, generation: int, step: int, cursors: dict[str, Cursor | None], snapshot: Snapshot,
-             wait: bool = False) -> None:
-        """Take ``snapshot`` (numpy copies, at ``step``) as a checkpoint: cut, serialise and upload on
-        the writer thread; ``wait`` for it to be written."""
+    def save(self, generation: int, step: int, cursors: dict[str, Cursor | None],
+             snapshot: Callable[[], Snapshot], cut_link: TrainerLink, wait: bool = False) -> bool:
+        """A checkpoint at ``step``: the master's half of the cut through ``cut_link``, here, then the
+        ``snapshot`` (numpy copies) serialised and uploaded on the writer thread; ``wait`` for it to be
+        written. ``False``: no checkpoint this time (the generation changed, or the master is away).
+
+        The cut is taken on the caller's thread, before its next step: no rank commits a cursor past
+        ``cursors`` until every rank has finished that next step, so the master cuts its queue as it
+        was at ``step``. Cut on the writer thread, it raced the other ranks' commits: a task one of
+        them finished after ``step`` was already done in the checkpoint's queue, and a job that went
+        back to that checkpoint lost its rows."""
         self._last = self.clock()
+        try:
+            cut = cut_link.checkpoint_cut(generation, step, dict(cursors))
+        except StaleError:
+            log.info("trainer %s: generation %d changed before the checkpoint at step %d was cut; skipped",
+                     self.id, generation, step)
+            return False
+        except TemporaryError as e:
+            log.warning("trainer %s: no checkpoint at step %d: the master did not take the cut (%s)",
+                        self.id, step, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            return False
         if self._writer is None:
             self._writer = AsyncCheckpointWriter(self.ckpts, on_error=lambda m: log.warning("%s", m))
             self._link = self.connect()
         link = self._link
-        params, opt_arrays, extra = snapshot
-        cut_cursors = dict(cursors)  # as of this step: the dict is read on the writer thread
+        params, opt_arrays, extra = snapshot()
 
         def build() -> dict[str, bytes]:
-            try:
-                cut = link.checkpoint_cut(generation, step, cut_cursors)
-            except StaleError:
-                raise StaleError("generation changed before the checkpoint was cut; skipped") from None
             trainer_meta = {"step": step, "opt_extra": extra, "model_def": self.model_def}
             return {
                 "model.npz": encode_arrays(params),
@@ -84,6 +96,7 @@ class Checkpointer:
         self._writer.submit(WriteJob(step, build, {"generation": generation}, on_commit))
         if wait:
             self._writer.flush(300)
+        return True
 
     def flush(self, timeout_s: float) -> None:
         """Let a checkpoint being written finish (within ``timeout_s``)."""

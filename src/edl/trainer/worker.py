@@ -461,7 +461,10 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints and the end
     def _checkpoint(self, gen: int, cursors: dict[str, Cursor | None], wait: bool = False) -> None:
-        self.checkpoints.save(gen, self.progress.step, cursors, self.replica.snapshot(), wait)
+        # A periodic cut is tried once (the master may be restarting: training goes on, the next interval
+        # tries again); the last one, which the job's end waits for, with retries.
+        self.checkpoints.save(gen, self.progress.step, cursors, self.replica.snapshot,
+                              self.client if wait else self.client_once, wait)
 
     def _load_checkpoint(self, uri: str) -> int:
         ckpt = self.checkpoints.read(uri)
