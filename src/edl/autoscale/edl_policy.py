@@ -277,7 +277,8 @@ class EdlPolicy:
                     # What must run: a service's pod takes from lower levels' trainers above their
                     # minimum; the pod of a job that can start (part of what it needs to run at all)
                     # from its level's too.
-                    i = make_room(p.requests, p.priority + (p.job is not None), p.job, force=True)
+                    below = p.priority if p.job is None else p.priority + 1
+                    i = make_room(p.requests, below, p.job, force=True)
                 if i is not None and p.job is not None and fixed is not None:
                     fixed[p.name] = cap.names[i]
             new: dict[str, list[str]] = {}
@@ -290,17 +291,18 @@ class EdlPolicy:
                     # A minimum is what must run: where the cluster as it is has no room for it (the
                     # sizing packs from scratch and finds some), trainers of this level's jobs above their
                     # minimum go; all of the minimum or none (a part of it runs nothing).
-                    before = (cap.saved(), {n: list(v) for n, v in held.items()}, dict(surplus), dict(forced),
-                              len(new[j.name]))
+                    saved, placed = cap.saved(), len(new[j.name])
+                    held_before = {n: list(v) for n, v in held.items()}
+                    surplus_before, forced_before = dict(surplus), dict(forced)
                     while len(new[j.name]) < need and (i := make_room(j.trainer, j.priority + 1, j.name,
                                                                       force=True)) is not None:
                         new[j.name].append(cap.names[i])
-                    if len(new[j.name]) < need:
-                        cap.restore(before[0])
-                        held.update(before[1])
-                        surplus.update(before[2])
-                        forced.update(before[3])
-                        del new[j.name][before[4]:]
+                    if len(new[j.name]) < need:  # not all of it: give back what was taken for it
+                        cap.restore(saved)
+                        held.update(held_before)
+                        surplus.update(surplus_before)
+                        forced.update(forced_before)
+                        del new[j.name][placed:]
             for j in tier_jobs:  # trainers shrunk by the sizing's packing alone stay where they run
                 if j.priority < squeezed:
                     continue  # the room the waiting pods get is the scheduler's to choose: leave it all

@@ -116,19 +116,22 @@ def plot(sim: Simulation, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _jct_censored(report: dict, scenario: Scenario) -> float:
-    """Mean JCT, counting a job that never finished as running until the horizon (a lower bound)."""
+def _censored(report: dict, scenario: Scenario, key: str) -> list[float]:
+    """Each job's ``key`` (``jct_s``, ``pending_s``) in seconds, a job that never got there counted to
+    the horizon (a lower bound)."""
     submit = {j.name: j.submit_at for j in scenario.jobs}
-    vals = [j["jct_s"] if j["jct_s"] is not None else scenario.duration_s - submit[j["name"]]
-            for j in report["jobs"]]
+    return [j[key] if j[key] is not None else scenario.duration_s - submit[j["name"]] for j in report["jobs"]]
+
+
+def _jct_censored(report: dict, scenario: Scenario) -> float:
+    """Mean JCT, counting a job that never finished as running until the horizon."""
+    vals = _censored(report, scenario, "jct_s")
     return float(np.mean(vals)) if vals else 0.0
 
 
 def _pending_max(report: dict, scenario: Scenario) -> float:
     """The longest a job waited to train (to its first trainer running; never: to the horizon)."""
-    submit = {j.name: j.submit_at for j in scenario.jobs}
-    return max((j["pending_s"] if j["pending_s"] is not None else scenario.duration_s - submit[j["name"]]
-                for j in report["jobs"]), default=0.0)
+    return max(_censored(report, scenario, "pending_s"), default=0.0)
 
 
 def generated_benchmark(seeds: list[int], policies: list[str], runs: int = 1, bound: bool = True,
