@@ -5,7 +5,8 @@
     ./dev cluster down                     # stops every process of it
 
 The same plane the tests use (real apiserver, scheduler, controller-manager, etcd; the loopback
-kubelet; MinIO), left running in the background, with its state in ``--root``.
+kubelet; MinIO; a registry with edl's images, built from ``images/`` where missing), left
+running in the background, with its state in ``--root``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from tests.plane import build
-from tests.plane.plane import PLANES, ControlPlane, PlaneState, _alive, stop_all
+from tests.plane import build, images
+from tests.plane.plane import PLANES, ControlPlane, PlaneState, stop_all
+from tests.plane.procs import _alive
+from tests.plane.registry import RegistryError
+from tests.plane.runtime import PullError
 from tests.plane.s3 import ACCESS_KEY, SECRET_KEY, MinioServer
 
 DEFAULT_ROOT = PLANES / "cluster"
@@ -24,7 +28,8 @@ DEFAULT_ROOT = PLANES / "cluster"
 
 def exports(state: PlaneState) -> list[str]:
     return [f"export KUBECONFIG={Path(state.root) / 'admin.kubeconfig'}", f"export AWS_ENDPOINT_URL={state.s3}",
-            f"export AWS_ACCESS_KEY_ID={ACCESS_KEY}", f"export AWS_SECRET_ACCESS_KEY={SECRET_KEY}"]
+            f"export AWS_ACCESS_KEY_ID={ACCESS_KEY}", f"export AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
+            f"export EDL_REGISTRY={state.registry}"]
 
 
 def running(state: PlaneState | None) -> bool:
@@ -40,7 +45,8 @@ def up(a: argparse.Namespace) -> int:
         return 0
     try:
         build.build_all()
-    except build.BuildError as e:
+        images.build_images()
+    except (build.BuildError, images.ImageError, RegistryError, PullError) as e:
         print(f"cluster: {e}", file=sys.stderr)
         return 1
     shutil.rmtree(root, ignore_errors=True)
@@ -58,7 +64,8 @@ def up(a: argparse.Namespace) -> int:
         print(f"cluster: could not start: {e}", file=sys.stderr)
         return 1
     print(f"cluster up: {a.nodes} nodes of {a.cpu} CPU and {a.memory}, apiserver {plane.state.apiserver}, "
-          f"S3 {plane.state.s3}; state and logs in {root}", file=sys.stderr)
+          f"S3 {plane.state.s3}, edl's images in {plane.state.registry} ({images.reference('REGISTRY', 'runtime')}, "
+          f"{images.reference('REGISTRY', 'trainer-cpu')}); state and logs in {root}", file=sys.stderr)
     print("\n".join(exports(plane.state)))
     return 0
 
@@ -85,7 +92,7 @@ def status(a: argparse.Namespace) -> int:
     for node in state.nodes:
         print(f"{'kubelet ' + node.name:26} pid {node.pid:<8} {'running' if _alive(node.pid) else 'STOPPED'}"
               f"  ({node.cpu} CPU, {node.memory})")
-    print(f"apiserver {state.apiserver}, S3 {state.s3}")
+    print(f"apiserver {state.apiserver}, S3 {state.s3}, registry {state.registry}")
     print("\n".join(exports(state)))
     return 0 if running(state) else 1
 

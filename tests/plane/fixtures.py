@@ -1,7 +1,9 @@
 """pytest fixtures over the real control plane: started once per test session, on first use.
 
-- ``plane``: the running ``ControlPlane`` (two 4-core nodes), PriorityClasses ``edl-low`` and
-  ``edl-high``;
+- ``plane``: the running ``ControlPlane`` (two 4-core nodes) with its registry of edl's images
+  (built from ``images/`` first where missing, ``images.py``; ``plane.image("runtime")`` names
+  one; the fixtures ``runtime_image`` and ``trainer_image`` name two), PriorityClasses
+  ``edl-low`` and ``edl-high``;
 - ``plane_s3``: a MinIO server beside it, and ``s3://data/digits`` prepared on it;
 - ``kube``: an admin ``kubernetes.client.ApiClient``;
 - ``namespace``: a fresh namespace per test, labelled ``pod-security.kubernetes.io/enforce:
@@ -24,8 +26,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config, utils
 
-from tests.plane import build
+from tests.plane import build, images
 from tests.plane.plane import PLANES, ControlPlane
+from tests.plane.registry import RegistryError
+from tests.plane.runtime import PullError
 from tests.plane.s3 import MinioServer
 
 PRIORITY_CLASSES = {"edl-low": 100, "edl-high": 100000}
@@ -48,8 +52,9 @@ def plane_ip_base() -> int:
 def plane():
     try:
         build.build(build.KUBEPLANE, quiet=True)
-    except build.BuildError as e:
-        pytest.fail(f"the control plane cannot be built: {e}")
+        images.build_images(quiet=True)
+    except (build.BuildError, images.ImageError, RegistryError, PullError) as e:
+        pytest.fail(f"the control plane or its images cannot be built: {e}")
     PLANES.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="test-", dir=PLANES))
     p = ControlPlane(root, ip_base=plane_ip_base())
@@ -65,6 +70,18 @@ def plane():
     finally:
         p.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def runtime_image(plane) -> str:
+    """edl's runtime image in the plane's registry."""
+    return plane.image("runtime")
+
+
+@pytest.fixture(scope="session")
+def trainer_image(plane) -> str:
+    """edl's CPU trainer image in the plane's registry."""
+    return plane.image("trainer-cpu")
 
 
 @pytest.fixture(scope="session")

@@ -1,83 +1,353 @@
-"""The images the loopback kubelet can "pull": edl's own, read from ``images/*/Dockerfile``.
+"""The images the plane runs: ours, built from ``images/*/Dockerfile`` as a user would build them,
+and Argo's executor, pushed to a registry whose storage lives in the build cache.
 
-An image ``[registry/][path/]edl-NAME:VERSION`` (VERSION: the package's, from pyproject.toml)
-runs its command from this machine's Python environment (where ``edl`` is installed), with
-the ``ENV``, ``ENTRYPOINT`` and ``CMD`` of its Dockerfile. Argo's executor image
-``quay.io/argoproj/argoexec:ARGO_VERSION`` is the ``argoexec`` binary built from Argo's module
-(``tools/argo``), once built. Any other reference is an image this node cannot pull
-(ErrImagePull, then ImagePullBackOff), as on a cluster without it.
+    python -m tests.plane.images      # build what is missing, with progress; a no-op when cached
+
+- **The base.** The Dockerfiles start ``FROM python:3.11.11-slim-bookworm``, which no registry
+  here serves. Its look-alike is made from Debian's packages: ``mmdebstrap`` of bookworm
+  (minbase, ``python3.11``, ``python3-venv``, ``ca-certificates``) with a venv at ``/usr/local``
+  as the official image has its Python there, the official image's PATH and LANG, committed by
+  ``buildah`` under the official name, so the Dockerfiles build unchanged. Cached as a tarball
+  keyed by what makes it.
+- **Ours.** ``buildah bud`` (chroot isolation, no daemon) of every CPU image, the host's CA
+  bundle mounted read-only for the RUN steps' downloads. Each image carries the label
+  ``edl.cache.key``: the hash of its Dockerfile, the files its COPY lines name and the base's
+  ID. An image whose key the registry already holds is not built again.
+  ``images/trainer-gpu`` is not built: its base (PaddlePaddle's CUDA image) cannot be had here.
+- **Argo's executor**: ``argoexec`` (built from Argo's module, ``build.py``) alone in an image
+  from scratch (``tools/argo/Containerfile``), as Argo ships it.
+
+What the registry holds: ``edl-runtime:VERSION``, ``edl-trainer-cpu:VERSION`` (VERSION as
+``edl pipeline compile`` tags them) and ``argoproj/argoexec:ARGO_VERSION``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
-import shlex
+import os
+import re
+import shutil
+import subprocess
 import sys
+import time
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.plane import build
+from tests.plane.registry import Registry, RegistryError
+from tests.plane.runtime import ImageStore, PullError
+
+REPO = build.REPO
 ARGO_VERSION = "v4.0.5"
-ARGOEXEC_IMAGE = f"quay.io/argoproj/argoexec:{ARGO_VERSION}"
+ARGOEXEC_REPO = "argoproj/argoexec"
+KEY_LABEL = "edl.cache.key"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+SHIPPED = ("runtime", "trainer-cpu")  # trainer-gpu: its CUDA base cannot be had here
+TOOLS = ("buildah", "skopeo", "umoci", "mmdebstrap", "docker-registry")
+
+# The look-alike of the official python:3.11 slim image.
+BASE_SUITE = "bookworm"
+BASE_SOURCES = ("deb http://deb.debian.org/debian bookworm main",
+                "deb http://deb.debian.org/debian bookworm-updates main",
+                "deb http://deb.debian.org/debian-security bookworm-security main")
+BASE_PACKAGES = ("python3.11", "python3-venv", "ca-certificates")
+BASE_HOOK = 'chroot "$1" python3.11 -m venv /usr/local'
+BASE_ENV = ("PATH=/usr/local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
+            "PYTHON_VERSION=3.11")
 
 
-@dataclass(frozen=True)
-class Image:
-    name: str
-    env: dict[str, str] = field(default_factory=dict)
-    entrypoint: tuple[str, ...] = ()
-    cmd: tuple[str, ...] = ()
-    path: str = ""  # PATH inside the "container"
-
-
-def _dockerfile(path: Path) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
-    env: dict[str, str] = {}
-    entry: tuple[str, ...] = ()
-    cmd: tuple[str, ...] = ()
-    stage_env: dict[str, str] = {}
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        word, _, rest = line.partition(" ")
-        word = word.upper()
-        if word == "FROM":  # only the last stage is the image
-            stage_env, entry, cmd = {}, (), ()
-        elif word == "ENV":
-            for tok in shlex.split(rest):
-                k, _, v = tok.partition("=")
-                stage_env[k] = v
-        elif word == "ENTRYPOINT":
-            entry = tuple(json.loads(rest))
-        elif word == "CMD":
-            cmd = tuple(json.loads(rest))
-    env.update(stage_env)
-    return env, entry, cmd
+class ImageError(RuntimeError):
+    pass
 
 
 def version() -> str:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
-def catalogue() -> dict[str, Image]:
-    """``edl-NAME:VERSION`` -> Image, for every folder of ``images/``."""
-    bin_dir = str(Path(sys.executable).parent)
-    path = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    out = {}
-    for dockerfile in sorted((REPO / "images").glob("*/Dockerfile")):
-        env, entry, cmd = _dockerfile(dockerfile)
-        name = f"edl-{dockerfile.parent.name}:{version()}"
-        out[name] = Image(name, env, entry, cmd, path)
-    from tests.plane import build
+def cache() -> Path:
+    return build.cache_root() / "images"
 
-    if build.ARGOEXEC.built():
-        name = ARGOEXEC_IMAGE.rsplit("/", 1)[-1]
-        out[name] = Image(name, {}, ("argoexec",), (), f"{build.ARGOEXEC.out_dir()}:/usr/bin:/bin")
+
+def storage() -> Path:
+    """The registry's storage: what every plane's registry serves."""
+    return cache() / "registry"
+
+
+def unpacked() -> Path:
+    """Where kubelets unpack images, by digest (``runtime.ImageStore``)."""
+    return cache() / "unpacked"
+
+
+def dockerfile(name: str) -> Path:
+    return REPO / "images" / name / "Dockerfile"
+
+
+def base_reference() -> str:
+    """The image the Dockerfiles start from, fully qualified as buildah names it."""
+    refs = {m for n in SHIPPED for m in re.findall(r"^FROM (\S+)", dockerfile(n).read_text(), re.M)
+            if not m.startswith("$")}
+    if len(refs) != 1:
+        raise ImageError(f"the CPU images must share one base, they name {sorted(refs)}")
+    ref = refs.pop()
+    return ref if "/" in ref.split(":")[0] else f"docker.io/library/{ref}"
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big") + part)
+    return h.hexdigest()[:16]
+
+
+def base_key() -> str:
+    return _digest(BASE_SUITE.encode(), *(s.encode() for s in BASE_SOURCES + BASE_PACKAGES + BASE_ENV),
+                   BASE_HOOK.encode())
+
+
+def context_files(path: Path, context: Path) -> list[Path]:
+    """The files the Dockerfile's COPY/ADD lines take from the context (not from another stage)."""
+    out: list[Path] = []
+    for line in path.read_text().splitlines():
+        words = line.split()
+        if not words or words[0].upper() not in ("COPY", "ADD") or any(w.startswith("--from") for w in words):
+            continue
+        for src in (w for w in words[1:-1] if not w.startswith("--")):
+            p = context / src
+            if p.is_dir():
+                out += sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+            elif p.is_file():
+                out.append(p)
+            else:
+                raise ImageError(f"{path}: COPY {src}: no such file in {context}")
     return out
 
 
-def resolve(reference: str, known: dict[str, Image]) -> Image | None:
-    """The image a pod names, whatever registry it is qualified with; ``None`` if not known here."""
-    last = reference.rsplit("/", 1)[-1]
-    return known.get(last)
+def image_key(path: Path, context: Path, base_id: str) -> str:
+    parts = [path.read_bytes(), base_id.encode()]
+    for f in context_files(path, context):
+        parts += [str(f.relative_to(context)).encode(), f.read_bytes()]
+    return _digest(*parts)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One image to build: ``repo:tag`` in the registry, from ``containerfile`` over ``context``."""
+
+    repo: str
+    tag: str
+    containerfile: Path
+    context: Path
+
+    @property
+    def local(self) -> str:
+        return f"localhost/{self.repo}:{self.tag}"
+
+
+def shipped_specs() -> list[Spec]:
+    return [Spec(f"edl-{name}", version(), dockerfile(name), REPO) for name in SHIPPED]
+
+
+def argoexec_spec() -> Spec:
+    return Spec(ARGOEXEC_REPO, ARGO_VERSION, build.TOOLS / "argo" / "Containerfile", build.ARGOEXEC.out_dir())
+
+
+def reference(registry: str, name: str) -> str:
+    """``REGISTRY/edl-NAME:VERSION`` for one of ours (``runtime``, ``trainer-cpu``)."""
+    return f"{registry}/edl-{name}:{version()}"
+
+
+def argoexec_reference(registry: str) -> str:
+    return f"{registry}/{ARGOEXEC_REPO}:{ARGO_VERSION}"
+
+
+# ---------------------------------------------------------------- tools
+def missing_tools() -> list[str]:
+    return [t for t in TOOLS if shutil.which(t) is None]
+
+
+def _run(argv: list[str], what: str, timeout: float = 1800, **kw) -> str:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw)
+    except subprocess.TimeoutExpired:
+        raise ImageError(f"{what}: took over {timeout:.0f} s") from None
+    if r.returncode != 0:
+        raise ImageError(f"{what} failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+    return r.stdout
+
+
+def local_labels(ref: str) -> dict[str, str] | None:
+    """The labels of an image in buildah's storage, ``None`` if it has none of that name."""
+    r = subprocess.run(["buildah", "inspect", "--type", "image", ref], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    info = json.loads(r.stdout)
+    return dict((info.get("OCIv1", {}).get("config") or {}).get("Labels") or {}) | {"@id": info["FromImageID"]}
+
+
+def pushed_key(registry: str, spec: Spec) -> str | None:
+    """The cache key of the image the registry holds under ``spec``'s name, ``None`` if none."""
+    r = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--config",
+                        f"docker://{registry}/{spec.repo}:{spec.tag}"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        return None
+    return ((json.loads(r.stdout).get("config") or {}).get("Labels") or {}).get(KEY_LABEL)
+
+
+# ---------------------------------------------------------------- building
+class Steps:
+    """Progress of the image builds: one line per image, the current Dockerfile step beside it."""
+
+    def __init__(self, quiet: bool) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                 disable=quiet)
+
+    def __enter__(self) -> "Steps":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[object]:
+        task = self.progress.add_task(what, total=None)
+        t0 = time.monotonic()
+        yield lambda detail: self.progress.update(task, description=f"{what}: {detail}"[:110])
+        self.progress.update(task, description=f"{what}: done in {time.monotonic() - t0:.0f} s", total=1,
+                             completed=1)
+
+
+def ensure_base(steps: Steps) -> str:
+    """The base image in buildah's storage, made if missing; returns its image ID."""
+    ref, key = base_reference(), base_key()
+    labels = local_labels(ref)
+    if labels and labels.get(KEY_LABEL) == key:
+        return labels["@id"]
+    tar = cache() / f"base-{key}.tar"
+    with steps.step(f"base image {ref} (Debian {BASE_SUITE}, first time about 2 minutes)") as note:
+        if not tar.exists():
+            note("mmdebstrap")
+            tmp = tar.with_suffix(".tmp.tar")
+            tmp.unlink(missing_ok=True)
+            _run(["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+                  f"--customize-hook={BASE_HOOK}", BASE_SUITE, str(tmp), *BASE_SOURCES], "mmdebstrap")
+            tmp.rename(tar)
+        note("buildah commit")
+        ctr = _run(["buildah", "from", "scratch"], "buildah from scratch").strip()
+        try:
+            _run(["buildah", "add", "--quiet", ctr, str(tar), "/"], "buildah add")
+            _run(["buildah", "config", *(a for e in BASE_ENV for a in ("--env", e)), "--cmd", "python3",
+                  "--label", f"{KEY_LABEL}={key}", ctr], "buildah config")
+            _run(["buildah", "commit", "--quiet", ctr, ref], "buildah commit")
+        finally:
+            subprocess.run(["buildah", "rm", ctr], capture_output=True)
+    labels = local_labels(ref)
+    assert labels is not None
+    return labels["@id"]
+
+
+def build_one(spec: Spec, key: str, steps: Steps) -> None:
+    """``buildah bud`` of ``spec`` into buildah's storage, labelled with ``key``."""
+    argv = ["buildah", "bud", "--isolation", "chroot", "--pull-never", "--layers", "-f", str(spec.containerfile),
+            "-t", spec.local, "--label", f"{KEY_LABEL}={key}"]
+    if HOST_CA.exists():  # the RUN steps' downloads go through this machine's CA
+        argv += ["-v", f"{HOST_CA}:{HOST_CA}:ro"]
+    argv.append(str(spec.context))
+    tail: list[str] = []
+    with steps.step(f"image {spec.repo}:{spec.tag}") as note:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-40:]
+            if "STEP " in line:
+                note(line.strip())
+        if proc.wait() != 0:
+            raise ImageError(f"buildah bud {spec.containerfile} failed:\n" + "\n".join(tail))
+
+
+def push(spec: Spec, registry: str) -> None:
+    _run(["buildah", "push", "--quiet", "--tls-verify=false", spec.local,
+          f"docker://{registry}/{spec.repo}:{spec.tag}"], f"buildah push {spec.repo}")
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """One builder at a time (two test workers may both find the images missing)."""
+    cache().mkdir(parents=True, exist_ok=True)
+    with open(cache() / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_images(*, quiet: bool = False) -> None:
+    """Every image the plane runs in the registry's storage, built where missing or stale, and
+    unpacked for the kubelets."""
+    missing = missing_tools()
+    if missing:
+        raise ImageError(f"{', '.join(missing)} not installed (Debian packages; ./dev installs them as root)")
+    with _locked(), Steps(quiet) as steps:
+        with Registry(storage(), cache() / "logs", read_only=False) as reg:
+            specs = shipped_specs()
+            if build.ARGOEXEC.built():
+                specs.append(argoexec_spec())
+            base_id = ""
+            pushed = False
+            for spec in specs:
+                if spec.repo == ARGOEXEC_REPO:
+                    key = _digest(spec.containerfile.read_bytes(), build.ARGOEXEC.key().encode())
+                else:
+                    base_id = base_id or ensure_base(steps)
+                    key = image_key(spec.containerfile, spec.context, base_id)
+                if pushed_key(reg.host, spec) == key:
+                    continue
+                labels = local_labels(spec.local)
+                if not labels or labels.get(KEY_LABEL) != key:
+                    build_one(spec, key, steps)
+                push(spec, reg.host)
+                pushed = True
+            # Unpacked now, not by the first pod that needs it: a kubelet then only resolves the tag.
+            store = ImageStore(unpacked())
+            with steps.step("images unpacked for the kubelets (first time about a minute each)"):
+                digests = {store.pull(f"{reg.host}/{s.repo}:{s.tag}").digest.replace(":", "-") for s in specs}
+        if pushed:
+            prune(digests)
+
+
+def prune(keep: set[str]) -> None:
+    """What the builds left behind: images no tag names any more, in buildah's storage, the
+    registry's storage and the unpacked root filesystems (a run after a change to ``src/`` would
+    otherwise add a few GB each time)."""
+    subprocess.run(["buildah", "rmi", "--prune"], capture_output=True)
+    for d in unpacked().iterdir():
+        if d.is_dir() and d.name.lstrip(".").removesuffix(".tmp") not in keep:
+            shutil.rmtree(d, ignore_errors=True)
+    cfg = cache() / "logs" / "gc.yaml"
+    cfg.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {storage()}\n")
+    subprocess.run(["docker-registry", "garbage-collect", "--delete-untagged", str(cfg)], capture_output=True)
+
+
+def main() -> int:
+    t0 = time.monotonic()
+    try:
+        build_images()
+    except (ImageError, RegistryError, PullError) as e:
+        print(f"edl plane images: {e}", file=sys.stderr)
+        return 1
+    print(f"images: {storage()} ({time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    raise SystemExit(main())

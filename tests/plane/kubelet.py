@@ -11,15 +11,19 @@ NodeRestriction admission apply) and does what a kubelet does, as far as edl's t
   lifecycle controller sees it alive; a node that stops renewing (``SIGSTOP`` this process:
   ``ControlPlane.lose_node``) is marked Unknown, tainted and its pods evicted by the
   controllers, and stays Terminating as on a real cluster;
-- runs each container of a bound pod as a process in its own mount and UTS namespaces (its
-  hostname is the pod's name), where its
+- pulls each container's image from a registry (``imagePullPolicy`` honoured, one pull at a
+  time, in the background) and runs the container in its own mount and UTS namespaces (its
+  hostname is the pod's name) on the image's root filesystem (``runtime.py``), with the
+  image's Entrypoint, Cmd, Env, User and WorkingDir, as ``runAsUser``/``runAsGroup`` say
+  (``runAsNonRoot`` checked), the root read-only for ``readOnlyRootFilesystem``; its
   volumes are bind-mounted at their paths (emptyDir, secret, configMap, projected: the
   ServiceAccount token from the TokenRequest API, the root CA, the namespace) and
   ``/etc/hosts`` resolves Service names; env from values, Secrets, ConfigMaps, the downward
   API and ``$(VAR)`` references;
 - reports ``pods/status`` as a kubelet does: phase, conditions, podIP, containerStatuses with
   state, lastState, restartCount and waiting reasons (ErrImagePull/ImagePullBackOff for an
-  image it does not know, CreateContainerConfigError for a missing Secret, ConfigMap or key,
+  image the registry does not have, CreateContainerConfigError for a missing Secret,
+  ConfigMap or key, or a user that breaks ``runAsNonRoot``,
   CrashLoopBackOff with exponential back-off from 10 s to 300 s); restartPolicy honoured;
   readiness from httpGet/tcpSocket probes;
 - graceful deletion: SIGTERM, the pod's grace period, SIGKILL, final status, then the final
@@ -36,11 +40,10 @@ Where it departs from a real kubelet (none of this is something edl relies on):
   credentials) to the address of a Ready pod the Service selects, not to a ClusterIP: there
   is no kube-proxy, so a Service's port must equal its targetPort. ``KUBERNETES_SERVICE_HOST``
   is the apiserver's loopback address.
-- Containers run as the kubelet's user (root), not ``runAsUser`` (the Python environment
-  lives under a private home); the root filesystem is not made read-only; CPU limits are not
-  enforced; memory is the sum of the container's processes' RSS, sampled twice a second.
-- Images are edl's own, run from this machine's Python environment, and Argo's executor
-  (``images.py``); init containers run in order, but there are no sidecar-style init or
+- No PID namespace, cgroups or seccomp (``runtime.py`` lists what a container does get): CPU
+  limits are not enforced; memory is the sum of the container's processes' RSS, sampled twice
+  a second. Only registries on loopback can be pulled from.
+- Init containers run in order, but there are no sidecar-style init or
   ephemeral containers, lifecycle hooks, liveness or startup probes, exec probes, termination
   message files (only FallbackToLogsOnError), Service environment variables, or volume types
   other than the four above; tokens are not refreshed (they last an hour).
@@ -53,7 +56,6 @@ import base64
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import socket
@@ -62,6 +64,7 @@ import subprocess
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -72,7 +75,7 @@ from kubernetes import config
 from kubernetes.client.rest import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
-from tests.plane import images as image_catalogue
+from tests.plane import runtime
 
 VERSION = "v1.37.2"
 LEASE_S = 1.0  # how often the node's Lease is renewed
@@ -81,7 +84,7 @@ NODE_STATUS_S = 10.0
 TICK_S = 0.2
 BACKOFF_START_S, BACKOFF_MAX_S, BACKOFF_RESET_S = 10.0, 300.0, 600.0
 LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048  # the kubelet's FallbackToLogsOnError message
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a runtime's, where the image sets none
 
 
 def now_rfc3339() -> str:
@@ -141,7 +144,7 @@ class Container:
     ready: bool = False
     next_probe: float = 0.0
     oom: bool = False
-    pulled: bool = False
+    image_id: str = ""  # REGISTRY/REPO@DIGEST once pulled
     pull_attempts: int = 0
 
     @property
@@ -158,7 +161,7 @@ class Container:
             state = {"terminated": self.terminated}
         else:
             state = {"waiting": {"reason": self.reason, **({"message": self.message} if self.message else {})}}
-        out = {"name": self.name, "image": image, "imageID": "" if not self.pulled else f"loopback://{image}",
+        out = {"name": self.name, "image": image, "imageID": self.image_id,
                "ready": self.ready and self.state == "running", "started": self.state == "running",
                "restartCount": self.restarts, "state": state, "lastState": {}}
         if self.proc is not None or self.terminated is not None:
@@ -208,7 +211,9 @@ class Kubelet:
         self.ip_prefix = a.ip_prefix
         self.apiserver = urlparse(a.apiserver)
         self.ca = Path(a.ca)
-        self.images = image_catalogue.catalogue()
+        self.images = runtime.ImageStore(Path(a.image_store))
+        self.pulls: dict[str, Future] = {}  # image reference -> its pull, one at a time as a kubelet does
+        self.puller = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pull")
         self.pods: dict[str, PodRuntime] = {}
         self.lock = threading.RLock()
         self.stop = threading.Event()
@@ -397,21 +402,50 @@ class Kubelet:
             return
         self.start_container(rt, pod, c)
 
-    def start_container(self, rt: PodRuntime, pod: dict, c: Container) -> None:
+    def image_for(self, c: Container) -> runtime.Image | None:
+        """The container's image once pulled (in the background: the sync loop never waits on a pull);
+        ``None`` while pulling or after a failed pull, with the container's waiting reason set."""
         ref = c.spec.get("image", "")
-        image = image_catalogue.resolve(ref, self.images)
-        if image is None:
+        policy = c.spec.get("imagePullPolicy") or (
+            "Always" if ":" not in ref.rsplit("/", 1)[-1] or ref.endswith(":latest") else "IfNotPresent")
+        present = self.images.present(ref)
+        if present is not None and (policy != "Always" or c.image_id):
+            return present
+        if policy == "Never":
+            c.reason = "ErrImageNeverPull"
+            c.message = f'Container image "{ref}" is not present with pull policy of Never'
+            c.backoff_until = time.monotonic() + BACKOFF_START_S
+            return None
+        pull = self.pulls.get(ref)
+        if pull is None:
+            self.pulls[ref] = self.puller.submit(self.images.pull, ref)
+            c.reason, c.message = "ContainerCreating", f'Pulling image "{ref}"'
+            return None
+        if not pull.done():
+            return None
+        del self.pulls[ref]
+        try:
+            image = pull.result()
+        except (runtime.PullError, OSError, subprocess.SubprocessError) as e:
             c.pull_attempts += 1
             first = c.pull_attempts == 1
             c.reason = "ErrImagePull" if first else "ImagePullBackOff"
-            c.message = (f'Failed to pull image "{ref}": rpc error: code = NotFound desc = failed to pull and '
-                         f'unpack image "{ref}": not found') if first else f'Back-off pulling image "{ref}"'
+            c.message = str(e) if first else f'Back-off pulling image "{ref}"'
             c.backoff_until = time.monotonic() + min(BACKOFF_MAX_S, BACKOFF_START_S * c.pull_attempts)
+            return None
+        log(f"pulled {ref} ({image.digest[:19]})")
+        return image
+
+    def start_container(self, rt: PodRuntime, pod: dict, c: Container) -> None:
+        image = self.image_for(c)
+        if image is None:
             return
-        c.pulled = True
+        c.image_id = f"{runtime.untagged(c.spec.get('image', ''))}@{image.digest}"
         try:
             env = self.environment(rt, pod, c, image)
-        except ConfigError as e:
+            uid, gid = runtime.ids(image, pod["spec"].get("securityContext") or {},
+                                   c.spec.get("securityContext") or {})
+        except (ConfigError, runtime.UserError) as e:
             c.reason, c.message = "CreateContainerConfigError", str(e)
             c.backoff_until = time.monotonic() + 1.0
             return
@@ -422,22 +456,19 @@ class Kubelet:
             argv = [*image.entrypoint, *(c.spec.get("args") or image.cmd)]
         argv = [expand(x, env) for x in argv]
         mounts = self.mounts(rt, pod, c)
-        if not argv or not executable(argv[0], env["PATH"], mounts):
+        if not argv or not runtime.find_executable(image, argv[0], env["PATH"], mounts):
             c.state = "terminated"
             c.terminated = {"exitCode": 128, "reason": "StartError", "startedAt": now_rfc3339(),
                             "finishedAt": now_rfc3339(),
                             "message": f'exec: "{argv[0] if argv else ""}": executable file not found in $PATH'}
             c.proc = None
             return
-        script = f"set -e\nhostname {shlex.quote(rt.name)}\n" + "".join(
-            f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}\n"
-            + (f"mount -o remount,bind,ro {shlex.quote(dst)}\n" if ro else "")
-            for src, dst, ro in mounts) + 'exec "$@"\n'
+        read_only = bool((c.spec.get("securityContext") or {}).get("readOnlyRootFilesystem"))
+        command = runtime.container_argv(image, c.dir, rt.name, mounts, argv, uid, gid,
+                                         c.spec.get("workingDir") or image.workdir, read_only)
         log_file = c.log_path().open("ab")
-        workdir = c.spec.get("workingDir") or "/"
-        c.proc = subprocess.Popen(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script, "sh", *argv],
-                                  stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                  cwd=workdir if os.path.isdir(workdir) else "/", start_new_session=True)
+        c.proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=env, cwd="/", start_new_session=True)
         log_file.close()
         (c.dir / "pid").write_text(str(c.proc.pid))
         c.state, c.reason, c.message = "running", "", ""
@@ -626,9 +657,9 @@ class Kubelet:
             c.ready = False
 
     # ------------------------------------------------------------ env and volumes
-    def environment(self, rt: PodRuntime, pod: dict, c: Container, image: image_catalogue.Image) -> dict[str, str]:
+    def environment(self, rt: PodRuntime, pod: dict, c: Container, image: runtime.Image) -> dict[str, str]:
         port = self.apiserver.port or 443
-        env = {"PATH": image.path, "HOSTNAME": rt.name, **image.env,
+        env = {"PATH": DEFAULT_PATH, "HOME": "/", "HOSTNAME": rt.name, **image.env,
                "KUBERNETES_SERVICE_HOST": self.apiserver.hostname or "127.0.0.1",
                "KUBERNETES_SERVICE_PORT": str(port), "KUBERNETES_SERVICE_PORT_HTTPS": str(port),
                "KUBERNETES_PORT": f"tcp://127.0.0.1:{port}"}
@@ -699,6 +730,7 @@ class Kubelet:
             rt.volume_dirs[vol["name"]] = d
             try:
                 if "emptyDir" in vol:
+                    d.chmod(0o777)  # as a kubelet makes it: writable by whatever user the containers run as
                     continue
                 if "secret" in vol or "configMap" in vol:
                     kind, ref = ("secrets", vol["secret"]) if "secret" in vol else ("configmaps", vol["configMap"])
@@ -751,7 +783,6 @@ class Kubelet:
             if vm.get("subPath"):
                 src = src / vm["subPath"]
                 src.mkdir(parents=True, exist_ok=True)
-            Path(vm["mountPath"]).mkdir(parents=True, exist_ok=True)
             out.append((str(src), vm["mountPath"], bool(vm.get("readOnly"))))
         return out
 
@@ -923,17 +954,6 @@ def named_port(spec: dict, port) -> int:
     raise ValueError(f"no port named {port}")
 
 
-def executable(cmd: str, path: str, mounts: list[tuple[str, str, bool]]) -> bool:
-    """Whether the container would find ``cmd``: on its PATH, or at an absolute path, which may lie
-    in one of its volumes (Argo's executor runs a binary its init container copied there)."""
-    if not cmd.startswith("/"):
-        return shutil.which(cmd, path=path) is not None
-    for src, dst, _ in sorted(mounts, key=lambda m: -len(m[1])):
-        if cmd.startswith(dst.rstrip("/") + "/"):
-            return os.access(src + cmd[len(dst.rstrip("/")):], os.X_OK)
-    return os.access(cmd, os.X_OK)
-
-
 def signal_group(c: Container, sig: int) -> None:
     if c.proc is None or c.proc.poll() is not None:
         return
@@ -991,8 +1011,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ip-prefix", required=True, help="pods get addresses PREFIX.X.Y")
     p.add_argument("--apiserver", required=True, help="the apiserver's URL, for pods' in-cluster config")
     p.add_argument("--ca", required=True, help="the cluster CA")
+    p.add_argument("--image-store", required=True, help="where images are unpacked, by digest (shared by nodes)")
     a = p.parse_args(argv)
-    Path(SA_DIR).mkdir(parents=True, exist_ok=True)
     kubelet = Kubelet(a)
     signal.signal(signal.SIGTERM, kubelet.shutdown)
     signal.signal(signal.SIGINT, kubelet.shutdown)

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.plane import build, pki
+from tests.plane import build, images, pki
+from tests.plane.registry import Registry
+from tests.plane.procs import free_port, stop_pid
 
 # Where planes keep their state. Not under /tmp: containers bind-mount their volumes over paths
 # such as /tmp, which would hide the kubelet's own directories from the mounts that follow.
@@ -28,14 +30,6 @@ PLANES = Path("/var/lib/edl-kubeplane")
 SERVICE_RANGE = "10.0.0.0/24"  # allocated ClusterIPs only; nothing is ever sent there (see kubelet.py)
 NODE_GRACE_S = 6  # node-monitor-grace-period: a node whose lease is this old is NotReady/Unknown
 TOLERATION_S = 10  # default not-ready/unreachable toleration: pods leave a lost node after this
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -56,6 +50,7 @@ class PlaneState:
     apiserver: str = ""
     etcd: str = ""
     s3: str = ""
+    registry: str = ""  # HOST:PORT of the registry the kubelets pull from
     pids: dict[str, int] = field(default_factory=dict)
     nodes: list[NodeInfo] = field(default_factory=list)
 
@@ -73,43 +68,6 @@ class PlaneState:
             return None
         raw["nodes"] = [NodeInfo(**n) for n in raw.get("nodes", [])]
         return cls(**raw)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie of ours counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
-
-
-def stop_pid(pid: int, grace_s: float = 10.0) -> None:
-    """SIGTERM the process group of ``pid``, then SIGKILL what is left after ``grace_s``."""
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.05)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:  # reap it if it is our child
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                break
-        except ChildProcessError:
-            break
-        time.sleep(0.02)
 
 
 class ControlPlane:
@@ -176,6 +134,7 @@ class ControlPlane:
         self.state.apiserver = f"https://127.0.0.1:{port}"
         self._prepare()
         self._start_etcd()
+        self._start_registry()
         self.start_apiserver(timeout_s)
         common = ["--leader-elect=false", "--secure-port=0", "--v=1"]
         self._spawn("kube-controller-manager", [
@@ -199,6 +158,18 @@ class ControlPlane:
             f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-cluster=plane=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level=warn",
             "--quota-backend-bytes=2147483648"])
+
+    def _start_registry(self) -> None:
+        """The images (built by ``images.py`` into the cache) served read-only on this plane's port."""
+        reg = Registry(images.storage(), self.logs, read_only=True).start()
+        assert reg.proc is not None
+        self.state.registry = reg.host
+        self.state.pids["registry"] = reg.proc.pid
+        self.state.save()
+
+    def image(self, name: str) -> str:
+        """``REGISTRY/edl-NAME:VERSION`` of one of edl's images (``runtime``, ``trainer-cpu``) on this plane."""
+        return images.reference(self.state.registry, name)
 
     def start_apiserver(self, timeout_s: float = 120) -> None:
         port = self.state.apiserver.rsplit(":", 1)[1]
@@ -294,8 +265,6 @@ class ControlPlane:
         controller, watching every namespace, with the executor built from the same module."""
         import subprocess as sp
 
-        from tests.plane.images import ARGOEXEC_IMAGE
-
         crds = argo_module_dir() / "manifests" / "base" / "crds" / "full"
         kubectl = [self._exe("kubectl"), f"--kubeconfig={self.admin_kubeconfig}"]
         for f in sorted(crds.glob("argoproj.io_*.yaml")):
@@ -311,7 +280,8 @@ class ControlPlane:
             raise RuntimeError(f"Argo CRDs not established: {r.stderr.strip()}")
         cfg = self._kubeconfig("argo", "argo-workflow-controller", ("system:masters",), namespace="argo")
         self._spawn("workflow-controller", [
-            str(build.ARGO_CONTROLLER.path()), f"--kubeconfig={cfg}", f"--executor-image={ARGOEXEC_IMAGE}",
+            str(build.ARGO_CONTROLLER.path()), f"--kubeconfig={cfg}",
+            f"--executor-image={images.argoexec_reference(self.state.registry)}",
             "--executor-image-pull-policy=IfNotPresent", "--loglevel=info", "--workflow-workers=4"],
             env={"LEADER_ELECTION_DISABLE": "true"})
 
@@ -327,7 +297,8 @@ class ControlPlane:
             "--kubeconfig", str(cfg), "--dns-kubeconfig", str(self.admin_kubeconfig),
             "--root", str(self.root / "kubelet" / name), "--port", str(node.port),
             "--serving-cert", str(serving.cert), "--serving-key", str(serving.key),
-            "--ip-prefix", node.ip_prefix, "--apiserver", self.state.apiserver, "--ca", str(self.ca)],
+            "--ip-prefix", node.ip_prefix, "--apiserver", self.state.apiserver, "--ca", str(self.ca),
+            "--image-store", str(images.unpacked())],
             env={"PYTHONPATH": str(build.REPO)})
         node.pid = proc.pid
         self.state.nodes.append(node)
@@ -395,7 +366,7 @@ def stop_all(state: PlaneState) -> None:
     container process a killed kubelet left behind (from the pid files under its root)."""
     for node in state.nodes:
         stop_pid(node.pid, 20)
-    for name in ("workflow-controller", "minio", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+    for name in ("workflow-controller", "minio", "registry", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
         pid = state.pids.get(name)
         if pid:
             stop_pid(pid, 10)

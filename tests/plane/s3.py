@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tests.plane import build
-from tests.plane.plane import free_port, stop_pid
+from tests.plane.procs import free_port, stop_pid
 
 ACCESS_KEY = "edl-test"
 SECRET_KEY = "edl-test-secret"  # MinIO wants at least 8 characters

@@ -1,6 +1,7 @@
 """``edl launch`` as a workflow step's pod on the plane, and what tests read back through the API.
 
-``Steps.launch`` creates the pod an Argo step (or a KFP task) would: edl's runtime image, the
+``Steps.launch`` creates the pod an Argo step (or a KFP task) would: edl's runtime image from the
+plane's registry (the trainers get its trainer image), the
 ``edl-launcher`` ServiceAccount, the restricted security context, and the step's identity
 from the downward API under the names that workflow engine uses (``POD_NAME``/``POD_UID``
 as the CronWorkflow sets them; ``KFP_POD_NAME``/``KFP_POD_UID`` as KFP's driver does).
@@ -13,12 +14,12 @@ from kubernetes import client
 from tests.plane.plane import ControlPlane
 from tests.waits import wait_for
 
-IMAGE = "edl-runtime:0.1.0"
 JOB_RESOURCES = ("pods", "services", "secrets", "leases")
 
 
 def security() -> dict:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
             "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
@@ -46,13 +47,14 @@ class Steps:
                 "--trainers", str(trainers), "--checkpoint-uri", f"s3://ckpt/{self.ns}/{job}",
                 "--checkpoint-interval", "2", "--namespace", self.ns, "--s3-secret", "minio",
                 "--trainer-cpu", "1", "--trainer-memory", trainer_memory, "--sidecar-period", "1",
-                "--sidecar-jitter", "0.2", "--summary-out", "/tmp/summary.json", *extra]
+                "--sidecar-jitter", "0.2", "--summary-out", "/tmp/summary.json",
+                "--image", self.plane.image("runtime"), "--trainer-image", self.plane.image("trainer-cpu"), *extra]
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "labels": {"workflows.argoproj.io/workflow": "wf", "test/step": job}},
                "spec": {"serviceAccountName": service_account, "restartPolicy": "Never",
                         "terminationGracePeriodSeconds": grace_s,
                         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [{"name": "main", "image": IMAGE, "command": ["edl"], "args": args,
+                        "containers": [{"name": "main", "image": self.plane.image("runtime"), "command": ["edl"], "args": args,
                                         "env": identity_env(style), "securityContext": security(),
                                         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
                                                       "limits": {"memory": "1Gi"}},

@@ -85,7 +85,7 @@ def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, jo
                 "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"web-{i}"},
                 "spec": {"priorityClassName": "edl-high", "terminationGracePeriodSeconds": 1,
                          "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                         "containers": [{"name": "web", "image": "edl-runtime:0.1.0", "command": ["sleep", "600"],
+                         "containers": [{"name": "web", "image": plane.image("runtime"), "command": ["sleep", "600"],
                                          "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": 10001,
                                                              "capabilities": {"drop": ["ALL"]}},
                                          "resources": {"requests": {"cpu": "3", "memory": "64Mi"}}}]}})

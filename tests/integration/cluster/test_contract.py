@@ -98,7 +98,9 @@ def _kube(request) -> Backend:
     spec = JobSpec(job="contract", model_def="edl.zoo.digits", data="s3://data/digits", epochs=200, batch_size=16,
                    min_trainers=1, max_trainers=4, trainers=1, checkpoint_uri=f"s3://ckpt/{ns}/contract",
                    launcher_timeout_s=NO_LAUNCHER_S)
-    opts = K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="1", trainer_memory="1Gi")
+    plane = request.getfixturevalue("plane")
+    opts = K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="1", trainer_memory="1Gi",
+                      image=plane.image("runtime"), trainer_image=plane.image("trainer-cpu"))
     api = KubeApi(kube, ns)
     cluster = KubeCluster(api, spec, opts, owner=None, master_via="pod-ip")
     request.addfinalizer(cluster.delete_job)

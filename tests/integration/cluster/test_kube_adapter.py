@@ -88,7 +88,7 @@ def test_wrong_token_forbidden_account_and_unreachable_api_are_reported_as_such(
         KubeApi(token_client(plane, "x", host="https://127.0.0.1:1"), namespace).list("pods")
 
 
-def test_informers_follow_the_real_watch_and_relist_only_after_410(kube, namespace):
+def test_informers_follow_the_real_watch_and_relist_only_after_410(kube, namespace, runtime_image):
     kube_api = KubeApi(kube, namespace)
     core = client.CoreV1Api(kube)
     n_nodes = len(core.list_node().items)
@@ -103,7 +103,7 @@ def test_informers_follow_the_real_watch_and_relist_only_after_410(kube, namespa
         trainer = m.trainer_pod(SPEC, opts(namespace), "edl-mnist-trainer-a")
         trainer["spec"]["containers"][0]["command"] = ["sleep", "60"]  # stays Running
         trainer["spec"]["containers"][0]["args"] = []
-        trainer["spec"]["containers"][0]["image"] = "edl-runtime:0.1.0"
+        trainer["spec"]["containers"][0]["image"] = runtime_image
         kube_api.create(trainer)
         until(lambda: pods.get(key) is not None)
         p = pods.get(key)

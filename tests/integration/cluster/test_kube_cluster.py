@@ -24,7 +24,8 @@ def test_a_master_that_takes_its_grace_period_is_gone_before_its_successor_is_cr
     spec = JobSpec(job="grace", model_def="edl.zoo.digits", data="s3://data/digits", epochs=200, batch_size=16,
                    min_trainers=1, max_trainers=2, trainers=1, checkpoint_uri=f"s3://ckpt/{namespace}/grace",
                    launcher_timeout_s=600)
-    opts = K8sOptions(namespace=namespace, s3_secret="minio", trainer_cpu="1", trainer_memory="1Gi")
+    opts = K8sOptions(namespace=namespace, s3_secret="minio", trainer_cpu="1", trainer_memory="1Gi",
+                      image=plane.image("runtime"), trainer_image=plane.image("trainer-cpu"))
     cluster = KubeCluster(KubeApi(kube, namespace), spec, opts, owner=None, master_via="pod-ip")
     core = client.CoreV1Api(kube)
     name = cluster.names["master"]

@@ -33,6 +33,13 @@ def steps(plane, kube, namespace):
 
 def test_launch_as_a_step_runs_the_job_grows_it_and_leaves_nothing_behind(steps):
     step = steps.launch("mnist", epochs=20)
+    # Its trainers run our trainer image from the plane's registry, as uid 10001, the root read-only.
+    trainer = steps.wait(lambda: (t := steps.trainers("mnist")) and t[0], what="a running trainer")
+    [main] = trainer.spec.containers
+    assert main.image == steps.plane.image("trainer-cpu")
+    assert main.security_context.read_only_root_filesystem and main.security_context.run_as_user == 10001
+    assert {m.mount_path for m in main.volume_mounts} >= {"/tmp"}
+    assert trainer.status.container_statuses[0].image_id.startswith(main.image.rsplit(":", 1)[0] + "@sha256:")
     assert steps.wait_done(step) == 0, steps.log_tail()
     s = steps.summary(step)
     assert s["status"] == "succeeded" and s["epochs_completed"] == 20 and s["trainer_failures"] == 0
@@ -250,11 +257,11 @@ def test_a_missing_s3_secret_or_priority_class_fails_before_any_pod_is_created(s
     assert steps.objects_of("noclass") == []
 
 
-def web_deployment(replicas: int, node: str | None = None) -> dict:
+def web_deployment(image: str, replicas: int, node: str | None = None) -> dict:
     """A higher-priority service (class edl-high): ``replicas`` pods of 2 cores, on ``node`` if given."""
     spec: dict = {"priorityClassName": "edl-high", "terminationGracePeriodSeconds": 2,
                   "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                  "containers": [{"name": "web", "image": "edl-runtime:0.1.0", "command": ["sleep", "3600"],
+                  "containers": [{"name": "web", "image": image, "command": ["sleep", "3600"],
                                   "securityContext": {"allowPrivilegeEscalation": False,
                                                       "capabilities": {"drop": ["ALL"]}, "runAsUser": 10001},
                                   "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}]}
@@ -272,7 +279,7 @@ def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
     step = steps.launch("yield", "--priority-class", "edl-low", "--trainer-cpu", "1.5", epochs=400, max_t=4)
     steps.wait(lambda: len(steps.trainers("yield")) >= 3, 180, "growth to 3+ trainers")
     apps = client.AppsV1Api(kube)
-    web = web_deployment(replicas=2)
+    web = web_deployment(steps.plane.image("runtime"), replicas=2)
     apps.create_namespaced_deployment(steps.ns, web)
     steps.wait(lambda: (d := apps.read_namespaced_deployment("web", steps.ns)).status.ready_replicas == 2 and d,
                120, "the service's two replicas Ready")
@@ -489,7 +496,7 @@ def test_trainers_land_where_the_plan_puts_them_beside_a_higher_priority_service
     would go to the emptier node); each new trainer pod prefers its planned node (preferred node
     affinity, never required), the real scheduler binds it there, and the nodes fill up."""
     apps = client.AppsV1Api(kube)
-    web = web_deployment(replicas=1, node="node-0")
+    web = web_deployment(steps.plane.image("runtime"), replicas=1, node="node-0")
     apps.create_namespaced_deployment(steps.ns, web)
     steps.wait(lambda: (apps.read_namespaced_deployment("web", steps.ns).status.ready_replicas or 0) == 1, 120,
                "the service Ready")

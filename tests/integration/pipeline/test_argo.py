@@ -3,8 +3,9 @@
 Argo v4.0.5's controller and executor (``argoexec``) are built from Argo's Go module (test-only,
 loopback only); its CRDs are installed with their full schemas, so the apiserver validates the
 CronWorkflow. The controller turns each step into a pod with Argo's init and wait containers and
-the emissary executor around the main container, and the loopback kubelet runs all three, the
-executor binary included: output parameters and results travel as on a cluster
+the emissary executor around the main container, and the loopback kubelet runs all three from
+their images (Argo's executor image made from the binary, ``tools/argo/Containerfile``; edl's
+from ``images/``, the workflow compiled for the plane's registry): output parameters and results travel as on a cluster
 (WorkflowTaskResults written by the wait container under the workflow's ServiceAccount).
 """
 
@@ -13,14 +14,17 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 import yaml
 from kubernetes import client
 
+from edl.api.images import DEFAULT_REGISTRY
 from edl.cluster import manifests
-from tests.plane import build
+from tests.plane import build, images
 from tests.plane.fixtures import apply
 
 pytestmark = pytest.mark.timeout(600)
@@ -32,7 +36,8 @@ def argo(plane):
     try:
         build.build(build.ARGO_CONTROLLER, quiet=True)
         build.build(build.ARGOEXEC, quiet=True)
-    except build.BuildError as e:
+        images.build_images(quiet=True)  # the executor's image, once its binary is built
+    except (build.BuildError, images.ImageError) as e:
         pytest.fail(f"Argo cannot be built: {e}")
     plane.start_argo()
     return plane
@@ -45,18 +50,24 @@ def edl_rbac_in_ns(argo, kube):
 
 
 @pytest.fixture
-def retrain(argo, kube, plane_s3, edl_rbac_in_ns):
-    """The committed CronWorkflow created in ``NS``, with what a user sets up: edl's RBAC, the S3
+def retrain(argo, kube, plane, plane_s3, edl_rbac_in_ns, tmp_path):
+    """The CronWorkflow as ``edl pipeline compile --registry`` writes it for the plane's registry (the
+    committed one, with edl's images from there), created in ``NS``, with what a user sets up: edl's RBAC, the S3
     Secret the workflow names, and the CronWorkflow's own ServiceAccount with the Role Argo's
     emissary executor needs and edl's launcher Role bound to it (pipelines/retrain.cronworkflow.rbac.yaml,
     as compiled). Everything removed afterwards."""
     core = client.CoreV1Api(kube)
     custom = client.CustomObjectsApi(kube)
     rbac = client.RbacAuthorizationV1Api(kube)
-    cron = yaml.safe_load((build.REPO / "pipelines" / "retrain.cronworkflow.yaml").read_text())
+    compiled = subprocess.run([sys.executable, "-m", "edl", "pipeline", "compile", "--registry", plane.state.registry,
+                               "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert compiled.returncode == 0, compiled.stderr
+    cron = yaml.safe_load((tmp_path / "retrain.cronworkflow.yaml").read_text())
+    committed = yaml.safe_load((build.REPO / "pipelines" / "retrain.cronworkflow.yaml").read_text())
+    assert json.dumps(cron).replace(plane.state.registry, DEFAULT_REGISTRY) == json.dumps(committed)
     core.create_namespaced_secret(NS, client.V1Secret(metadata=client.V1ObjectMeta(name="minio-creds"), data={
         k: base64.b64encode(v.encode()).decode() for k, v in plane_s3.env.items()}))
-    workflow_rbac = list(yaml.safe_load_all((build.REPO / "pipelines" / "retrain.cronworkflow.rbac.yaml").read_text()))
+    workflow_rbac = list(yaml.safe_load_all((tmp_path / "retrain.cronworkflow.rbac.yaml").read_text()))
     assert cron["spec"]["workflowSpec"]["serviceAccountName"] == "edl-retrain"
     apply(kube, workflow_rbac, NS)
     try:

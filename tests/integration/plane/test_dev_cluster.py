@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from tests.plane.plane import PLANES, PlaneState, _alive
+from tests.plane.plane import PLANES, PlaneState
+from tests.plane.procs import _alive
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -32,7 +33,7 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
         assert up.returncode == 0, up.stderr
         assert time.monotonic() - t0 < 120
         lines = dict(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
-        assert set(lines) == {"KUBECONFIG", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        assert set(lines) == {"KUBECONFIG", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "EDL_REGISTRY"}
         api = config.new_client_from_config(config_file=lines["KUBECONFIG"])
         core = client.CoreV1Api(api)
         nodes = core.list_node().items
@@ -43,7 +44,7 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
         core.create_namespaced_pod("default", {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hi"},
             "spec": {"restartPolicy": "Never", "containers": [
-                {"name": "c", "image": "edl-runtime:0.1.0", "args": ["--help"]}]}})
+                {"name": "c", "image": f"{lines['EDL_REGISTRY']}/edl-runtime:0.1.0", "args": ["--help"]}]}})
         deadline = time.monotonic() + 60
         while core.read_namespaced_pod("hi", "default").status.phase != "Succeeded":
             assert time.monotonic() < deadline, core.read_namespaced_pod("hi", "default").status

@@ -1,0 +1,87 @@
+"""A container registry on loopback: Debian's ``docker-registry`` (the CNCF Distribution server)
+over one storage directory in the build cache.
+
+The image build (``images.py``) pushes into the storage through a writable registry; each plane
+then serves it read-only on its own port (several planes may share the storage), so the images
+are built once and pulled by every plane's kubelets. Plain HTTP: a registry on 127.0.0.0/8 is
+one that Docker and containerd treat as insecure by default, and so does the kubelet here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from tests.plane.procs import free_port, stop_pid
+
+
+class RegistryError(RuntimeError):
+    pass
+
+
+def registry_binary() -> str:
+    found = shutil.which("docker-registry")
+    if found is None:
+        raise RegistryError("docker-registry is not installed (Debian's docker-registry package; ./dev installs it)")
+    return found
+
+
+class Registry:
+    """``docker-registry serve`` on ``127.0.0.1:PORT`` over ``storage``; ``host`` is what image names use."""
+
+    def __init__(self, storage: Path, log_dir: Path, *, read_only: bool, port: int | None = None) -> None:
+        self.storage = storage
+        self.log_dir = log_dir
+        self.read_only = read_only
+        self.port = port or free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 30) -> "Registry":
+        self.storage.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        cfg = {"version": 0.1, "log": {"level": "error", "accesslog": {"disabled": True}},
+               "storage": {"filesystem": {"rootdirectory": str(self.storage)},
+                           # Purging uploads writes to the storage: never from a read-only server.
+                           "maintenance": {"uploadpurging": {"enabled": False},
+                                           "readonly": {"enabled": self.read_only}}},
+               "http": {"addr": self.host}}
+        config = self.log_dir / f"registry-{self.port}.yaml"
+        config.write_text(yaml.safe_dump(cfg))
+        log = (self.log_dir / f"registry-{self.port}.log").open("ab")
+        self.proc = subprocess.Popen([registry_binary(), "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RegistryError(f"docker-registry exited with {self.proc.returncode}: "
+                                    f"{(self.log_dir / f'registry-{self.port}.log').read_text()[-1500:]}")
+            if self._ready():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RegistryError(f"docker-registry did not answer within {timeout_s:.0f} s")
+
+    def _ready(self) -> bool:
+        import httpx
+
+        try:
+            return httpx.get(f"http://{self.host}/v2/", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc.pid, 5)
+            self.proc = None
+
+    def __enter__(self) -> "Registry":
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
