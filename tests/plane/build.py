@@ -150,6 +150,7 @@ def build(target: Target, *, quiet: bool = False) -> Path:
     """Build ``target`` unless cached; returns the binary. Progress: packages compiled so far."""
     if target.built():
         return target.path()
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     go = go_binary()
@@ -169,7 +170,7 @@ def build(target: Target, *, quiet: bool = False) -> Path:
     tail: list[str] = []
     with Progress(TextColumn(f"building {target.module} (first time: tens of minutes)"), BarColumn(),
                   MofNCompleteColumn(), TextColumn("packages"), TimeElapsedColumn(),
-                  disable=quiet, transient=False) as progress:
+                  console=Console(stderr=True), disable=quiet, transient=False) as progress:
         task = progress.add_task("build", total=total)
         proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)

@@ -203,10 +203,12 @@ class Steps:
     """Progress of the image builds: one line per image, the current Dockerfile step beside it."""
 
     def __init__(self, quiet: bool) -> None:
+        from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+        # On stderr: ``./dev cluster up`` prints only its export lines on stdout, for eval.
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                 disable=quiet)
+                                 console=Console(stderr=True), disable=quiet)
 
     def __enter__(self) -> "Steps":
         self.progress.__enter__()
@@ -217,11 +219,15 @@ class Steps:
 
     @contextlib.contextmanager
     def step(self, what: str) -> Iterator[object]:
+        """A line for ``what``; one that had nothing to do (done within a second) is dropped."""
         task = self.progress.add_task(what, total=None)
         t0 = time.monotonic()
         yield lambda detail: self.progress.update(task, description=f"{what}: {detail}"[:110])
-        self.progress.update(task, description=f"{what}: done in {time.monotonic() - t0:.0f} s", total=1,
-                             completed=1)
+        took = time.monotonic() - t0
+        if took < 1:
+            self.progress.remove_task(task)
+        else:
+            self.progress.update(task, description=f"{what}: done in {took:.0f} s", total=1, completed=1)
 
 
 def ensure_base(steps: Steps) -> str:
