@@ -396,7 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_arguments(t)
     t.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
     t.add_argument("--max-trainer-failures", type=int, default=5,
-                   help="fail the job when trainers crash more often than this; 0: at the first crash (default 5)")
+                   help="fail the job when trainers crash more than this many times with no training step "
+                        "between the crashes: a step committed since the last crash, or 10 minutes since it, "
+                        "forgives the earlier ones; 0: at the first crash (default 5)")
     t.add_argument("--autoscale-slots", type=int, default=None,
                    help="run the autoscale sidecar locally: this machine holds this many trainers (default: off)")
     t.add_argument("--capacity-schedule", default="",
@@ -462,8 +464,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_arguments(la)
     add_k8s_arguments(la, POLICY_NAMES)
     la.add_argument("--max-trainer-failures", type=int, default=5,
-                    help="fail the job when trainers crash more often than this, preemptions not counted; 0: at "
-                         "the first crash (default 5)")
+                    help="fail the job when trainers crash more than this many times with no training step "
+                         "between the crashes (preemptions and drains are not crashes): a step committed since the "
+                         "last crash, or 10 minutes since it, forgives the earlier ones; the master's restarts "
+                         "count likewise, against 10; 0: at the first crash (default 5)")
     la.add_argument("--summary-out", default=None, help="write the run summary (JSON) to this file")
     _add_kubeconfig(la)
     la.add_argument("--master-via", choices=["service", "pod-ip"], default="service",

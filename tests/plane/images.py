@@ -110,7 +110,9 @@ def base_key() -> str:
 
 
 def context_files(path: Path, context: Path) -> list[Path]:
-    """The files the Dockerfile's COPY/ADD lines take from the context (not from another stage)."""
+    """The files the Dockerfile's COPY/ADD lines take from the context (not from another stage), less
+    what ``.dockerignore`` keeps out of it: bytecode and the egg-info an editable install leaves in
+    ``src/`` (its PKG-INFO holds the README as it was at install time)."""
     out: list[Path] = []
     for line in path.read_text().splitlines():
         words = line.split()
@@ -119,7 +121,8 @@ def context_files(path: Path, context: Path) -> list[Path]:
         for src in (w for w in words[1:-1] if not w.startswith("--")):
             p = context / src
             if p.is_dir():
-                out += sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+                out += sorted(f for f in p.rglob("*") if f.is_file() and not any(
+                    part == "__pycache__" or part.endswith(".egg-info") for part in f.parts))
             elif p.is_file():
                 out.append(p)
             else:

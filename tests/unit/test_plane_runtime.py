@@ -123,6 +123,8 @@ def test_an_image_is_rebuilt_when_what_it_copies_changes_and_only_then(tmp_path)
     key = images.image_key(df, tmp_path, "base-1")
     (tmp_path / "other.txt").write_text("changed\n")
     (tmp_path / "src" / "pkg" / "__pycache__" / "a.pyc").write_bytes(b"\0")
+    (tmp_path / "src" / "pkg.egg-info").mkdir()  # an editable install's, as .dockerignore keeps it out
+    (tmp_path / "src" / "pkg.egg-info" / "PKG-INFO").write_text("Version: 1\n")
     assert images.image_key(df, tmp_path, "base-1") == key
     assert images.image_key(df, tmp_path, "base-2") != key  # a new base
     (tmp_path / "src" / "pkg" / "a.py").write_text("a = 2\n")
@@ -160,3 +162,8 @@ def test_mount_targets_resolve_their_symlinks_inside_the_image_never_on_the_host
                                   0, 0, "/", read_only=False)
     script = argv[argv.index("-c") + 1]
     assert f"mount --bind /host/sa {tmp_path / 'c' / 'root'}/run/secrets/sa" in script
+
+
+def test_the_build_context_leaves_out_what_the_image_key_leaves_out():
+    ignored = (images.REPO / ".dockerignore").read_text().splitlines()
+    assert "**/__pycache__" in ignored and "**/*.egg-info" in ignored

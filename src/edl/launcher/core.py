@@ -28,6 +28,7 @@ from edl.api.spec import JobSpec
 from edl.console import clip, plain_console, say
 from edl.errors import EdlError, KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
+from edl.launcher.budget import Budget, BudgetPolicy
 from edl.launcher.reconcile import plan_trainers
 from edl.launcher.watch import StatusWatch
 from edl.trainer.audit import audit
@@ -144,14 +145,17 @@ class Launcher:
                  loop_stall_s: float = LOOP_STALL_S, status_watch: StatusWatch | None = None) -> None:
         self.spec = spec
         self.cluster = cluster
-        self.max_trainer_failures = max_trainer_failures
+        # Failures are forgiven by progress (``edl.launcher.budget``): a long life of disruptions is not a
+        # crash loop. ``progress`` is the highest step the master reported.
+        self.trainer_budget = Budget(BudgetPolicy(max_trainer_failures))
+        self.master_budget = Budget(BudgetPolicy(max_master_restarts))
+        self.progress = 0
         self.pending_timeout_s = pending_timeout_s
         self.drain_timeout_s = drain_timeout_s
         self.prefix = trainer_prefix or f"{spec.job}-t"
         self.console = console or plain_console()
         self.clock = clock
         self.sleep = sleep
-        self.max_master_restarts = max_master_restarts
         self.master_start_timeout_s = master_start_timeout_s
         self.api_away_limit_s = api_away_limit_s
         self.api_away_since: float | None = None  # the cluster's API stopped answering then
@@ -160,10 +164,8 @@ class Launcher:
         # How to talk to the master: HTTP with the job token, or the simulator's job model.
         self.master_factory = master_factory
         self.draining: dict[str, float] = {}
-        self.failures = 0
         self.relaunches = 0
         self.unschedulable = 0
-        self.master_restarts = 0
         self.counter = 0  # the highest trainer index used or seen: names are never reused
         self.first_seen: dict[str, float] = {}  # trainer -> when this launcher first saw it (its clock)
         self.endpoint: MasterEndpoint | None = None
@@ -188,6 +190,15 @@ class Launcher:
         self._trainers_seen: tuple | None = None  # the trainers as the last round saw them
         self._used: tuple[str, int] = ("", 0)  # master uid and control version of the status the last round used
         self._used_serial = 0  # the watch's reading that status came from (0: read directly)
+
+    @property
+    def failures(self) -> int:
+        """Trainer failures over the job's life (preemptions and drains are not failures)."""
+        return self.trainer_budget.total
+
+    @property
+    def master_restarts(self) -> int:
+        return self.master_budget.total
 
     # --------------------------------------------------------------- start
     def start(self) -> MasterEndpoint:
@@ -228,12 +239,17 @@ class Launcher:
         raise PermanentError(f"master of job {self.spec.job} did not answer within {self.master_start_timeout_s:.0f} s")
 
     def _master_lost(self) -> None:
-        self.master_restarts += 1
-        if self.master_restarts > self.max_master_restarts:
-            raise PermanentError(f"master of job {self.spec.job} keeps dying ({self.master_restarts} restarts)")
-        self.cluster.record("MasterLost", "master lost; recreating it (it resumes from the last checkpoint)",
-                            warning=True)
-        say(self.console, "master lost; recreating it (it resumes from the last checkpoint)")
+        budget = self.master_budget = self.master_budget.charge(self.clock(), self.progress)
+        if budget.exhausted:
+            raise PermanentError(f"master of job {self.spec.job} keeps dying: {budget.spent} restarts with no "
+                                 f"training step between them (limit {budget.policy.limit})")
+        wait = budget.backoff_s()
+        message = "master lost; recreating it (it resumes from the last checkpoint)" + (
+            f" in {wait:.1f} s: {budget.spent - 1} restart(s) since the last step" if wait else "")
+        self.cluster.record("MasterLost", message, warning=True)
+        say(self.console, message)
+        if wait:
+            self.sleep(wait)
         address = self.cluster.recreate_master()
         # A new link: the successor's address (pod-ip: its own), and no kept-alive connection that a
         # Service's connection tracking would still route to the old master while it lives on.
@@ -337,6 +353,7 @@ class Launcher:
 
     def _apply(self, st: JobView) -> None:
         now = self.clock()
+        self.progress = max(self.progress, st.step)
         trainers = self._observed_trainers(now)
         self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers])
         plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
@@ -356,12 +373,12 @@ class Launcher:
             self.cluster.record("TrainerReplaced", f"trainer {name} {t.exit.value}: {t.message}; replacing it")
             say(self.console, f"trainer {name} {t.exit.value} ({t.message}); replacing it")
         for name, message in plan.failures:
-            self.failures += 1
+            budget = self.trainer_budget = self.trainer_budget.charge(now, self.progress)
             self.cluster.record("TrainerFailed", f"{name}: {message}", warning=True)
             say(self.console, f"trainer {name} failed: {clip(message)}")
-            if self.failures > self.max_trainer_failures:
-                raise PermanentError(f"{self.failures} trainer failures (limit {self.max_trainer_failures}); "
-                                     f"last: {clip(message)}")
+            if budget.exhausted:
+                raise PermanentError(f"{budget.spent} trainer failures with no training step between them "
+                                     f"(limit {budget.policy.limit}); last: {clip(message)}")
         if plan.fatal is not None:
             why, message = plan.fatal
             self.cluster.record("TrainerFatal", message, warning=True)
@@ -473,7 +490,9 @@ class Launcher:
         if extend is not None:
             extend(summary)
         summary.update(trainer_failures=self.failures, trainer_relaunches=self.relaunches,
-                       unschedulable_trainers=self.unschedulable, master_restarts=self.master_restarts)
+                       unschedulable_trainers=self.unschedulable, master_restarts=self.master_restarts,
+                       budgets={"master_restarts": self.master_budget.to_json(),
+                                "trainer_failures": self.trainer_budget.to_json()})
         if summary_out is not None:
             write_json_atomic(summary_out, summary)
         if summary["status"] != JobStatus.SUCCEEDED.value:

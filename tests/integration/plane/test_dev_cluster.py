@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,13 +16,48 @@ from kubernetes import client, config
 from tests.plane.plane import PLANES, PlaneState
 from tests.plane.procs import _alive
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(420)
 
 
 def cluster(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tests.plane.cluster", "--root", str(root), *args],
                           capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[3],
                           env={**os.environ, "EDL_PLANE_IP_BASE": "200"})  # clear of the test planes' pods
+
+
+def launch_a_job_from_here(api: client.ApiClient, exports: dict[str, str], root: Path) -> None:
+    """What the README's "Try it on a local cluster" does: data on the cluster's S3, edl's RBAC and
+    the S3 Secret in a namespace, then ``edl launch`` from this machine with the images from
+    ``$EDL_REGISTRY``; the job runs there (its trainers in the trainer image) and succeeds."""
+    import base64
+
+    from edl.cluster import manifests
+    from tests.plane.fixtures import apply
+
+    env = {**os.environ, **exports}
+    core = client.CoreV1Api(api)
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml", "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted"}}})
+    apply(api, manifests.rbac("ml"), "ml")
+    core.create_namespaced_secret("ml", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "minio"}, "data": {
+        k: base64.b64encode(exports[k].encode()).decode()
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")}})
+    edl = [sys.executable, "-m", "edl"]
+    prep = subprocess.run([*edl, "data", "prepare", "digits", "--out", "s3://data/digits"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert prep.returncode == 0, prep.stderr
+    reg = exports["EDL_REGISTRY"]
+    summary = root / "summary.json"
+    run = subprocess.run([*edl, "launch", "--job-name", "mnist", "--model-def", "edl.zoo.digits", "--data",
+                          "s3://data/digits", "--epochs", "2", "--batch-size", "16", "--max-trainers", "2",
+                          "--checkpoint-uri", "s3://ckpt/mnist", "--s3-secret", "minio", "--namespace", "ml",
+                          "--trainer-cpu", "1", "--trainer-memory", "2Gi", "--kubeconfig", exports["KUBECONFIG"],
+                          "--master-via", "pod-ip", "--image", f"{reg}/edl-runtime:0.1.0",
+                          "--trainer-image", f"{reg}/edl-trainer-cpu:0.1.0", "--summary-out", str(summary)],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = json.loads(summary.read_text())
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 2
 
 
 def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
@@ -50,6 +86,7 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
             assert time.monotonic() < deadline, core.read_namespaced_pod("hi", "default").status
             time.sleep(0.3)
         assert core.read_namespaced_pod_log("hi", "default").startswith("usage: edl")
+        launch_a_job_from_here(api, lines, root)
         again = cluster(root, "up")
         assert again.returncode == 0 and "already up" in again.stderr
         assert cluster(root, "status").returncode == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -46,7 +47,9 @@ def launcher(summary: dict | None, exits_at: float = 0.0) -> tuple[Launcher, Fak
     clock = FakeClock()
     la = Launcher(SPEC, Cluster(clock, exits_at), console=Console(quiet=True), clock=clock, sleep=clock.sleep)
     la.master = Master(summary)
-    la.failures, la.relaunches, la.unschedulable, la.master_restarts = 1, 2, 3, 4
+    la.relaunches, la.unschedulable = 2, 3
+    la.trainer_budget = replace(la.trainer_budget, total=1)  # failures over the job's life
+    la.master_budget = replace(la.master_budget, total=4)
     return la, clock
 
 
