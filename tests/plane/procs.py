@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -51,3 +52,23 @@ def stop_pid(pid: int, grace_s: float = 10.0) -> None:
         except ChildProcessError:
             break
         time.sleep(0.02)
+
+
+def wait_until_answers(proc: subprocess.Popen, url: str, timeout_s: float, what: str, log: Path,
+                       error: type[Exception] = RuntimeError) -> None:
+    """Wait for the server ``proc`` to answer ``url`` with 200. If it exits first, or does not answer
+    within ``timeout_s`` (it is stopped then), raise ``error`` with the tail of its ``log``."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise error(f"{what} exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    stop_pid(proc.pid, 5)
+    raise error(f"{what} did not answer {url} within {timeout_s:.0f} s")

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import yaml
 
-from tests.plane.procs import free_port, stop_pid
+from tests.plane.procs import free_port, stop_pid, wait_until_answers
 
 
 class RegistryError(RuntimeError):
@@ -52,28 +51,12 @@ class Registry:
                "http": {"addr": self.host}}
         config = self.log_dir / f"registry-{self.port}.yaml"
         config.write_text(yaml.safe_dump(cfg))
-        log = (self.log_dir / f"registry-{self.port}.log").open("ab")
-        self.proc = subprocess.Popen([registry_binary(), "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RegistryError(f"docker-registry exited with {self.proc.returncode}: "
-                                    f"{(self.log_dir / f'registry-{self.port}.log').read_text()[-1500:]}")
-            if self._ready():
-                return self
-            time.sleep(0.05)
-        self.stop()
-        raise RegistryError(f"docker-registry did not answer within {timeout_s:.0f} s")
-
-    def _ready(self) -> bool:
-        import httpx
-
-        try:
-            return httpx.get(f"http://{self.host}/v2/", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+        log_path = self.log_dir / f"registry-{self.port}.log"
+        with log_path.open("ab") as log:
+            self.proc = subprocess.Popen([registry_binary(), "serve", str(config)], stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_until_answers(self.proc, f"http://{self.host}/v2/", timeout_s, "docker-registry", log_path, RegistryError)
+        return self
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 from tests.plane import build
-from tests.plane.procs import free_port, stop_pid
+from tests.plane.procs import free_port, stop_pid, wait_until_answers
 
 ACCESS_KEY = "edl-test"
 SECRET_KEY = "edl-test-secret"  # MinIO wants at least 8 characters
@@ -37,24 +36,9 @@ class MinioServer:
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
         log.close()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"minio exited with {self.proc.returncode}: "
-                                   f"{(self.root / 'minio.log').read_text()[-2000:]}")
-            if self._ready():
-                return self
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"minio did not become ready within {timeout_s:.0f} s")
-
-    def _ready(self) -> bool:
-        import httpx
-
-        try:
-            return httpx.get(f"{self.endpoint}/minio/health/ready", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+        wait_until_answers(self.proc, f"{self.endpoint}/minio/health/ready", timeout_s, "minio",
+                           self.root / "minio.log")
+        return self
 
     def stop(self) -> None:
         if self.proc is not None:
