@@ -33,6 +33,9 @@ KNOWN_S: dict[str, int] = {
     "tests/integration/launcher/test_trainer_faults.py::test_a_joiner_that_stops_responding_in_a_graceful_change_costs_no_rollback": 95,
     "tests/integration/launcher/test_job_identity.py::test_a_second_run_of_a_running_job_is_refused_and_the_first_finishes": 93,
     "tests/integration/launcher/test_launch_kube.py::test_a_launcher_killed_without_its_cleanup_leaves_no_pod_running_and_no_process": 81,
+    # added 2026-12-03, measured alone
+    "tests/integration/launcher/test_chaos.py::test_a_job_under_an_action_every_3_to_6_s_succeeds_exactly_once[11]": 48,
+    "tests/integration/launcher/test_chaos.py::test_a_job_under_an_action_every_3_to_6_s_succeeds_exactly_once[23]": 42,
     "tests/integration/launcher/test_launch_kube.py::test_two_jobs_at_once_in_one_namespace_keep_to_their_own_objects_and_checkpoints": 80,
     "tests/integration/launcher/test_user_code_errors.py::test_a_one_off_exception_is_relaunched_and_the_job_ends_exactly_once": 78,
     "tests/integration/launcher/test_launch_kube.py::test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up": 73,

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -347,6 +348,8 @@ def prune(keep: set[str]) -> None:
 
 
 def main() -> int:
+    # Stopped (./dev test interrupted, a CI timeout): unwind, so the writable registry stops with us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.monotonic()
     try:
         build_images()
