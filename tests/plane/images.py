@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.plane import build
-from tests.plane.registry import Registry, RegistryError
+from tests.plane.registry import Registry, RegistryError, garbage_collect
 from tests.plane.runtime import ImageStore, PullError
 
 REPO = build.REPO
@@ -342,9 +342,7 @@ def prune(keep: set[str]) -> None:
     for d in unpacked().iterdir():
         if d.is_dir() and d.name.lstrip(".").removesuffix(".tmp") not in keep:
             shutil.rmtree(d, ignore_errors=True)
-    cfg = cache() / "logs" / "gc.yaml"
-    cfg.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {storage()}\n")
-    subprocess.run(["docker-registry", "garbage-collect", "--delete-untagged", str(cfg)], capture_output=True)
+    garbage_collect(storage(), cache() / "logs")
 
 
 def main() -> int:

@@ -29,6 +29,24 @@ def registry_binary() -> str:
     return found
 
 
+def write_config(storage: Path, path: Path, read_only: bool, addr: str = "127.0.0.1:0") -> Path:
+    """The registry's configuration over ``storage``, written to ``path``."""
+    cfg = {"version": 0.1, "log": {"level": "error", "accesslog": {"disabled": True}},
+           "storage": {"filesystem": {"rootdirectory": str(storage)},
+                       # Purging uploads writes to the storage: never from a read-only server.
+                       "maintenance": {"uploadpurging": {"enabled": False}, "readonly": {"enabled": read_only}}},
+           "http": {"addr": addr}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def garbage_collect(storage: Path, log_dir: Path) -> None:
+    """Delete the blobs no tag reaches any more (with no writable registry serving ``storage``)."""
+    config = write_config(storage, log_dir / "garbage-collect.yaml", read_only=False)
+    subprocess.run([registry_binary(), "garbage-collect", "--delete-untagged", str(config)], capture_output=True)
+
+
 class Registry:
     """``docker-registry serve`` on ``127.0.0.1:PORT`` over ``storage``; ``host`` is what image names use."""
 
@@ -43,14 +61,7 @@ class Registry:
     def start(self, timeout_s: float = 30) -> "Registry":
         self.storage.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        cfg = {"version": 0.1, "log": {"level": "error", "accesslog": {"disabled": True}},
-               "storage": {"filesystem": {"rootdirectory": str(self.storage)},
-                           # Purging uploads writes to the storage: never from a read-only server.
-                           "maintenance": {"uploadpurging": {"enabled": False},
-                                           "readonly": {"enabled": self.read_only}}},
-               "http": {"addr": self.host}}
-        config = self.log_dir / f"registry-{self.port}.yaml"
-        config.write_text(yaml.safe_dump(cfg))
+        config = write_config(self.storage, self.log_dir / f"registry-{self.port}.yaml", self.read_only, self.host)
         log_path = self.log_dir / f"registry-{self.port}.log"
         with log_path.open("ab") as log:
             self.proc = subprocess.Popen([registry_binary(), "serve", str(config)], stdout=log,
