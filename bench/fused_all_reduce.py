@@ -36,9 +36,10 @@ def _worker(rank: int, port: int, rounds: int, steps: int, q) -> None:
     import numpy as np
     import paddle
 
+    from edl.frameworks.paddle.group import PaddleGroup as Group
+    from edl.frameworks.paddle.replica import PaddleReplica as Replica
     from edl.modeldef import load_model_def
-    from edl.trainer.collective import Group, Runner
-    from edl.trainer.replica import Replica
+    from edl.trainer.collective import Runner
     from edl.trainer.slots import own_slots
 
     r = Replica(load_model_def("edl.zoo.mlp"), 0, 0.01)

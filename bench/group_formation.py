@@ -5,7 +5,7 @@
 Per group size n and round, n processes (Paddle imported first) start together and each forms:
 1. Paddle's way: ``core.TCPStore(host, port, rank == 0, n)`` then ``ProcessGroupGloo.create``,
    which is what ``paddle.distributed`` does;
-2. edl's ``Group`` (``edl.trainer.collective``): the same two calls, but the store is made without
+2. edl's ``Group`` (``edl.frameworks.paddle.group``): the same two calls, but the store is made without
    its barrier and its client connection gets TCP_NODELAY before the first request.
 Each then all-reduces one tensor (checked). Reported per size: the slowest rank's formation time
 (store and group) of each way, the median over the rounds, and their ratio.
@@ -38,7 +38,8 @@ import json, os, sys, time
 rank, world, port_paddle, port_edl, start_at = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 import paddle
 from paddle.base import core
-from edl.trainer.collective import Group, _wait_listening
+from edl.frameworks.paddle.group import PaddleGroup as Group
+from edl.frameworks.rendezvous import wait_listening as _wait_listening
 os.environ["PADDLE_TRAINER_ID"], os.environ["PADDLE_TRAINERS_NUM"] = str(rank), str(world)
 while time.time() < start_at:
     time.sleep(0.001)

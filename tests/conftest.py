@@ -46,6 +46,17 @@ def digits(tmp_path_factory) -> Path:
     return out
 
 
+# The zoo's digits model in each framework: the guarantees that do not depend on the framework are
+# tested for both (``framework_digits``).
+DIGITS_MODELS = {"paddle": "edl.zoo.digits", "torch": "edl.zoo.torch.digits"}
+
+
+@pytest.fixture(params=sorted(DIGITS_MODELS))
+def framework_digits(request) -> str:
+    """``edl.zoo.digits`` and ``edl.zoo.torch.digits``, one test each."""
+    return DIGITS_MODELS[request.param]
+
+
 def edl_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "edl", *args]
 

@@ -69,11 +69,12 @@ def cmd_master(a: argparse.Namespace) -> int:
 
 
 def cmd_trainer(a: argparse.Namespace) -> int:
-    from edl.modeldef import require_paddle
+    from edl.modeldef import require_any_framework
 
     if not a.id:
         raise UserError("--id is required (or set EDL_TRAINER_ID)")
-    require_paddle("a trainer needs it (on Kubernetes: run trainers from a trainer image, --trainer-image)")
+    # Which one the model needs, the master says; with none here, say so before asking it.
+    require_any_framework("a trainer needs one (on Kubernetes: run trainers from a trainer image, --trainer-image)")
     from edl.trainer.worker import run_trainer
 
     try:
@@ -307,9 +308,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
     if a.epochs < 1:
         raise UserError(f"--epochs must be at least 1 (got {a.epochs})")
-    from edl.modeldef import require_paddle
+    from edl.modeldef import require_framework
 
-    require_paddle("edl demo trains on this machine")
+    require_framework("paddle", "edl demo trains on this machine")
     return run_demo(Path(a.out), a.epochs)
 
 

@@ -41,6 +41,10 @@ class CollectiveError(TemporaryError):
     """A collective operation failed, usually because a peer died."""
 
 
+class Abandoned(CollectiveError):
+    """The loop left a collective that can no longer complete (the master aborted its generation)."""
+
+
 class StorageError(TemporaryError):
     """An object store could not be reached or refused a request."""
 

@@ -2,11 +2,12 @@
 
 Inspired by ElasticDL's model-zoo contract, made plain Python. The module defines:
 
-``model() -> paddle.nn.Layer``
-    Build the network. Called once per trainer, after ``paddle.seed``.
-``loss(outputs, labels) -> paddle.Tensor``
+``model() -> paddle.nn.Layer | torch.nn.Module``
+    Build the network. Called once per trainer, after the framework's seed. What it returns
+    says which framework trains it (``edl.frameworks``).
+``loss(outputs, labels) -> Tensor``
     The mean loss of a batch.
-``optimizer(parameters, learning_rate) -> paddle.optimizer.Optimizer``
+``optimizer(parameters, learning_rate) -> paddle.optimizer.Optimizer | torch.optim.Optimizer``
 ``collate(table: pyarrow.Table) -> (inputs, labels)``
     Turn a batch of records into numpy arrays (``inputs`` may be a tuple of arrays).
 ``metrics(outputs, labels) -> dict[str, float]`` (optional)
@@ -16,6 +17,7 @@ Inspired by ElasticDL's model-zoo contract, made plain Python. The module define
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import importlib.util
@@ -27,23 +29,72 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, TypeVar
 
+from edl.api.framework import FRAMEWORK_EXTRAS, FRAMEWORK_NAMES, FRAMEWORKS
 from edl.errors import EdlError, UserCodeError, UserError
 
 REQUIRED = ("model", "loss", "optimizer", "collate")
-TRAINER_EXTRA = "pip install 'edl[trainer]'"  # pyproject's extra with PaddlePaddle (CPU) for the trainers
 
 
-def require_paddle(where: str) -> None:
-    """A ``UserError`` naming the extra to install when PaddlePaddle cannot be found in this Python;
-    ``where`` says why it is needed here. Found without importing it (seconds of a launcher's start):
-    a Paddle that is there but broken fails in the trainer, with its own message."""
+def _installed(module: str) -> bool:
     try:
-        found = importlib.util.find_spec("paddle") is not None
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a finder that refuses it, or a half-removed package
-        found = False
-    if not found:
-        raise UserError(f"PaddlePaddle is not installed in this Python ({sys.executable}), and {where}: "
-                        f"{TRAINER_EXTRA} (GPU: Paddle's CUDA wheel and 'edl[trainer-gpu]')")
+        return False
+
+
+def require_framework(name: str, where: str) -> None:
+    """A ``UserError`` naming the extra to install when framework ``name`` (``paddle``, ``torch``)
+    cannot be found in this Python; ``where`` says why it is needed here. Found without importing
+    it (seconds of a launcher's start): one that is there but broken fails in the trainer, with its
+    own message."""
+    if not _installed(name):
+        raise UserError(f"{FRAMEWORK_NAMES[name]} is not installed in this Python ({sys.executable}), and {where}: "
+                        f"{FRAMEWORK_EXTRAS[name]}")
+
+
+def require_any_framework(where: str) -> None:
+    """A ``UserError`` naming the extras when no training framework is installed in this Python."""
+    if not any(_installed(name) for name in FRAMEWORKS):
+        raise UserError(f"neither PaddlePaddle nor PyTorch is installed in this Python ({sys.executable}), and "
+                        f"{where}: {' or '.join(FRAMEWORK_EXTRAS[n].split(' (')[0] for n in FRAMEWORKS)}")
+
+
+def _source(spec: str) -> str | None:
+    """The source text of a model definition, found without running it; ``None`` when not found."""
+    try:
+        if spec.endswith(".py") or "/" in spec:
+            return Path(spec).read_text()
+        mspec = importlib.util.find_spec(spec)
+        if mspec is None or mspec.origin is None or not mspec.origin.endswith(".py"):
+            return None
+        return Path(mspec.origin).read_text()
+    except (ImportError, ValueError, OSError, UnicodeDecodeError):
+        return None  # the trainer imports it and says what is wrong
+
+
+def frameworks_imported(spec: str) -> set[str]:
+    """The training frameworks (``FRAMEWORKS``) that a model definition's source imports; read with
+    ``ast``, not run, so it works where the framework is not installed (a launcher)."""
+    text = _source(spec)
+    if text is None:
+        return set()
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    roots: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(a.name.partition(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.partition(".")[0])
+    return roots & set(FRAMEWORKS)
+
+
+def require_frameworks_of(spec: str, where: str) -> None:
+    """``require_framework`` for each framework the model definition imports (see ``frameworks_imported``)."""
+    for name in sorted(frameworks_imported(spec)):
+        require_framework(name, f"--model-def {spec} imports {name} ({where})")
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,6 +167,11 @@ def load_model_def(spec: str) -> ModelDef:
         module = _import(spec)
     except UserError:
         raise
+    except ModuleNotFoundError as e:
+        root = (e.name or "").partition(".")[0]
+        if root in FRAMEWORKS:
+            require_framework(root, f"--model-def {spec!r} imports it")
+        raise UserError(f"--model-def {spec!r} cannot be imported: {type(e).__name__}: {e}") from e
     except Exception as e:  # noqa: BLE001 - the user's import can raise anything
         raise UserError(f"--model-def {spec!r} cannot be imported: {type(e).__name__}: {e}") from e
     missing = [f for f in REQUIRED if not callable(getattr(module, f, None))]

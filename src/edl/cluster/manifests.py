@@ -204,7 +204,11 @@ def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:
                 {"name": "EDL_TRAINER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "EDL_TRAINER_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 # Where a trainer whose user code raised says its traceback is ($(VAR): Kubernetes expands it).
-                {"name": "EDL_TRAINER_LOG", "value": f"kubectl logs -n {opts.namespace} $(EDL_TRAINER_ID)"}],
+                {"name": "EDL_TRAINER_LOG", "value": f"kubectl logs -n {opts.namespace} $(EDL_TRAINER_ID)"},
+                # The framework's threads fit the pod's CPU limit (rounded up), not the node's cores.
+                {"name": "OMP_NUM_THREADS",
+                 "valueFrom": {"resourceFieldRef": {"containerName": "trainer", "resource": "limits.cpu",
+                                                    "divisor": "1"}}}],
         # Requests equal limits: the scheduler's accounting is the truth the policy plans with.
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "securityContext": _security(), "volumeMounts": [mount],

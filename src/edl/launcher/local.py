@@ -31,7 +31,7 @@ from edl.launcher.core import JobResult, Launcher, ProgressView, audit_summary, 
 from edl.launcher.watch import StatusWatch
 from edl.master.client import HttpMaster
 from edl.master.main import prepare_job
-from edl.modeldef import require_paddle
+from edl.modeldef import require_frameworks_of
 
 
 def edl_home() -> Path:
@@ -113,7 +113,8 @@ class LocalLauncher:
         return thread
 
     def run(self) -> int:
-        require_paddle("edl train runs its trainers on this machine")  # before anything is started or written
+        # Before anything is started or written: the framework the model definition imports, installed here.
+        require_frameworks_of(self.spec.model_def, "edl train runs its trainers on this machine")
         self.spec, _, ckpts, claim = prepare_job(self.spec)  # fail fast on bad data, storage or a foreign prefix
         claim.check_not_running()  # before this job's directory is touched: it may be the running one's
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -121,6 +122,9 @@ class LocalLauncher:
         resuming = bool(ckpts.committed())
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # Each trainer an equal share of this machine's cores at the job's largest size: the frameworks'
+        # own default (every core per process) oversubscribes them, PyTorch's by twice on two cores.
+        env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // self.spec.max_trainers)))
         cluster = LocalCluster(self.spec, self.dir, env)
         # The status from a long poll (``edl.launcher.watch``): the loop comes round ten times a second for
         # the trainers' exits, and asks the master only when something changed.

@@ -45,22 +45,22 @@ def evaluate_model_in_full(model_dir: str, data_uri: str,
     from edl.data.splits import resolve_splits
     from edl.modeldef import load_model_def
     from edl.storage.checkpoint import WARM_START_FILE, decode_arrays
+    from edl.frameworks import framework_of, load
     from edl.trainer.export import evaluate
-    from edl.trainer.state import set_parameters
 
     md = load_model_def(model_def)
     path = Path(model_dir) / WARM_START_FILE
     if not path.exists():
         raise UserError(f"model {model_dir}: no {WARM_START_FILE} (not a model written by edl)")
-    model = md.model()
+    replica = load(framework_of(md)).replica(md, 0, 0.0, None)
     try:
-        set_parameters(model, decode_arrays(path.read_bytes()))
+        replica.set_parameters(decode_arrays(path.read_bytes()))
     except ValueError as e:
         raise UserError(f"model {model_dir} does not match model_def {model_def}: {e}") from None
     _, test = resolve_splits(data_uri)
     if test is None:
         raise UserError(f"data {data_uri}: no held-out split (test/) to evaluate on")
-    ev = evaluate(md, model, Dataset(test, "held-out data").read_all())
+    ev = evaluate(md, replica, Dataset(test, "held-out data").read_all())
     result = dict(ev.metrics)
     result.setdefault("loss", ev.loss)
     if "accuracy" not in result:

@@ -19,7 +19,7 @@ from typing import Callable
 
 from edl.api.master import Prepared
 from edl.errors import EdlError
-from edl.trainer.collective import Group
+from edl.api.framework import Group
 
 log = logging.getLogger("edl.trainer")
 

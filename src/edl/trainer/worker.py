@@ -1,4 +1,4 @@
-"""``edl trainer``: one elastic PaddlePaddle data-parallel worker.
+"""``edl trainer``: one elastic data-parallel worker (PaddlePaddle or PyTorch, ``edl.api.framework``).
 
 The loop, per generation: get the assignment from the master, form the
 collective in-process, take model state from rank 0 (its replica, the
@@ -12,7 +12,7 @@ stop: its generation is prepared while this one trains (``edl.trainer.prepared``
 and every rank switches into it after the same step, its group already formed.
 
 Beside the loop run the heartbeat (``edl.trainer.heartbeat``) and the prefetch
-(``edl.trainer.prefetch``); the model is the replica's (``edl.trainer.replica``),
+(``edl.trainer.prefetch``); the model is the framework's replica (``edl.frameworks``),
 rank 0's checkpoints the checkpointer's (``edl.trainer.checkpoints``).
 """
 
@@ -28,6 +28,7 @@ import zlib
 from typing import Callable
 
 from edl.api.data import Cursor, Task
+from edl.api.framework import Framework, Group
 from edl.api.master import (
     Assignment,
     HeartbeatAnswer,
@@ -40,7 +41,8 @@ from edl.api.master import (
     UserCodeFailure,
 )
 from edl.data.dataset import Dataset
-from edl.errors import CollectiveError, EdlError, TemporaryError, UserCodeError, UserError
+from edl.errors import Abandoned, CollectiveError, EdlError, TemporaryError, UserCodeError, UserError
+from edl.frameworks import framework_of, load
 from edl.master.client import HttpMaster, MasterUnavailable
 from edl.modeldef import load_model_def
 from edl.net import free_port
@@ -48,14 +50,14 @@ from edl.storage.checkpoint import FINAL, CheckpointStore
 from edl.storage.store import open_store
 from edl.trainer.audit import AuditLog
 from edl.trainer.checkpoints import Checkpointer
-from edl.trainer.collective import Abandoned, Group, Runner
+from edl.trainer.collective import Runner
 from edl.trainer.data import Slice, TaskBuffer, read_slices, record_ids
 from edl.trainer.decide import CheckpointWhy, StepContext, StepDecision, Then, decide_step, plan_start
+from edl.trainer.export import evaluate, export_model, read_warm_start
 from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, MASTER_LOST_S, Control, Heartbeat, master_lost_after_s
 from edl.trainer.prefetch import Prefetcher
 from edl.trainer.prepared import Preparation
 from edl.trainer.progress import Progress
-from edl.trainer.replica import Replica
 from edl.trainer.slots import SLOT, StepSums, decode_sums, own_slots
 
 log = logging.getLogger("edl.trainer")
@@ -68,7 +70,8 @@ PREPARED_WAIT_S = 30.0
 
 class Trainer:
     def __init__(self, trainer_id: str, master: str, token: str, host: str, backend: str = "gloo", collective_deadline_s: float = COLLECTIVE_DEADLINE_S,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 framework: Framework | None = None) -> None:
         self.id = trainer_id
         self.master_addr = master
         self.host = host
@@ -82,7 +85,9 @@ class Trainer:
         self.master_lost_s = master_lost_after_s(self.spec.launcher_timeout_s)
         self.client_joining = HttpMaster(master, token, give_up_s=self.master_lost_s)
         self.md = load_model_def(self.spec.model_def)
-        self.replica = Replica(self.md, self.spec.seed, self.spec.learning_rate, self.spec.init_model)
+        self.framework = framework or load(framework_of(self.md))
+        warm = read_warm_start(self.spec.init_model) if self.spec.init_model else None
+        self.replica = self.framework.replica(self.md, self.spec.seed, self.spec.learning_rate, warm)
         self.dataset = Dataset(self.spec.data)
         job_store = open_store(self.spec.checkpoint_uri, "--checkpoint-uri")
         ckpts = CheckpointStore(job_store, self.spec.keep_checkpoints)
@@ -134,7 +139,7 @@ class Trainer:
         if rank == 0:
             self.progress.store_port = free_port(self.host)
         group_id = zlib.crc32(f"{self.control.master_uid}:{generation}".encode()) & 0x7FFFFFFF
-        return Group(host, port, rank, world, group_id, self.backend)
+        return self.framework.group(host, port, rank, world, group_id, self.backend)
 
     def _read_ahead(self, task: Task) -> None:
         """The prefetch reads a new task's row groups while the loop trains on the ones before."""
@@ -144,7 +149,7 @@ class Trainer:
             log.debug("reading ahead %s: %s", task.describe(), e)
 
     def _warm_up(self) -> None:
-        """Before registering, so that Paddle's first-call costs are not paid inside the generation change."""
+        """Before registering, so that the framework's first-call costs are not paid inside the generation change."""
         shard = self.dataset.shards()[0]
         x, y = self.md.collate(self.dataset.rows(shard.name, 0, min(shard.rows, self.spec.batch_size)))
         self.replica.warm_up(x, y)
@@ -480,10 +485,10 @@ class Trainer:
         step = self.progress.step
         self._checkpoint(gen, cursors, wait=True)
         store = self.checkpoints.ckpts.store
-        final_uri = self.replica.export(store)
+        final_uri = export_model(self.replica, store)
         metrics: dict[str, float] = {}
         if self.spec.eval_data:
-            metrics = self.replica.evaluate(Dataset(self.spec.eval_data, "--eval-data").read_all())
+            metrics = evaluate(self.md, self.replica, Dataset(self.spec.eval_data, "--eval-data").read_all()).metrics
         store.put(FINAL, json.dumps({"step": step, "final_model_uri": final_uri, "metrics": metrics}).encode())
         self.client.finish(step, final_uri, metrics)
         log.info("trainer %s: training finished at step %d; metrics %s", self.id, step, metrics)

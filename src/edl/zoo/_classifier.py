@@ -1,18 +1,12 @@
-"""Shared pieces of the zoo's classifiers: features/label columns, cross-entropy."""
+"""Shared pieces of the zoo's PaddlePaddle classifiers: cross-entropy and a plain MLP (the collate is the zoo's)."""
 
 from __future__ import annotations
 
-import numpy as np
 import paddle
-import pyarrow as pa
 
+from edl.zoo.collate import collate
 
-def collate(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    feats = table.column("features").combine_chunks()
-    width = feats.type.list_size
-    x = feats.values.to_numpy(zero_copy_only=False).reshape(-1, width).astype(np.float32, copy=False)
-    y = table.column("label").to_numpy().astype(np.int64)
-    return x, y
+__all__ = ["collate", "loss", "mlp"]
 
 
 def loss(outputs: paddle.Tensor, labels: paddle.Tensor) -> paddle.Tensor:

@@ -162,38 +162,46 @@ def test_a_trainer_dying_with_brackets_in_its_last_line_is_reported_verbatim(tmp
     assert_one_line_error(r, BRACKETED)
 
 
-# PaddlePaddle absent, simulated: a meta-path finder that answers for `paddle` as Python does for a
+# A framework absent, simulated: a meta-path finder that answers for its modules as Python does for a
 # package that is not installed (ModuleNotFoundError), from `import paddle` and from
 # importlib.util.find_spec alike. PYTHONPATH puts it in edl train and in every process it would start.
-NO_PADDLE = """
+NO_MODULES = """
 import sys
 
+ABSENT = {absent!r}
 
-class NoPaddle:
+
+class Absent:
     def find_spec(self, name, path=None, target=None):
-        if name == "paddle" or name.startswith("paddle."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        if name.partition(".")[0] in ABSENT:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 
 
-sys.meta_path.insert(0, NoPaddle())
+sys.meta_path.insert(0, Absent())
 """
 
 
-def no_paddle_env(tmp_path) -> dict[str, str]:
-    site = tmp_path / "no-paddle"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(NO_PADDLE)
+def absent_env(tmp_path, *modules: str) -> dict[str, str]:
+    site = tmp_path / "absent"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(NO_MODULES.format(absent=sorted(modules)))
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
-    probe = subprocess.run([sys.executable, "-c", "import paddle"], capture_output=True, text=True, timeout=60,
-                           env={**os.environ, **env})
-    assert probe.returncode == 1 and "No module named 'paddle'" in probe.stderr, probe.stderr  # the simulation holds
+    for m in modules:
+        probe = subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True, text=True, timeout=60,
+                               env={**os.environ, **env})
+        assert probe.returncode == 1 and f"No module named '{m}'" in probe.stderr, probe.stderr  # the simulation holds
     return env
+
+
+def no_paddle_env(tmp_path) -> dict[str, str]:
+    return absent_env(tmp_path, "paddle")
 
 
 def test_edl_train_without_paddlepaddle_refuses_before_starting_anything(tmp_path, digits, edl_home):
     r = train(tmp_path, digits, env=no_paddle_env(tmp_path))
-    assert_one_line_error(r, "PaddlePaddle is not installed", "pip install 'edl[trainer]'")
+    assert_one_line_error(r, "PaddlePaddle is not installed", "--model-def edl.zoo.digits imports paddle",
+                          "pip install 'edl[paddle]'")
     assert r.returncode == 2
     assert not (edl_home / "jobs").exists()  # no job directory: no master, no trainer, no log was started
     assert not (tmp_path / "ckpt").exists()
@@ -205,11 +213,13 @@ def test_edl_launch_does_not_need_paddlepaddle_here(tmp_path):
                 "--epochs", "1", "--batch-size", "8", "--checkpoint-uri", "s3://ckpt/x", "--s3-secret", "s3",
                 "--kubeconfig", str(tmp_path / "no-kubeconfig"), env=no_paddle_env(tmp_path))
     assert_one_line_error(r, "no Kubernetes configuration")
-    assert "edl[trainer]" not in r.stderr
+    assert "edl[paddle]" not in r.stderr
 
 
-def test_a_trainer_without_paddlepaddle_is_a_user_error_naming_the_extra(tmp_path):
-    """Exit 2: the launcher fails the job at once instead of relaunching the trainer (a trainer image without Paddle)."""
-    r = run_edl("trainer", "--id", "t1", "--master", "127.0.0.1:9", env={**no_paddle_env(tmp_path), "EDL_TOKEN": "t"})
-    assert_one_line_error(r, "PaddlePaddle is not installed", "pip install 'edl[trainer]'")
+def test_a_trainer_without_any_framework_is_a_user_error_naming_the_extras(tmp_path):
+    """Exit 2: the launcher fails the job at once instead of relaunching the trainer (a trainer image without one)."""
+    env = {**absent_env(tmp_path, "paddle", "torch"), "EDL_TOKEN": "t"}
+    r = run_edl("trainer", "--id", "t1", "--master", "127.0.0.1:9", env=env)
+    assert_one_line_error(r, "neither PaddlePaddle nor PyTorch is installed", "pip install 'edl[paddle]'",
+                          "pip install 'edl[torch]'")
     assert r.returncode == 2

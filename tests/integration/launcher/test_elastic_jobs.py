@@ -1,6 +1,6 @@
 """Real multi-process jobs on this machine: scale-up, drain, SIGKILL, master restart, total restart.
 
-Each job runs the real master, real PaddlePaddle trainers with Gloo all-reduce,
+Each job runs the real master, real PaddlePaddle or PyTorch trainers with Gloo all-reduce,
 and checkpoints to a local directory, with ``--audit`` counting every record id
 that enters the final model.
 """
@@ -17,9 +17,10 @@ import pytest
 pytestmark = pytest.mark.timeout(240)
 
 
-def job_args(digits, tmp_path, *, epochs=40, trainers=2, min_t=1, max_t=4, interval=1.0, extra=()):
+def job_args(digits, tmp_path, *, epochs=40, trainers=2, min_t=1, max_t=4, interval=1.0, extra=(),
+             model="edl.zoo.digits"):
     return [
-        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", str(epochs), "--batch-size", "16",
+        "--model-def", model, "--data", str(digits), "--epochs", str(epochs), "--batch-size", "16",
         "--learning-rate", "0.003", "--min-trainers", str(min_t), "--max-trainers", str(max_t),
         "--trainers", str(trainers), "--checkpoint-uri", str(tmp_path / "ckpt"),
         "--checkpoint-interval", str(interval), "--audit", "--summary-out", str(tmp_path / "summary.json"), *extra,
@@ -39,8 +40,8 @@ def assert_exactly_once(s: dict, epochs: int) -> None:
     assert s["samples_per_epoch"] == [1438] * epochs
 
 
-def test_scale_up_then_drain_keeps_exactly_once(digits, tmp_path, job_runner):
-    job = job_runner("grow", job_args(digits, tmp_path, trainers=1)).start()
+def test_scale_up_then_drain_keeps_exactly_once(digits, tmp_path, job_runner, framework_digits):
+    job = job_runner("grow", job_args(digits, tmp_path, trainers=1, model=framework_digits)).start()
     job.wait_for(lambda s: s["step"] > 100 and s["world_size"] == 1, what="training with one trainer")
     info = job.info()
     headers = {"Authorization": f"Bearer {info['token']}"}
@@ -79,10 +80,10 @@ def test_scale_up_then_drain_keeps_exactly_once(digits, tmp_path, job_runner):
     del metrics  # the master is gone once the job ended; /metrics is checked in the master API test
 
 
-def test_sigkill_of_a_trainer_keeps_exactly_once(digits, tmp_path, job_runner):
+def test_sigkill_of_a_trainer_keeps_exactly_once(digits, tmp_path, job_runner, framework_digits):
     # 15 epochs: the kill lands near the fifth; what follows it is a drop and a regrouping, not epochs.
     epochs = 15
-    job = job_runner("kill", job_args(digits, tmp_path, epochs=epochs, trainers=3)).start()
+    job = job_runner("kill", job_args(digits, tmp_path, epochs=epochs, trainers=3, model=framework_digits)).start()
     st = job.wait_for(lambda s: s["world_size"] == 3 and s["step"] > 150, what="three trainers training")
     victim = next(t for t in st["trainers"] if t["rank"] == 1)
     os.kill(victim["pid"], signal.SIGKILL)
@@ -97,9 +98,10 @@ def test_sigkill_of_a_trainer_keeps_exactly_once(digits, tmp_path, job_runner):
     assert all(g["rolled_back_steps"] <= 1 for g in failures)
 
 
-def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner):
+def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner, framework_digits):
     epochs = 15  # the restart lands within the first few; the rest only has to finish exactly once
-    job = job_runner("mkill", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=0.5)).start()
+    job = job_runner("mkill", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=0.5,
+                                          model=framework_digits)).start()
     st = job.wait_for(lambda s: len(s["checkpoints"]) >= 2 and s["world_size"] == 2, what="two checkpoints")
     old_uid = st["master_uid"]
     os.kill(job.info()["master_pid"], signal.SIGKILL)
@@ -112,12 +114,14 @@ def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner):
     assert s["resumed_from"] and "ckpt-" in s["resumed_from"]
 
 
-@pytest.mark.parametrize("checkpointed", [True, False], ids=["checkpoint-far-behind", "no-checkpoint"])
-def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runner, checkpointed):
+@pytest.mark.parametrize(("checkpointed", "model"), [(True, "edl.zoo.digits"), (False, "edl.zoo.digits"),
+                                                      (False, "edl.zoo.torch.digits")],
+                         ids=["checkpoint-far-behind", "no-checkpoint", "no-checkpoint-torch"])
+def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runner, checkpointed, model):
     """The trainers know every cursor since the checkpoint: the new master rebuilds the queue from the
     checkpoint (or the start) plus their reports, and the job goes on from their step, not the checkpoint's."""
     epochs = 12
-    job = job_runner("mgo", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=1e9)).start()
+    job = job_runner("mgo", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=1e9, model=model)).start()
     st = job.wait_for(lambda s: s["world_size"] == 2 and s["step"] > 30, what="two trainers training")
     info = job.info()
     if checkpointed:

@@ -56,9 +56,9 @@ def scale(job, n: int) -> None:
     assert r.returncode == 0, r.stderr
 
 
-def test_trainer_faults_at_any_rank_cost_at_most_the_failed_step(digits, tmp_path, job_runner):
-    job = job_runner("faults", job_args(digits, tmp_path, epochs=EPOCHS, max_t=4, trainers=4,
-                                             extra=("--max-trainer-failures", "10"))).start()
+def test_trainer_faults_at_any_rank_cost_at_most_the_failed_step(digits, tmp_path, job_runner, framework_digits):
+    job = job_runner("faults", job_args(digits, tmp_path, epochs=EPOCHS, max_t=4, trainers=4, model=framework_digits,
+                                        extra=("--max-trainer-failures", "10"))).start()
     st = job.wait_for(settled(4, 20), what="four trainers training")
     kills = 0
     # SIGKILL: the first rank of 4 (it also hosts the group's store), the last of 3, the first of 2.
@@ -93,14 +93,15 @@ def test_trainer_faults_at_any_rank_cost_at_most_the_failed_step(digits, tmp_pat
     assert all(g["rolled_back_steps"] <= 1 for g in s["generations"]), s["generations"]
 
 
-def test_a_joiner_that_stops_responding_in_a_graceful_change_costs_no_rollback(digits, tmp_path, job_runner):
+def test_a_joiner_that_stops_responding_in_a_graceful_change_costs_no_rollback(digits, tmp_path, job_runner,
+                                                                              framework_digits):
     """The joiner is stopped (SIGSTOP) as soon as it registers: before it formed the prepared generation's
     group (its lease runs out and the change is planned again without it), or after (the others switched
     and wait on it: it is dropped as a hung member). Either way the two trainers go on from their own
     state, the woken joiner leaves, a replacement joins, and every record is trained on exactly once."""
     epochs = 120  # the job outlasts the joiner's lease (10 s) with room to spare
-    job = job_runner("hangjoin", job_args(digits, tmp_path, epochs=epochs, max_t=3, trainers=2,
-                                               extra=("--max-trainer-failures", "5"))).start()
+    job = job_runner("hangjoin", job_args(digits, tmp_path, epochs=epochs, max_t=3, trainers=2, model=framework_digits,
+                                          extra=("--max-trainer-failures", "5"))).start()
     st = job.wait_for(settled(2, 20), what="two trainers training")
     members = {t["id"] for t in st["trainers"]}
     scale(job, 3)

@@ -23,8 +23,9 @@ import sys
 import numpy as np
 import paddle
 from edl.modeldef import load_model_def
-from edl.trainer.collective import Group, Runner
-from edl.trainer.replica import Replica
+from edl.frameworks.paddle.group import PaddleGroup as Group
+from edl.trainer.collective import Runner
+from edl.frameworks.paddle.replica import PaddleReplica as Replica
 from edl.trainer.slots import decode_sums, own_slots
 
 rank, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

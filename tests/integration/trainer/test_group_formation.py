@@ -14,7 +14,8 @@ pytestmark = pytest.mark.timeout(180)
 WORKER = r"""
 import json, os, socket, sys, threading
 import paddle
-from edl.trainer.collective import Group, store_sockets
+from edl.frameworks.paddle.group import PaddleGroup as Group
+from edl.frameworks.rendezvous import store_sockets
 
 
 def no_delay_on(fd):

@@ -1,18 +1,12 @@
-"""The gradient buckets: the packing plan (pure), and the replica's fused all-reduce against plain Paddle."""
+"""The gradient buckets' packing plan (pure); the replicas' fused steps are ``test_replica_steps``."""
 
 from __future__ import annotations
 
-import numpy as np
-import paddle
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edl.modeldef import load_model_def
-from edl.trainer.buckets import FIRST_BYTES, Bucket, plan_buckets
-from edl.trainer.collective import Group, Runner
-from edl.trainer.replica import Replica
-from edl.trainer.slots import own_slots
+from edl.frameworks.buckets import FIRST_BYTES, Bucket, plan_buckets
 
 DTYPES = st.sampled_from(["float32", "float16", "float64"])
 
@@ -75,98 +69,3 @@ def test_sizes_must_be_positive_and_ready_must_name_every_parameter():
         plan_buckets([(1, "float32")], 0, bucket_bytes=0)
     with pytest.raises(ValueError):
         plan_buckets([(1, "float32"), (1, "float32")], 0, ready=[1, 1])
-
-
-# ---------------------------------------------------------------- the replica against plain Paddle
-def _batches(n: int, rows: int = 12) -> list[tuple[np.ndarray, np.ndarray]]:
-    rng = np.random.default_rng(7)
-    return [(rng.standard_normal((rows, 64)).astype(np.float32), rng.integers(0, 10, rows).astype(np.int64))
-            for _ in range(n)]
-
-
-def _plain_steps(batches: list[tuple[np.ndarray, np.ndarray] | None]) -> dict[str, np.ndarray]:
-    """What the steps should give: the unfused path, parameter by parameter (summed per-sample
-    gradients, scaled to the mean, Paddle's optimizer step and ``clear_grad``)."""
-    md = load_model_def("edl.zoo.digits")
-    paddle.seed(3)
-    np.random.seed(3)
-    model = md.model()
-    opt = md.optimizer(model.parameters(), 0.01)
-    for batch in batches:
-        if batch is None:
-            continue  # nobody had data: the model stays as it was
-        x, y = batch
-        (md.loss(model(paddle.to_tensor(x)), paddle.to_tensor(y)) * len(y)).backward()
-        with paddle.no_grad():
-            for p in model.parameters():
-                p.grad.scale_(1.0 / len(y))
-        opt.step()
-        opt.clear_grad()
-    return {k: v.numpy().copy() for k, v in model.state_dict().items()}
-
-
-def _replica_steps(batches: list[tuple[np.ndarray, np.ndarray] | None], fail_after: int | None = None,
-                   overlap: bool = False) -> tuple[Replica, list[np.ndarray]]:
-    """Steps through ``Replica.all_reduce`` on this thread, or (``overlap``) as the trainer does: the
-    buckets sent from backward's hooks to a ``Runner``'s thread, small buckets so that there are several."""
-    sizes = {"bucket_bytes": 16384, "first_bytes": 1024} if overlap else {}
-    r = Replica(load_model_def("edl.zoo.digits"), 3, 0.01, **sizes)
-    warm = _batches(1, rows=4)[0]
-    r.warm_up(*warm)  # leaves Paddle's own (replaced) gradients behind, as in the trainer
-    group = Group("127.0.0.1", 0, 0, 1, 0)  # world 1: the sum is the identity
-    runner = Runner()
-    summed = []
-    for i, batch in enumerate(batches):
-        count = 0
-        slots = own_slots(1, 0, None, len(batch[1]) if batch else 0, 1.5, False, False)
-        if overlap:
-            r.begin_step(group, len(slots), runner.submit)
-        if batch is not None:
-            r.backward(*batch)
-            count = len(batch[1])
-        if overlap:
-            if batch is not None:
-                assert len(r._flats) == 3 and len(r._sent) == 2  # sent during backward, the slots' bucket not
-            summed.append(runner.wait(r.reduce_rest(group, slots, runner.submit), lambda: False))
-        else:
-            summed.append(r.all_reduce(group, slots))
-        if i == fail_after:
-            continue  # the collective "failed": the generation ends without end_step
-        r.end_step(count)
-    return r, summed
-
-
-@pytest.mark.parametrize("overlap", [False, True], ids=["inline", "overlapped"])
-def test_fused_steps_train_the_model_exactly_as_plain_paddle(overlap):
-    batches = _batches(4)
-    steps = [batches[0], batches[1], None, batches[2], batches[3]]
-    r, summed = _replica_steps(steps, overlap=overlap)
-    want = _plain_steps(steps)
-    got = {k: v.numpy() for k, v in r.model.state_dict().items()}
-    assert got.keys() == want.keys()
-    for k in want:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)  # the same arithmetic
-    assert [int(s[4]) for s in summed] == [12, 12, 0, 12, 12]  # the slots come back exact
-
-
-def test_gradients_are_the_summed_per_sample_gradients_after_the_all_reduce():
-    (x, y), = _batches(1)
-    r = Replica(load_model_def("edl.zoo.digits"), 3, 0.01)
-    r.backward(x, y)
-    r.all_reduce(Group("127.0.0.1", 0, 0, 1, 0), own_slots(1, 0, None, len(y), 0.0, False, False))
-    ref = load_model_def("edl.zoo.digits")
-    paddle.seed(3)
-    np.random.seed(3)
-    model = ref.model()
-    (ref.loss(model(paddle.to_tensor(x)), paddle.to_tensor(y)) * len(y)).backward()
-    for p, q in zip(r.params, model.parameters()):
-        np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
-
-
-@pytest.mark.parametrize("overlap", [False, True], ids=["inline", "overlapped"])
-def test_a_step_whose_all_reduce_failed_leaves_nothing_in_the_next_step(overlap):
-    batches = _batches(3)
-    r, _ = _replica_steps([batches[0], batches[1], batches[2]], fail_after=1, overlap=overlap)
-    want = _plain_steps([batches[0], batches[2]])
-    for k, v in r.model.state_dict().items():
-        np.testing.assert_array_equal(v.numpy(), want[k], err_msg=k)

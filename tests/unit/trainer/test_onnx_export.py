@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edl.trainer.onnx_export import _reason
+from edl.frameworks.paddle.onnx_export import _reason
 
 ABORTED = """[Paddle2ONNX] Start parsing the Paddle model file...
 [Paddle2ONNX] 

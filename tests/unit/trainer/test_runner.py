@@ -7,7 +7,9 @@ import threading
 import pytest
 
 from edl.errors import CollectiveError
-from edl.trainer.collective import Abandoned, Group, Runner
+from edl.errors import Abandoned
+from edl.frameworks.paddle.group import PaddleGroup as Group
+from edl.trainer.collective import Runner
 
 
 def test_a_call_that_completes_answers_its_result_and_its_error():

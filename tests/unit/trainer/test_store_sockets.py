@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from edl.trainer.collective import no_delay, store_sockets
+from edl.frameworks.rendezvous import no_delay, store_sockets
 
 
 def test_the_connections_to_the_store_and_only_those_get_no_delay():

@@ -12,7 +12,7 @@ optional post-pass (``optimize_tool="polygraphy"``, the default, sets
 the converter's own graph optimisation (``enable_optimize``) still runs. The ONNX
 checker validates the result.
 
-``python -m edl.trainer.onnx_export MODEL.json PARAMS.pdiparams OUT.onnx``
+``python -m edl.frameworks.paddle.onnx_export MODEL.json PARAMS.pdiparams OUT.onnx``
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ CONVERT_TIMEOUT_S = 300.0
 
 def convert(model_file: Path, params_file: Path, out: Path, timeout_s: float = CONVERT_TIMEOUT_S) -> str | None:
     """Write ``out`` (ONNX) from a ``paddle.jit.save`` export; answers None, or why it could not."""
-    cmd = [sys.executable, "-m", "edl.trainer.onnx_export", str(model_file), str(params_file), str(out)]
+    cmd = [sys.executable, "-m", "edl.frameworks.paddle.onnx_export", str(model_file), str(params_file), str(out)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import paddle
 
-from edl.trainer.collective import Group
+from edl.api.framework import Group
 
 
 def _name_maps(model: paddle.nn.Layer) -> list[tuple[str, str]]:

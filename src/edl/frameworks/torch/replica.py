@@ -1,0 +1,140 @@
+"""A PyTorch replica: the model and its optimizer, built, stepped, snapshotted and restored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from edl.api.framework import Group, Snapshot
+from edl.frameworks import check_one_framework
+from edl.frameworks.buckets import Bucket
+from edl.frameworks.streaming import BucketedReplica
+from edl.frameworks.torch import state
+from edl.frameworks.torch.export import export_inference
+
+
+def _tensors(x: Any) -> tuple[torch.Tensor, ...]:
+    """The model's inputs: ``collate`` may give one array or a tuple of them."""
+    return tuple(torch.as_tensor(a) for a in x) if isinstance(x, tuple) else (torch.as_tensor(x),)
+
+
+class TorchReplica(BucketedReplica):
+    framework = "PyTorch"
+
+    def _build(self) -> None:
+        torch.manual_seed(self.seed)
+        np.random.seed(self.seed)
+        self.model = self.md.model()
+        self.opt = self.md.optimizer(self.model.parameters(), self.learning_rate)
+        check_one_framework(self.md, "torch", "optimizer()", self.opt)
+        self.model.train()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.sample_input: Any = None  # two rows of real input, for the export
+        for i, p in enumerate(self.params):
+            # After the step's gradient is accumulated into ``p.grad`` (a view of its bucket).
+            p.register_post_accumulate_grad_hook(lambda _p, i=i: self._grad_ready(i))
+
+    def set_parameters(self, params: dict[str, np.ndarray]) -> None:
+        state.set_parameters(self.model, params)
+
+    def warm_up(self, x: Any, y: np.ndarray) -> None:
+        """One forward/backward on real rows (allocations, the autograd graph's first build); the
+        gradients are dropped."""
+        self.sample_input = x[:2] if not isinstance(x, tuple) else tuple(a[:2] for a in x)
+        loss = self.md.loss(self.md.forward(self.model, *_tensors(x)), torch.as_tensor(y))
+        self.md.backward(loss)
+        self.opt.zero_grad(set_to_none=True)
+
+    def backward(self, x: Any, y: np.ndarray) -> float:
+        """Accumulate the batch's *summed* per-sample gradients; answers its loss sum.
+        What the user's code raises comes out as ``UserCodeError`` (``ModelDef``)."""
+        self._drop_unfinished_step()
+        loss = self.md.loss(self.md.forward(self.model, *_tensors(x)), torch.as_tensor(y))
+        count = len(y)
+        loss_sum = float(loss.detach()) * count
+        self.md.backward(loss * count)
+        return loss_sum
+
+    # ------------------------------------------------------------ gradient buckets
+    # Autograd accumulates into an existing ``p.grad`` in place, so once a gradient is a view of its
+    # bucket it stays one; the first backward (no gradient yet) hands over a tensor of its own,
+    # which is copied into its place once.
+    def _param_layout(self) -> list[tuple[int, str]]:
+        return [(p.numel(), str(p.dtype).removeprefix("torch.")) for p in self.params]
+
+    def _new_flat(self, numel: int, dtype: str) -> torch.Tensor:
+        device = self.params[0].device if self.params else torch.device("cpu")
+        return torch.zeros(numel, dtype=getattr(torch, dtype), device=device)
+
+    def _pack(self, b: Bucket, flat: torch.Tensor) -> None:
+        for i, n, at in zip(b.params, b.sizes, b.offsets):
+            p = self.params[i]
+            place = flat[at : at + n].view_as(p)
+            g = p.grad
+            if g is not None and g.data_ptr() == place.data_ptr():
+                continue  # already a view of its place: backward summed into the bucket
+            if g is None:  # no data this step, or a parameter the batch did not touch
+                place.zero_()
+            else:
+                place.copy_(g)
+            p.grad = place
+
+    def _put_slots(self, flat: torch.Tensor, at: int, slots: np.ndarray) -> None:
+        flat[at:].copy_(torch.from_numpy(np.ascontiguousarray(slots, dtype=np.float32)))
+
+    def _get_slots(self, flat: torch.Tensor, at: int) -> np.ndarray:
+        return flat[at:].cpu().numpy().copy()  # type: ignore[no-any-return]
+
+    def _apply_mean(self, flats: list[torch.Tensor], samples: int) -> None:
+        with torch.no_grad():
+            for flat in flats:
+                flat.mul_(1.0 / samples)  # summed per-sample gradients -> the mean
+        self.opt.step()
+
+    def _zero_grads(self) -> None:
+        if not self._flats:
+            self.opt.zero_grad(set_to_none=True)
+            return
+        storages = {f.untyped_storage().data_ptr() for _, f in self._flats}
+        for _, flat in self._flats:
+            flat.zero_()
+        for p in self.params:  # any gradient outside the buckets is dropped
+            if p.grad is not None and p.grad.untyped_storage().data_ptr() not in storages:
+                p.grad = None
+
+    def _release_grads(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    # ------------------------------------------------------------ state and the model out
+    def broadcast(self, group: Group, step: int) -> int:
+        return state.broadcast_state(group, self.model, self.opt, step)
+
+    def snapshot(self) -> Snapshot:
+        return state.snapshot(self.model, self.opt)
+
+    def restore(self, params: dict[str, np.ndarray], opt_arrays: dict[str, np.ndarray], extra: dict) -> None:
+        state.restore(self.model, self.opt, params, opt_arrays, extra)
+        self.trained = True
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        return state.parameters(self.model)
+
+    def export(self, out: Path) -> str | None:
+        assert self.sample_input is not None, "warm_up() gives the export its sample input"
+        return export_inference(self.model, self.sample_input, out)
+
+    def evaluate(self, x: Any, y: np.ndarray, batch: int = 1024) -> tuple[float, np.ndarray]:
+        self.model.eval()
+        parts = x if isinstance(x, tuple) else (x,)
+        try:
+            with torch.no_grad():
+                out = torch.cat([self.md.forward(self.model, *_tensors(tuple(a[i : i + batch] for a in parts)))
+                                 for i in range(0, len(y), batch)])
+                loss = float(self.md.loss(out, torch.as_tensor(y)))
+        finally:
+            self.model.train()
+        return loss, out.cpu().numpy()
