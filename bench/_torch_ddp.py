@@ -31,6 +31,8 @@ def main() -> None:
     p.add_argument("--workdir", required=True)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--steps", type=int, default=100000)
+    p.add_argument("--snapshot-every", type=int, default=20, help="steps between snapshots; 0: none (throughput)")
+    p.add_argument("--progress", help="rank 0 writes its step count here after every step (throughput.py)")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -56,7 +58,8 @@ def main() -> None:
     x, y = load(Path(a.data))
     x, y = torch.from_numpy(x[rank::world]), torch.from_numpy(y[rank::world])
     b = a.batch_size
-    log = (work / "steps.log").open("a", buffering=1) if rank == 0 else None
+    log = (work / "steps.log").open("a", buffering=1) if rank == 0 and not a.progress else None
+    progress = open(a.progress, "w") if rank == 0 and a.progress else None
     agent = os.getppid()
     while step < a.steps and os.getppid() == agent:  # torchrun's agent gone (the bench killed it): stop
         lo = (step * b) % (len(x) - b)
@@ -65,12 +68,16 @@ def main() -> None:
         loss.backward()
         opt.step()
         step += 1
+        if progress is not None:
+            progress.seek(0)
+            progress.write(f"{step:12d}")
+            progress.flush()
         if log:
             log.write(f"{step} {time.time()} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}\n")
-            if step % 20 == 0:
-                tmp = work / "snapshot.tmp"
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
-                os.replace(tmp, snap)
+        if rank == 0 and a.snapshot_every and step % a.snapshot_every == 0:
+            tmp = work / "snapshot.tmp"
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+            os.replace(tmp, snap)
     dist.destroy_process_group()
 
 

@@ -1,8 +1,8 @@
 """Failure recovery, case by case, against torchrun's restart-all elasticity.
 
-    python bench/recovery.py [--sizes 2 3 4] [--batch-size 64] [--rounds 3]
+    python bench/recovery.py [--framework paddle|torch] [--sizes 2 3 4] [--batch-size 64] [--rounds 3]
 
-1. edl, edl.zoo.mlp, one job per group size n (``--trainers n``): each rank in turn is
+1. edl, edl.zoo.mlp (``--framework torch``: edl.zoo.torch.mlp, the same network), one job per group size n (``--trainers n``): each rank in turn is
    SIGKILLed (the launcher starts a replacement, which joins before the next case); then rank 0
    and the last rank in turn are stopped with SIGSTOP (a trainer that hangs without dying), woken
    with SIGCONT once the others went on, and must leave on its own.
@@ -20,7 +20,7 @@
 3. torchrun --standalone --nproc_per_node 2 (restart-all) with the same MLP in DDP: SIGKILL one
    worker; time from the kill to the next completed step after the restart. torch is in the
    optional ``bench`` extra; without it the column reads "not installed".
-Prints a table and writes bench/results/recovery.json.
+Prints a table and writes bench/results/recovery.json (recovery_torch.json for PyTorch).
 """
 
 from __future__ import annotations
@@ -89,11 +89,15 @@ def one_case(job: EdlJob, n: int, rank: int, kind: str, st: dict) -> tuple[dict,
     return case, st
 
 
+MODELS = {"paddle": "edl.zoo.mlp", "torch": "edl.zoo.torch.mlp"}
+MODEL = MODELS["paddle"]  # --framework sets it
+
+
 def edl_cases(tmp: Path, data: Path, batch: int, sizes: list[int], console: Console) -> list[dict]:
     cases: list[dict] = []
     for n in sizes:
         job = EdlJob(f"recovery-{n}", [
-            "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
+            "--model-def", MODEL, "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
             "--min-trainers", "1", "--max-trainers", str(n), "--trainers", str(n),
             "--checkpoint-uri", str(tmp / f"ckpt-{n}"), "--checkpoint-interval", "1e9",
             "--max-trainer-failures", "100",  # every killed trainer and every woken one counts
@@ -125,7 +129,7 @@ def graceful_pauses(tmp: Path, data: Path, batch: int, rounds: int, largest: int
     through a prepared generation (else stop at a boundary, ``EDL_PREPARED_CHANGES=0``)."""
     name = "graceful" if prepared else "graceful-stop"
     job = EdlJob(name, [
-        "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
+        "--model-def", MODEL, "--data", str(data), "--epochs", "1000", "--batch-size", str(batch),
         "--min-trainers", "1", "--max-trainers", str(largest), "--trainers", "1",
         "--checkpoint-uri", str(tmp / f"ckpt-{name}"), "--checkpoint-interval", "1e9",
     ], tmp / f"home-{name}", tmp / f"edl-{name}.log", env={"EDL_PREPARED_CHANGES": "1" if prepared else "0"})
@@ -215,6 +219,8 @@ def torchrun_recovery(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description="edl failure recovery per case vs torchrun")
+    p.add_argument("--framework", choices=sorted(MODELS), default="paddle",
+                   help="the trainers' framework: edl.zoo.mlp or edl.zoo.torch.mlp (default paddle)")
     p.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4], help="group sizes (default 2 3 4)")
     p.add_argument("--batch-size", type=int, default=64, help="records per trainer per step (default 64)")
     p.add_argument("--rounds", type=int, default=3, help="graceful changes and torchrun kills (default 3)")
@@ -224,6 +230,8 @@ def main() -> int:
     console = Console(width=150)
     p.add_argument("--keep", action="store_true", help="keep the jobs' directories (logs) for a look afterwards")
     a = p.parse_args()
+    global MODEL
+    MODEL = MODELS[a.framework]
     workdir = (contextlib.nullcontext(tempfile.mkdtemp(prefix="edl-bench-")) if a.keep
                else tempfile.TemporaryDirectory(prefix="edl-bench-"))
     with workdir as d:
@@ -249,7 +257,8 @@ def main() -> int:
     kills = [c for c in cases if c["fault"] == "sigkill"]
     stops = [c for c in cases if c["fault"] == "sigstop"]
     result = {
-        "model": "mlp 256-1024-1024-1024-10", "batch_per_trainer": a.batch_size, "sizes": a.sizes,
+        "framework": a.framework, "model": f"{MODEL}: mlp 256-1024-1024-1024-10", "batch_per_trainer": a.batch_size,
+        "sizes": a.sizes,
         "command": "python bench/recovery.py " + " ".join(sys.argv[1:]),
         "cases": cases, "graceful": graceful, "graceful_stop": graceful_stop,
         "torchrun": tr if tr is not None else "not installed",
@@ -267,7 +276,8 @@ def main() -> int:
         },
         "torchrun_kill_to_next_step_s": torch_s,
     }
-    path = write_result("recovery_graceful" if a.skip_faults else "recovery", result)  # keeps the faults' figures
+    name = "recovery_graceful" if a.skip_faults else "recovery"  # keeps the faults' figures
+    path = write_result(name if a.framework == "paddle" else f"{name}_torch", result)
     t = Table(title="trainer faults, one row per case (seconds; target: SIGKILL pause ≤ 1, hang excluded ≤ 10)")
     for col in ("fault", "n", "rank", "pause", "fault → next step", "excluded after", "rolled back",
                 "survivors kept", "woken left", "torchrun (restart-all)"):

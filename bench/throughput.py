@@ -1,10 +1,11 @@
-"""Steady-state throughput: edl with 2 trainers vs plain Paddle DataParallel, and the cost of checkpoints.
+"""Steady-state throughput: edl with 2 trainers vs the framework's own data parallelism, and the cost of checkpoints.
 
-    python bench/throughput.py [--rounds 14] [--window 5]
+    python bench/throughput.py [--framework paddle|torch] [--rounds 14] [--window 5]
 
-Three contenders run at once on the same model (edl.zoo.mlp), batch per trainer
-and data: ``paddle.distributed.launch --nproc_per_node 2`` with
-``paddle.DataParallel``; ``edl train`` with 2 trainers and no checkpoints;
+Three contenders run at once on the same model (edl.zoo.mlp, or edl.zoo.torch.mlp), batch per
+trainer and data: the peer (``paddle.distributed.launch --nproc_per_node 2`` with
+``paddle.DataParallel``, or ``torchrun --nproc_per_node 2`` with ``DistributedDataParallel``, one
+thread per worker as torchrun sets it); ``edl train`` with 2 trainers and no checkpoints;
 ``edl train`` with a checkpoint every 30 s. Only one runs at a time: the others
 are frozen with SIGSTOP, and the contenders take turns in short windows for
 several rounds. So all three see the same machine
@@ -19,7 +20,7 @@ With ``--compare-src DIR`` the checkpointing run is replaced by the same edl job
 imported from DIR (another version's ``src``): an A/B of two versions, written to
 bench/results/throughput_ab.json. The table also gives each contender's CPU per
 step, in its training processes and in the rest (launcher, master).
-Prints a table and writes bench/results/throughput.json.
+Prints a table and writes bench/results/throughput.json (throughput_torch.json for PyTorch).
 """
 
 from __future__ import annotations
@@ -140,7 +141,10 @@ class Contender:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description="edl vs Paddle DataParallel throughput (interleaved)")
+    p = argparse.ArgumentParser(description="edl vs the framework's data parallelism: throughput (interleaved)")
+    p.add_argument("--framework", choices=("paddle", "torch"), default="paddle",
+                   help="paddle: edl.zoo.mlp against paddle.DataParallel; torch: edl.zoo.torch.mlp against "
+                        "DistributedDataParallel under torchrun (default paddle)")
     p.add_argument("--rounds", type=int, default=14, help="turns per contender (default 14)")
     p.add_argument("--window", type=float, default=5.0,
                    help="seconds measured per turn (default 5; a turn also waits about a second for the count to "
@@ -164,9 +168,16 @@ def main() -> int:
         step_samples = a.batch_size * 2
         try:
             progress = tmp / "dp-progress"
-            dp = subprocess.Popen([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
-                                   "--log_dir", str(tmp / "dp-logs"), str(ROOT / "bench" / "_paddle_dp.py"),
-                                   "--data", str(data), "--batch-size", str(a.batch_size), "--progress", str(progress)],
+            if a.framework == "torch":
+                peer_name, model_def = "torch DDP (torchrun)", "edl.zoo.torch.mlp"
+                cmd = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                       str(ROOT / "bench" / "_torch_ddp.py"), "--workdir", str(tmp), "--snapshot-every", "0"]
+            else:
+                peer_name, model_def = "paddle.DataParallel", "edl.zoo.mlp"
+                cmd = ["-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(tmp / "dp-logs"),
+                       str(ROOT / "bench" / "_paddle_dp.py")]
+            dp = subprocess.Popen([sys.executable, *cmd, "--data", str(data), "--batch-size", str(a.batch_size),
+                                   "--progress", str(progress)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             procs.append(dp)
 
@@ -176,7 +187,7 @@ def main() -> int:
                 except (OSError, ValueError):
                     return 0
 
-            contenders = [Contender("paddle.DataParallel", dp.pid, dp_steps, step_samples)]
+            contenders = [Contender(peer_name, dp.pid, dp_steps, step_samples)]
             runs = [("edl", "1e9", None), ("edl + checkpoint every 30 s", "30", None)]
             if a.compare_src:  # in place of the checkpointing run: the same job from another tree's edl
                 runs[1] = (f"edl from {a.compare_src}", "1e9", a.compare_src)
@@ -184,7 +195,7 @@ def main() -> int:
                 if src:
                     os.environ["PYTHONPATH"] = src  # before the venv's own edl, for the job's every process
                 job = EdlJob(f"tp-{len(jobs)}", [
-                    "--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", "1000",
+                    "--model-def", model_def, "--data", str(data), "--epochs", "1000",
                     "--batch-size", str(a.batch_size), "--min-trainers", "2", "--max-trainers", "2",
                     "--trainers", "2", "--checkpoint-uri", str(tmp / f"ckpt-{len(jobs)}"),
                     "--checkpoint-interval", interval, "--rows-per-task", str(a.batch_size * 8),
@@ -224,10 +235,13 @@ def main() -> int:
     per_round = [e / d for e, d in zip(edl_c.rates, dp_c.rates)]
     ck_round = [k / e for k, e in zip(ck_c.rates, edl_c.rates)]
     result = {
-        "model": "edl.zoo.mlp (256-1024-1024-1024-10)", "batch_per_trainer": a.batch_size, "trainers": 2,
+        "framework": a.framework, "peer": peer_name,
+        "model": f"{model_def} (256-1024-1024-1024-10)", "batch_per_trainer": a.batch_size, "trainers": 2,
         "rounds": a.rounds, "window_s": a.window,
         "samples_per_s": {c.name: c.rates for c in contenders},
         "mean_samples_per_s": {c.name: statistics.mean(c.rates) for c in contenders},
+        "edl_over_peer": statistics.mean(edl_c.rates) / statistics.mean(dp_c.rates),
+        "edl_over_peer_median_round": statistics.median(per_round),
         "edl_over_paddle_dp": statistics.mean(edl_c.rates) / statistics.mean(dp_c.rates),
         "edl_over_paddle_dp_per_round": per_round,
         "edl_over_paddle_dp_median_round": statistics.median(per_round),
@@ -243,11 +257,12 @@ def main() -> int:
         "cpu_ms_per_step": {c.name: {k: 1e3 * v / max(c.steps, 1) for k, v in c.cpu.items()} for c in contenders},
         "cpu_count": os.cpu_count(),
     }
-    path = write_result("throughput_ab" if a.compare_src else "throughput", result)
+    name = "throughput_ab" if a.compare_src else "throughput"
+    path = write_result(name if a.framework == "paddle" else f"{name}_torch", result)
     t = Table(title=f"steady-state throughput, 2 trainers, {a.rounds} interleaved rounds of {a.window:.0f} s")
     t.add_column("run")
     t.add_column("samples/s (mean)", justify="right")
-    t.add_column("ratio to Paddle DP", justify="right")
+    t.add_column(f"ratio to {peer_name}", justify="right")
     t.add_column("CPU ms/step: workers", justify="right")
     t.add_column("others", justify="right")
     base = statistics.mean(dp_c.rates)
@@ -263,7 +278,7 @@ def main() -> int:
                       f"{result['compare_over_paddle_dp_median_round']:.3f}; written to {path}")
         return 0
     console.print(
-        f"edl / Paddle DP = {result['edl_over_paddle_dp']:.3f} (per round {min(per_round):.3f}..{max(per_round):.3f}, "
+        f"edl / {peer_name} = {result['edl_over_paddle_dp']:.3f} (per round {min(per_round):.3f}..{max(per_round):.3f}, "
         f"median {statistics.median(per_round):.3f}; "
         f"target ≥ 1.00); checkpoint every 30 s costs {100 * result['checkpoint_cost']:.1f} % "
         f"(per round {100 * (1 - max(ck_round)):.1f}..{100 * (1 - min(ck_round)):.1f} %; target ≤ 3 %; "

@@ -49,17 +49,17 @@ def test_images_install_the_extras_pyproject_declares(dockerfile):
     for group in re.findall(r'"\.\[([a-z,-]+)\]"', text):
         extras |= set(group.split(","))
     assert extras and extras <= set(PYPROJECT["project"]["optional-dependencies"])
-    want = {"runtime": {"pipeline"}, "trainer-cpu": {"trainer", "pipeline"},
-            "trainer-gpu": {"trainer-gpu", "pipeline"}}[dockerfile.parent.name]
+    want = {"runtime": {"pipeline"}, "trainer-cpu": {"paddle", "pipeline"},
+            "trainer-gpu": {"paddle-gpu", "pipeline"}}[dockerfile.parent.name]
     assert extras == want
 
 
 def test_the_gpu_image_pins_the_same_paddle_as_pyproject():
-    pinned = next(d for d in PYPROJECT["project"]["optional-dependencies"]["trainer"] if d.startswith("paddlepaddle"))
+    pinned = next(d for d in PYPROJECT["project"]["optional-dependencies"]["paddle"] if d.startswith("paddlepaddle"))
     version = pinned.split("==")[1]
     assert f"paddlepaddle-gpu=={version}" in (REPO / "images" / "trainer-gpu" / "Dockerfile").read_text()
-    gpu_extra = PYPROJECT["project"]["optional-dependencies"]["trainer-gpu"]
-    trainer_extra = PYPROJECT["project"]["optional-dependencies"]["trainer"]
+    gpu_extra = PYPROJECT["project"]["optional-dependencies"]["paddle-gpu"]
+    trainer_extra = PYPROJECT["project"]["optional-dependencies"]["paddle"]
     assert set(gpu_extra) == {d for d in trainer_extra if not d.startswith("paddlepaddle")}
 
 

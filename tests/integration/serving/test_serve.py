@@ -20,21 +20,31 @@ pytestmark = pytest.mark.timeout(300)
 READY_TIMEOUT_S = 150  # kserve and onnxruntime import slowly on a loaded 2-core machine
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> tuple[Path, object]:
-    """A digits model written by the trainer's own export (Paddle and ONNX), and the Paddle model."""
-    import paddle
+DIGITS = {"paddle": "edl.zoo.digits", "torch": "edl.zoo.torch.digits"}
 
+
+def _export(framework: str, root: Path) -> tuple[Path, object]:
+    """A digits model written by the trainer's own export (the framework's and ONNX), and a function
+    of a batch giving the framework's own outputs."""
+    from edl.frameworks import load
+    from edl.modeldef import load_model_def
     from edl.storage.store import open_store
     from edl.trainer.export import export_model
-    from edl.zoo import digits
 
-    paddle.seed(3)
-    model = digits.model()
-    root = tmp_path_factory.mktemp("exported")
-    export_model(model, np.zeros((1, 64), np.float32), open_store(str(root)))
-    model.eval()
-    return root / "model", model
+    replica = load(framework).replica(load_model_def(DIGITS[framework]), 3, 0.01, None)
+    replica.warm_up(np.zeros((2, 64), np.float32), np.zeros(2, np.int64))
+    export_model(replica, open_store(str(root)))
+    return root / "model", lambda x: replica.evaluate(x, np.zeros(len(x), np.int64))[1]
+
+
+@pytest.fixture(scope="module", params=sorted(DIGITS))
+def exported(request, tmp_path_factory) -> tuple[Path, object]:
+    return _export(request.param, tmp_path_factory.mktemp("exported"))
+
+
+@pytest.fixture(scope="module")
+def exported_paddle(tmp_path_factory) -> tuple[Path, object]:
+    return _export("paddle", tmp_path_factory.mktemp("exported"))
 
 
 class Server:
@@ -87,13 +97,11 @@ def _request(x: np.ndarray, name: str = "x", datatype: str = "FP32", shape: list
                                     "data": x.flatten().tolist()}]}
 
 
-def test_serve_answers_ready_metadata_and_infer_like_paddle_and_rejects_bad_requests(exported, digits, serve):
-    import paddle
-
+def test_serve_answers_ready_metadata_and_infer_like_the_framework_and_rejects_bad_requests(exported, digits, serve):
     from edl.data.dataset import Dataset, resolve_splits
-    from edl.zoo._classifier import collate
+    from edl.zoo.collate import collate
 
-    model_dir, paddle_model = exported
+    model_dir, own_outputs = exported
     server = serve(f"file://{model_dir}", "digits")
     server.wait_ready("digits")
     x, _ = collate(Dataset(resolve_splits(str(digits))[1], "held-out").read_all())
@@ -108,7 +116,7 @@ def test_serve_answers_ready_metadata_and_infer_like_paddle_and_rejects_bad_requ
     (out,) = body["outputs"]
     assert out["datatype"] == "FP32" and out["shape"] == [5, 10]
     served = np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
-    np.testing.assert_allclose(served, paddle_model(paddle.to_tensor(x)).numpy(), atol=1e-5)
+    np.testing.assert_allclose(served, own_outputs(x), atol=1e-5)
 
     bad = {
         "shape": _request(x[:, :10]),  # 10 features, the model takes 64
@@ -140,10 +148,10 @@ def test_serve_answers_ready_metadata_and_infer_like_paddle_and_rejects_bad_requ
     assert "Traceback" not in server.output(), server.output()
 
 
-def test_serve_from_s3_under_the_default_name(exported, s3, serve):
+def test_serve_from_s3_under_the_default_name(exported_paddle, s3, serve):
     from edl.storage.store import open_store
 
-    model_dir, _ = exported
+    model_dir, _ = exported_paddle
     store = open_store("s3://models/digits/model")
     store.check()
     for f in model_dir.iterdir():

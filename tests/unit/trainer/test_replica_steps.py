@@ -162,3 +162,12 @@ def test_a_snapshot_of_another_model_does_not_restore(framework):
     params, opt_arrays, extra = r.snapshot()
     with pytest.raises(ValueError, match="does not match"):
         r.restore({k: v[..., :1] for k, v in params.items()}, opt_arrays, extra)
+
+
+def test_a_rebuilt_replica_still_exports(framework, tmp_path):
+    """A trainer that loads a checkpoint rebuilds its replica: the export's sample input survives it."""
+    r = _replica(framework)
+    r.warm_up(*_batches(1, rows=4)[0])
+    r.build()
+    assert r.export(tmp_path) is None
+    assert (tmp_path / "model.onnx").is_file()

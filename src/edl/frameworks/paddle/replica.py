@@ -28,6 +28,7 @@ def _tensors(x: Any) -> tuple[paddle.Tensor, ...]:
 
 class PaddleReplica(BucketedReplica):
     framework = "PaddlePaddle"
+    sample_input: Any = None  # one row of real input, for the export's input spec (kept across rebuilds)
 
     def _build(self) -> None:
         paddle.seed(self.seed)
@@ -36,7 +37,6 @@ class PaddleReplica(BucketedReplica):
         self.opt = self.md.optimizer(self.model.parameters(), self.learning_rate)
         check_one_framework(self.md, "paddle", "optimizer()", self.opt)
         self.params = [p for p in self.model.parameters() if not p.stop_gradient]
-        self.sample_input: Any = None  # one row of real input, for the export's input spec
         for i, p in enumerate(self.params):
             p._register_backward_hook(partial(self._grad_ready, i))  # after its gradient is accumulated
 

@@ -9,7 +9,12 @@ export keeps the other (and ``params.npz``), and the log says why in one line.
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,22 @@ OPSET = 17
 
 def _why(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+
+
+@contextmanager
+def _stdout_dropped() -> Iterator[None]:
+    """File descriptor 1 into a scratch file for the duration: the TorchScript exporter prints the whole
+    graph to it from C++ when it meets an operator it cannot convert (our one log line says why)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as scratch:
+        os.dup2(scratch.fileno(), 1)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def export_inference(model: torch.nn.Module, sample_input: Any, out: Path) -> str | None:
@@ -44,9 +65,10 @@ def export_inference(model: torch.nn.Module, sample_input: Any, out: Path) -> st
             except Exception as e:  # noqa: BLE001 - the exporter raises whatever the model's code does
                 log.warning("no %s export (params.npz stands): %s", PROGRAM_FILE, _why(e))
             try:
-                torch.onnx.export(model, inputs, str(out / ONNX_FILE), dynamo=False, input_names=names,
-                                  output_names=["y"], opset_version=OPSET,
-                                  dynamic_axes={**{n: {0: "batch"} for n in names}, "y": {0: "batch"}})
+                with _stdout_dropped():
+                    torch.onnx.export(model, inputs, str(out / ONNX_FILE), dynamo=False, input_names=names,
+                                      output_names=["y"], opset_version=OPSET,
+                                      dynamic_axes={**{n: {0: "batch"} for n in names}, "y": {0: "batch"}})
                 import onnx
 
                 onnx.checker.check_model(onnx.load(str(out / ONNX_FILE)), full_check=True)

@@ -23,6 +23,7 @@ def _tensors(x: Any) -> tuple[torch.Tensor, ...]:
 
 class TorchReplica(BucketedReplica):
     framework = "PyTorch"
+    sample_input: Any = None  # two rows of real input, for the export (kept across rebuilds)
 
     def _build(self) -> None:
         torch.manual_seed(self.seed)
@@ -32,7 +33,6 @@ class TorchReplica(BucketedReplica):
         check_one_framework(self.md, "torch", "optimizer()", self.opt)
         self.model.train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.sample_input: Any = None  # two rows of real input, for the export
         for i, p in enumerate(self.params):
             # After the step's gradient is accumulated into ``p.grad`` (a view of its bucket).
             p.register_post_accumulate_grad_hook(lambda _p, i=i: self._grad_ready(i))
