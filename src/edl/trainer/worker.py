@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 import zlib
+from dataclasses import dataclass
 from typing import Callable
 
 from edl.api.data import Cursor, Task
@@ -37,17 +38,19 @@ from edl.api.master import (
     ResumeReport,
     Source,
     SyncReport,
+    TrainerLink,
     Unassigned,
     UserCodeFailure,
 )
+from edl.api.spec import JobSpec
 from edl.data.dataset import Dataset
 from edl.errors import Abandoned, CollectiveError, EdlError, TemporaryError, UserCodeError, UserError
 from edl.frameworks import framework_of, load
 from edl.master.client import HttpMaster, MasterUnavailable
-from edl.modeldef import load_model_def
+from edl.modeldef import ModelDef, load_model_def
 from edl.net import free_port
 from edl.storage.checkpoint import FINAL, CheckpointStore
-from edl.storage.store import open_store
+from edl.storage.store import ObjectStore, open_store
 from edl.trainer.audit import AuditLog
 from edl.trainer.checkpoints import Checkpointer
 from edl.trainer.collective import Runner
@@ -68,47 +71,71 @@ EXIT_OK, EXIT_FAILED, EXIT_EXCLUDED = 0, 1, 3
 PREPARED_WAIT_S = 30.0
 
 
+@dataclass(frozen=True)
+class Links:
+    """The trainer's links to its master, one per patience: how long each call waits out a master that is away."""
+
+    loop: TrainerLink  # the loop's calls: retried while the master restarts
+    once: TrainerLink  # reports that may be lost (tried once)
+    joining: TrainerLink  # registering: waits as long as a trainer ever waits for its master
+    prepare: TrainerLink  # the preparation thread's
+    heartbeat: TrainerLink
+    prefetch: TrainerLink
+    checkpoints: Callable[[], TrainerLink]  # opened on the checkpoint writer's thread
+
+    @classmethod
+    def http(cls, master: str, token: str, master_lost_s: float) -> Links:
+        return cls(loop=HttpMaster(master, token), once=HttpMaster(master, token, give_up_s=0.0),
+                   joining=HttpMaster(master, token, give_up_s=master_lost_s),
+                   prepare=HttpMaster(master, token, give_up_s=5.0),
+                   heartbeat=HttpMaster(master, token, timeout_s=10, give_up_s=0.0),
+                   prefetch=HttpMaster(master, token, timeout_s=10, give_up_s=0.0),
+                   checkpoints=lambda: HttpMaster(master, token, give_up_s=120))
+
+
 class Trainer:
-    def __init__(self, trainer_id: str, master: str, token: str, host: str, backend: str = "gloo", collective_deadline_s: float = COLLECTIVE_DEADLINE_S,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 framework: Framework | None = None) -> None:
+    """One trainer's loop. Its parts come from the caller (``build_trainer`` puts the real ones together):
+    the job's spec, the model definition and its framework, the links to the master, the data set and
+    the job's store."""
+
+    def __init__(self, trainer_id: str, host: str, spec: JobSpec, md: ModelDef, framework: Framework, links: Links,
+                 dataset: Dataset, job_store: ObjectStore, *, master_addr: str = "", backend: str = "gloo",
+                 collective_deadline_s: float = COLLECTIVE_DEADLINE_S, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, exit_process: Callable[[int], None] = os._exit) -> None:
         self.id = trainer_id
-        self.master_addr = master
+        self.master_addr = master_addr
         self.host = host
         self.backend = backend
         self.clock = clock
         self.sleep = sleep
-        self.client = HttpMaster(master, token)
-        self.client_once = HttpMaster(master, token, give_up_s=0.0)  # for reports that may be lost
-        # Joining waits for the master as long as a trainer ever does (``MasterUnavailable`` after: leave).
-        self.spec = HttpMaster(master, token, give_up_s=MASTER_LOST_S).spec()
-        self.master_lost_s = master_lost_after_s(self.spec.launcher_timeout_s)
-        self.client_joining = HttpMaster(master, token, give_up_s=self.master_lost_s)
-        self.md = load_model_def(self.spec.model_def)
-        self.framework = framework or load(framework_of(self.md))
-        warm = read_warm_start(self.spec.init_model) if self.spec.init_model else None
-        self.replica = self.framework.replica(self.md, self.spec.seed, self.spec.learning_rate, warm)
-        self.dataset = Dataset(self.spec.data)
-        job_store = open_store(self.spec.checkpoint_uri, "--checkpoint-uri")
-        ckpts = CheckpointStore(job_store, self.spec.keep_checkpoints)
-        self.checkpoints = Checkpointer(ckpts, lambda: HttpMaster(master, token, give_up_s=120), trainer_id,
-                                        self.spec.model_def, clock)
+        self.spec = spec
+        self.master_lost_s = master_lost_after_s(spec.launcher_timeout_s)
+        self.client = links.loop
+        self.client_once = links.once
+        self.client_joining = links.joining
+        self.client_prepare = links.prepare  # the preparation thread's
+        self.md = md
+        self.framework = framework
+        warm = read_warm_start(spec.init_model) if spec.init_model else None
+        self.replica = framework.replica(md, spec.seed, spec.learning_rate, warm)
+        self.dataset = dataset
+        ckpts = CheckpointStore(job_store, spec.keep_checkpoints)
+        self.checkpoints = Checkpointer(ckpts, links.checkpoints, trainer_id, spec.model_def, clock)
         self.progress = Progress()
         self.control = Control()
-        self.prefetch = Prefetcher(HttpMaster(master, token, timeout_s=10, give_up_s=0.0), trainer_id, TaskBuffer(),
-                                   self.spec.batch_size, self.progress, warm=self._read_ahead)
-        self.heartbeat = Heartbeat(HttpMaster(master, token, timeout_s=10, give_up_s=0.0), trainer_id, self.progress,
-                                   self.control, on_stuck=lambda: os._exit(EXIT_EXCLUDED),
-                                   deadline_s=collective_deadline_s, clock=clock,
+        self.prefetch = Prefetcher(links.prefetch, trainer_id, TaskBuffer(), spec.batch_size, self.progress,
+                                   warm=self._read_ahead)
+        self.heartbeat = Heartbeat(links.heartbeat, trainer_id, self.progress, self.control,
+                                   on_stuck=lambda: exit_process(EXIT_EXCLUDED), deadline_s=collective_deadline_s,
+                                   clock=clock,
                                    # Nobody is left to replace it or wait for it: end cleanly.
-                                   on_master_lost=lambda: os._exit(EXIT_OK), master_lost_s=self.master_lost_s,
+                                   on_master_lost=lambda: exit_process(EXIT_OK), master_lost_s=self.master_lost_s,
                                    on_answer=self._on_answer)
         self.progress.store_port = free_port(host)
         # The next generation of a graceful change, its group formed on a thread of its own.
         self.preparation = Preparation(trainer_id, self._form_prepared)
-        self.client_prepare = HttpMaster(master, token, give_up_s=5.0)  # that thread's
         self.runner = Runner()  # the collectives run there, so that an aborted generation is left at once
-        self.audit = AuditLog(job_store, trainer_id) if self.spec.audit else None  # under the checkpoints
+        self.audit = AuditLog(job_store, trainer_id) if spec.audit else None  # under the checkpoints
         self._alive = True
         self.flush_s = 60.0  # how long the end waits for rank 0's last checkpoint write
         # Where this trainer last stopped, for a restarted master to go on from (``ResumeReport``).
@@ -509,6 +536,20 @@ def _user_code_failed(trainer_id: str, master: str, token: str, e: UserCodeError
     return UserError(error) if error is not None else e
 
 
+def build_trainer(trainer_id: str, master: str, token: str, host: str, backend: str,
+                  collective_deadline_s: float = COLLECTIVE_DEADLINE_S) -> Trainer:
+    """A trainer of the job whose master is at ``master``, with the real parts: the job's spec from the
+    master (waited for as long as a trainer ever waits), the model definition and its framework, the
+    links over HTTP, the data set and the job's store."""
+    spec = HttpMaster(master, token, give_up_s=MASTER_LOST_S).spec()
+    md = load_model_def(spec.model_def)
+    framework = load(framework_of(md))
+    links = Links.http(master, token, master_lost_after_s(spec.launcher_timeout_s))
+    return Trainer(trainer_id, host, spec, md, framework, links, Dataset(spec.data),
+                   open_store(spec.checkpoint_uri, "--checkpoint-uri"), master_addr=master, backend=backend,
+                   collective_deadline_s=collective_deadline_s)
+
+
 def run_trainer(trainer_id: str, master: str, token: str, backend: str) -> int:
     host = os.environ.get("EDL_TRAINER_HOST") or socket.gethostbyname(socket.gethostname())
     if master.startswith(("127.", "localhost", "http://127.", "http://localhost")):
@@ -516,7 +557,7 @@ def run_trainer(trainer_id: str, master: str, token: str, backend: str) -> int:
     deadline_s = float(os.environ.get("EDL_COLLECTIVE_DEADLINE_S", str(COLLECTIVE_DEADLINE_S)))
     try:
         try:
-            trainer = Trainer(trainer_id, master, token, host, backend, collective_deadline_s=deadline_s)
+            trainer = build_trainer(trainer_id, master, token, host, backend, deadline_s)
         except UserError as e:
             # Tell the master so the job fails with the reason, not just an exit code.
             try:

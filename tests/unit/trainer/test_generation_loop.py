@@ -1,0 +1,256 @@
+"""The trainer's generation loop against fakes: a scripted master, a framework that counts, real data.
+
+``Trainer`` takes its parts from its caller, so the loop runs here in-process with no sockets and no
+framework: the master hands out one generation and the data set's tasks, the replica records what
+it was given, the group sums a world of one (or fails where told). What the loop reports, steps and
+writes is then checked against what the job must see.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edl.api.data import Cursor, Task
+from edl.api.master import (
+    Assignment,
+    HeartbeatAnswer,
+    JobStatus,
+    Next,
+    NoAssignment,
+    Registration,
+    Source,
+    SyncReport,
+    TrainerState,
+    Unassigned,
+)
+from edl.api.spec import JobSpec
+from edl.data.dataset import Dataset
+from edl.data.prepare import prepare_synthetic
+from edl.errors import CollectiveError
+from edl.modeldef import ModelDef
+from edl.storage.checkpoint import FINAL
+from edl.storage.store import open_store
+from edl.trainer.worker import EXIT_FAILED, EXIT_OK, Links, Trainer
+from edl.zoo.collate import collate
+
+pytestmark = pytest.mark.timeout(60)
+
+ROWS, BATCH = 120, 8
+
+
+class FakeMaster:
+    """A master for one trainer: one generation of world 1, the tasks in order, then the end."""
+
+    def __init__(self, tasks: list[Task], end: JobStatus = JobStatus.SUCCEEDED) -> None:
+        self.tasks = list(tasks)
+        self.end = end
+        self.assigned = False
+        self.syncs: list[SyncReport] = []
+        self.first_steps: list[int] = []
+        self.finished: tuple[int, str | None, dict] | None = None
+        self.cuts: list[int] = []
+        self.lock = threading.Lock()
+
+    def register(self, trainer, pid, host, store_port, resume=None) -> Registration:
+        return Registration("11", JobStatus.RUNNING)
+
+    def assignment(self, trainer, after, wait_s):
+        with self.lock:
+            if not self.assigned:
+                self.assigned = True
+                return Assignment(1, 0, 1, (trainer,), ("127.0.0.1", 1), 0, Source.INIT, None, None, (), 0, "11")
+            return NoAssignment(Unassigned.FINISHED, self.end if self.finished is None else JobStatus.SUCCEEDED)
+
+    def heartbeat(self, trainer, **kw) -> HeartbeatAnswer:
+        return HeartbeatAnswer("11", True, TrainerState.ACTIVE, 1, False, JobStatus.RUNNING, False)
+
+    def next_task(self, trainer, request_id, safe_cursor):
+        with self.lock:
+            return self.tasks.pop(0) if self.tasks else Next.FINISHED
+
+    def sync(self, report: SyncReport) -> None:
+        self.syncs.append(report)
+
+    def first_step(self, trainer, generation) -> None:
+        self.first_steps.append(generation)
+
+    def checkpoint_cut(self, generation, step, cursors) -> dict:
+        self.cuts.append(step)
+        return {"queue": []}
+
+    def checkpoint_committed(self, generation, step, uri, write_s) -> bool:
+        return True
+
+    def finish(self, step, final_model_uri, metrics) -> None:
+        self.finished = (step, final_model_uri, metrics)
+
+    def prepared_ready(self, trainer, generation) -> None:
+        raise AssertionError("no prepared generation in these scripts")
+
+    def task_failed(self, trainer, task_id, reason) -> None:
+        raise AssertionError(f"task {task_id} failed: {reason}")
+
+    def fail_job(self, message, user=False) -> None:
+        raise AssertionError(message)
+
+
+@dataclass
+class FakeGroup:
+    rank: int = 0
+    world: int = 1
+    fail: bool = False  # the next all-reduce raises, as when a peer died
+
+    def all_reduce_sum(self, t: Any) -> None:
+        if self.fail:
+            raise CollectiveError("all-reduce failed: Connection closed by peer")
+
+    def broadcast(self, t: Any, src: int = 0) -> None:
+        pass
+
+    def abandon(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeReplica:
+    """Counts rows and steps; its only parameter holds the number of steps applied."""
+
+    batches: list[np.ndarray] = field(default_factory=list)  # the ``x`` of every backward
+    applied: list[int] = field(default_factory=list)  # samples per end_step
+    dropped: int = 0
+    trained: bool = False
+    steps: int = 0
+    fail_at_batch: int | None = None  # the all-reduce of this batch (counting from 1) fails
+
+    def build(self) -> None:
+        pass
+
+    def warm_up(self, x, y) -> None:
+        pass
+
+    def backward(self, x, y) -> float:
+        self.batches.append(x)
+        return float(len(y))
+
+    def begin_step(self, group, slots, submit) -> None:
+        pass
+
+    def reduce_rest(self, group, slots, submit) -> Future:
+        group.fail = len(self.batches) == self.fail_at_batch  # this step's batch is that one
+
+        def last() -> np.ndarray:
+            group.all_reduce_sum(slots)
+            return slots  # a world of one: the sum is its own slots
+
+        return submit(last)
+
+    def end_step(self, samples: int) -> None:
+        if self.fail_at_batch == len(self.batches):
+            self.fail_at_batch = None  # an idle step after the batch must not fail again
+        self.applied.append(samples)
+        if samples:
+            self.steps += 1
+            self.trained = True
+
+    def drop_grads(self) -> None:
+        self.dropped += 1
+
+    def broadcast(self, group, step) -> int:
+        return step
+
+    def snapshot(self):
+        return {"w": np.array([self.steps], np.float32)}, {}, {}
+
+    def restore(self, params, opt_arrays, extra) -> None:
+        self.steps = int(params["w"][0])
+
+    def parameters(self):
+        return {"w": np.array([self.steps], np.float32)}
+
+    def set_parameters(self, params) -> None:
+        self.steps = int(params["w"][0])
+
+    def export(self, out: Path) -> str | None:
+        (out / "model.onnx").write_bytes(b"onnx")
+        return None
+
+    def evaluate(self, x, y):
+        return 0.5, np.zeros((len(y), 2), np.float32)
+
+
+@dataclass
+class FakeFramework:
+    replica_: FakeReplica
+    group_: FakeGroup
+    name: str = "fake"
+    extra: str = "fake"
+
+    def replica(self, md, seed, learning_rate, init_params, bucket_bytes=None, first_bytes=None) -> FakeReplica:
+        return self.replica_
+
+    def group(self, host, port, rank, world, group_id, backend, timeout_s=10) -> FakeGroup:
+        return self.group_
+
+
+def _trainer(tmp_path: Path, master: FakeMaster, fail_at_batch: int | None = None
+             ) -> tuple[Trainer, FakeReplica, list[int]]:
+    data = tmp_path / "data"
+    prepare_synthetic(str(data), ROWS + ROWS // 9, 4, 2, shards=1)  # a tenth held out: ROWS for training
+    spec = JobSpec("loop", "fake", str(data / "train"), 1, BATCH, 1, 1, 1, str(tmp_path / "ckpt"),
+                   eval_data=str(data / "test"), checkpoint_interval_s=1e9)
+    md = ModelDef("fake", None, lambda: None, lambda o, y: None, lambda p, lr: None, collate, None)  # type: ignore[arg-type]
+    replica = FakeReplica(fail_at_batch=fail_at_batch)
+    exits: list[int] = []
+    links = Links(master, master, master, master, master, master, lambda: master)  # type: ignore[arg-type]
+    trainer = Trainer("t1", "127.0.0.1", spec, md, FakeFramework(replica, FakeGroup()), links,  # type: ignore[arg-type]
+                      Dataset(spec.data), open_store(spec.checkpoint_uri), exit_process=exits.append)
+    return trainer, replica, exits
+
+
+def _tasks(dataset: Dataset) -> list[Task]:
+    (shard,) = dataset.shards()
+    assert shard.rows == ROWS
+    return [Task(i, 0, shard.name, start, min(start + 2 * BATCH, shard.rows))
+            for i, start in enumerate(range(0, shard.rows, 2 * BATCH))]
+
+
+def test_one_generation_trains_every_row_once_then_finishes_with_the_model(tmp_path):
+    master = FakeMaster([])
+    trainer, replica, exits = _trainer(tmp_path, master)
+    master.tasks = _tasks(trainer.dataset)
+    assert trainer.run() == EXIT_OK
+    rows = np.concatenate(replica.batches)
+    assert len(rows) == ROWS  # every row once
+    assert len(np.unique(rows, axis=0)) == ROWS
+    assert sum(replica.applied) == ROWS and replica.steps == ROWS // BATCH
+    assert master.first_steps == [1]  # the generation's first step ends its pause
+    step, uri, metrics = master.finished
+    assert step == ROWS // BATCH and uri.endswith("/model")
+    assert metrics["loss"] == 0.5 and 0 <= metrics["accuracy"] <= 1  # the held-out evaluation ran
+    store = open_store(str(tmp_path / "ckpt"))
+    assert store.exists("model/model.onnx") and store.exists("model/params.npz") and store.exists(FINAL)
+    assert master.cuts == [ROWS // BATCH]  # the last checkpoint, at the last step
+    assert exits == []
+
+
+def test_a_failed_all_reduce_drops_the_step_and_reports_where_it_stopped(tmp_path):
+    master = FakeMaster([], end=JobStatus.FAILED)
+    trainer, replica, exits = _trainer(tmp_path, master, fail_at_batch=4)
+    master.tasks = _tasks(trainer.dataset)
+    assert trainer.run() == EXIT_FAILED  # the fake master ends the job after the failure
+    assert replica.steps == 3 and [n for n in replica.applied if n] == [BATCH] * 3  # the fourth was not applied
+    assert replica.dropped == 1  # its partial sums were dropped
+    (report,) = master.syncs
+    assert report.failed and report.generation == 1 and report.step == 3
+    assert report.cursors == {"t1": Cursor(1, BATCH)}  # 3 batches of 8 in tasks of 16: task 1, 8 rows in
+    assert master.finished is None
