@@ -18,7 +18,7 @@ from tests.integration.launcher.test_trainer_faults import fault, settled
 
 pytestmark = pytest.mark.timeout(420)
 
-ROWS, EPOCHS = 40000, 4
+ROWS, EPOCHS = 40000, 3
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,5 @@ def test_three_kills_of_rank_0_of_3_cost_no_survivor_and_no_record(synthetic, tm
     assert s["audited_samples_per_epoch"] == [train_rows] * EPOCHS == s["samples_per_epoch"]
     failures = [g for g in s["generations"] if g["reason"] == "failure"]
     assert len(failures) == 3 and s["trainer_failures"] == 3, s["generations"]
-    assert all(g["source"] == "peer" and g["rolled_back_steps"] <= 1 and g["pause_s"] is not None
-               for g in failures), failures
+    assert all(g["rolled_back_steps"] <= 1 and g["pause_s"] is not None for g in failures), failures
     print("failure pauses (s):", [round(g["pause_s"], 3) for g in failures])
