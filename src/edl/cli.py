@@ -137,15 +137,18 @@ def cmd_scale(a: argparse.Namespace) -> int:
 
 
 def cmd_data_prepare(a: argparse.Namespace) -> int:
-    from edl.data.prepare import prepare_digits, prepare_synthetic
+    from edl.data.prepare import prepare_digits, prepare_synthetic, prepare_tokens
 
     if a.kind == "digits":
         info = prepare_digits(a.out, shards=a.shards, seed=a.seed)
+    elif a.kind == "tokens":
+        info = prepare_tokens(a.out, a.rows, a.length, a.vocab, a.classes, shards=a.shards, seed=a.seed)
     else:
         info = prepare_synthetic(a.out, a.rows, a.features, a.classes, shards=a.shards, seed=a.seed)
+    width = f"{info['features']} tokens of {a.vocab}" if a.kind == "tokens" else f"{info['features']} features"
     print(f"wrote {info['train_rows']} training rows to {a.out.rstrip('/')}/train and "
           f"{info['test_rows']} held-out rows to {a.out.rstrip('/')}/test "
-          f"({info['features']} features, {info['classes']} classes)")
+          f"({width}, {info['classes']} classes)")
     return 0
 
 
@@ -310,8 +313,8 @@ def cmd_demo(a: argparse.Namespace) -> int:
         raise UserError(f"--epochs must be at least 1 (got {a.epochs})")
     from edl.modeldef import require_framework
 
-    require_framework("paddle", "edl demo trains on this machine")
-    return run_demo(Path(a.out), a.epochs)
+    require_framework(a.framework, "edl demo trains on this machine")
+    return run_demo(Path(a.out), a.epochs, framework=a.framework)
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
@@ -507,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "OUT/summary.json and OUT/timeline.png.")
     de.add_argument("--out", default="out/demo", help="directory for everything the run writes (default out/demo)")
     de.add_argument("--epochs", type=int, default=60, help="training epochs (default 60)")
+    de.add_argument("--framework", choices=("paddle", "torch"), default="paddle",
+                    help="train the digits model with PaddlePaddle (edl.zoo.digits) or PyTorch "
+                         "(edl.zoo.torch.digits); default paddle")
     de.set_defaults(fn=cmd_demo)
 
     sv = sub.add_parser("serve", help="serve an exported model over the Open Inference Protocol (KServe v2 REST)",
@@ -559,12 +565,18 @@ def build_parser() -> argparse.ArgumentParser:
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     dp = dsub.add_parser("prepare", help="write a ready-to-train data set (train/ and test/)",
                          description="Write Parquet shards with an integer id column: digits (scikit-learn's bundled "
-                                     "8x8 digits) or synthetic (labelled by a fixed random teacher).")
-    dp.add_argument("kind", choices=["digits", "synthetic"], help="which data set")
+                                     "8x8 digits), synthetic (float features labelled by a fixed random teacher) "
+                                     "or tokens (token sequences labelled by a fixed random bag-of-words teacher, "
+                                     "for the zoo's transformers).")
+    dp.add_argument("kind", choices=["digits", "synthetic", "tokens"], help="which data set")
     dp.add_argument("--out", required=True, help="destination: a path, file:///dir or s3://bucket/prefix")
-    dp.add_argument("--rows", type=int, default=20000, help="synthetic: number of rows, at least 10 (default 20000)")
+    dp.add_argument("--rows", type=int, default=20000,
+                    help="synthetic, tokens: number of rows, at least 10 (default 20000)")
     dp.add_argument("--features", type=int, default=256, help="synthetic: input width, at least 1 (default 256)")
-    dp.add_argument("--classes", type=int, default=10, help="synthetic: number of classes, at least 2 (default 10)")
+    dp.add_argument("--classes", type=int, default=10,
+                    help="synthetic, tokens: number of classes, at least 2 (default 10)")
+    dp.add_argument("--length", type=int, default=64, help="tokens: tokens per row, at least 1 (default 64)")
+    dp.add_argument("--vocab", type=int, default=8192, help="tokens: vocabulary size, 2..2**24 (default 8192)")
     dp.add_argument("--shards", type=int, default=4,
                     help="Parquet files in train/, at least 1 and at most the training rows (default 4)")
     dp.add_argument("--seed", type=int, default=0, help="random seed, 0..2**32-1 (default 0)")

@@ -18,15 +18,18 @@ ROW_GROUP_BYTES = 4 << 20
 
 
 def rows_per_group(features: int) -> int:
-    # float32 features and a definition level each (a list column), int64 id and label
+    # float32 features (or int32 tokens) and a definition level each (a list column), int64 id and label
     return max(1, ROW_GROUP_BYTES // (features * 9 // 2 + 16))
 
 
 def _table(ids: np.ndarray, x: np.ndarray, y: np.ndarray) -> pa.Table:
+    """float inputs as ``features``; integer ones (token ids) as ``tokens``."""
+    column = "tokens" if np.issubdtype(x.dtype, np.integer) else "features"
+    values = x.astype(np.int32 if column == "tokens" else np.float32).ravel()
     return pa.table(
         {
             "id": pa.array(ids, pa.int64()),
-            "features": pa.FixedSizeListArray.from_arrays(pa.array(x.astype(np.float32).ravel()), x.shape[1]),
+            column: pa.FixedSizeListArray.from_arrays(pa.array(values), x.shape[1]),
             "label": pa.array(y.astype(np.int64)),
         }
     )
@@ -92,4 +95,25 @@ def prepare_synthetic(uri: str, rows: int, features: int, classes: int, shards: 
     w1 = rng.standard_normal((features, 64)) / np.sqrt(features)
     w2 = rng.standard_normal((64, classes)) / 8.0
     y = np.argmax(np.tanh(x @ w1) @ w2, axis=1)
+    return split_and_write(uri, x, y, 0.1, shards, seed)
+
+
+def prepare_tokens(uri: str, rows: int, length: int, vocab: int, classes: int, shards: int = 8,
+                   seed: int = 0) -> dict:
+    """Token sequences (Zipf-distributed ids, as text's are) labelled by a fixed random bag-of-words
+    teacher: each token votes for the classes with its own random weights; the label is the winner.
+    For the zoo's transformers (``edl.zoo.transformer``, ``edl.zoo.torch.transformer``)."""
+    if rows < 10:
+        raise UserError(f"--rows must be at least 10 (got {rows})")
+    if length < 1:
+        raise UserError(f"--length must be at least 1 (got {length})")
+    if not 2 <= vocab <= 1 << 24:
+        raise UserError(f"--vocab must be in 2..{1 << 24} (got {vocab})")
+    if classes < 2:
+        raise UserError(f"--classes must be at least 2 (got {classes})")
+    _check_layout(shards, seed)
+    rng = np.random.default_rng(seed)
+    x = ((rng.zipf(1.3, (rows, length)) - 1) % vocab).astype(np.int32)
+    votes = rng.standard_normal((vocab, classes)).astype(np.float32)
+    y = np.argmax(votes[x].sum(axis=1), axis=1)
     return split_and_write(uri, x, y, 0.1, shards, seed)

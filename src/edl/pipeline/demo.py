@@ -186,7 +186,10 @@ def _root_logging_to(stream: io.TextIOBase):
         root.handlers[:] = saved
 
 
-def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int:
+DIGITS = {"paddle": "edl.zoo.digits", "torch": "edl.zoo.torch.digits"}  # the model by framework
+
+
+def run_demo(out: Path, epochs: int = 60, console: Console | None = None, framework: str = "paddle") -> int:
     from kfp import local
 
     from edl.pipeline.retrain import retrain
@@ -201,8 +204,8 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
     log_path.write_text("")  # this run's output only
     # The step's launcher keeps its job files (trainer logs) here, where the demo can watch the job.
     home = Path(os.environ.setdefault("EDL_HOME", str(out / "edl-home")))
-    say(console, ("edl demo", "bold"), f": the retraining pipeline through kfp.local; artifacts in {root}, "
-                                       f"the steps' output in {log_path}")
+    say(console, ("edl demo", "bold"), f": the retraining pipeline through kfp.local ({DIGITS[framework]}); "
+                                       f"artifacts in {root}, the steps' output in {log_path}")
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
     started = time.monotonic()
     with DemoView(console, home, time.time() - 1.0) as view, PipelineLog(log_path, view.event) as log:
@@ -211,7 +214,7 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None) -> int
                 retrain(registry_uri=str(registry), checkpoint_uri=str(out / "checkpoints"), data_kind="digits",
                         epochs=epochs, batch_size=16, learning_rate=0.003, min_trainers=1, max_trainers=DEMO_SLOTS,
                         capacity_slots=DEMO_SLOTS, capacity_schedule=DEMO_SCHEDULE, sidecar_period_s=2.0,
-                        sidecar_jitter_s=0.5, audit=True)
+                        sidecar_jitter_s=0.5, audit=True, model_def=DIGITS[framework])
         except RuntimeError as e:  # kfp.local: a task failed; the log holds its output
             why = f": {log.last_error}" if log.last_error else ""
             raise PermanentError(f"{_ANSI.sub('', str(e)).splitlines()[0]}{why} (its output is in {log_path})") from None

@@ -12,3 +12,11 @@ def collate(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     x = feats.values.to_numpy(zero_copy_only=False).reshape(-1, width).astype(np.float32, copy=False)
     y = table.column("label").to_numpy().astype(np.int64)
     return x, y
+
+
+def collate_tokens(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """A ``tokens`` fixed-size list column of token ids (``edl data prepare tokens``) and the label."""
+    toks = table.column("tokens").combine_chunks()
+    x = toks.values.to_numpy(zero_copy_only=False).reshape(-1, toks.type.list_size).astype(np.int64, copy=False)
+    y = table.column("label").to_numpy().astype(np.int64)
+    return x, y

@@ -49,6 +49,21 @@ def test_edl_demo_runs_the_pipeline_and_writes_summary_and_timeline(tmp_path):
     assert "held-out accuracy (served" in r.stdout
 
 
+def test_edl_demo_runs_the_same_pipeline_with_pytorch(tmp_path):
+    out = tmp_path / "demo"
+    r = run_edl("demo", "--out", str(out), "--epochs", "12", "--framework", "torch", timeout=360)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "edl.zoo.torch.digits" in r.stdout
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 12
+    assert s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+    assert s["evaluation"]["accuracy"] > 0.9 and s["published"] is True
+    current = out / "registry" / "current"
+    assert (current / "model.pt2").exists() and (current / "model.onnx").exists() and (current / "params.npz").exists()
+    served = s["served"]
+    assert served["accuracy"] == pytest.approx(s["evaluation"]["accuracy"], abs=1.5 / served["records"])
+
+
 def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_better(tmp_path):
     from kfp import local
 

@@ -61,7 +61,10 @@ def _plain_torch(batches: list[tuple[np.ndarray, np.ndarray] | None], grads_only
         if batch is None:
             continue
         x, y = batch
-        (md.loss(model(torch.as_tensor(x)), torch.as_tensor(y)) * len(y)).backward()
+        md.loss(model(torch.as_tensor(x)), torch.as_tensor(y)).backward()  # the mean's gradients ...
+        with torch.no_grad():
+            for p in model.parameters():
+                p.grad.mul_(len(y))  # ... times the rows: the summed per-sample gradients
         if grads_only:
             return {k: p.grad.numpy().copy() for k, p in model.named_parameters()}
         with torch.no_grad():

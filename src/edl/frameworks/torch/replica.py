@@ -23,6 +23,7 @@ def _tensors(x: Any) -> tuple[torch.Tensor, ...]:
 
 class TorchReplica(BucketedReplica):
     framework = "PyTorch"
+    _count = 0  # the rows of the step's batch
     sample_input: Any = None  # two rows of real input, for the export (kept across rebuilds)
 
     def _build(self) -> None:
@@ -53,15 +54,17 @@ class TorchReplica(BucketedReplica):
         What the user's code raises comes out as ``UserCodeError`` (``ModelDef``)."""
         self._drop_unfinished_step()
         loss = self.md.loss(self.md.forward(self.model, *_tensors(x)), torch.as_tensor(y))
-        count = len(y)
-        loss_sum = float(loss.detach()) * count
-        self.md.backward(loss * count)
-        return loss_sum
+        self._count = len(y)  # the mean's gradients times the rows: the sums, made as each is packed
+        self.md.backward(loss)
+        return float(loss.detach()) * self._count
 
     # ------------------------------------------------------------ gradient buckets
-    # Autograd accumulates into an existing ``p.grad`` in place, so once a gradient is a view of its
-    # bucket it stays one; the first backward (no gradient yet) hands over a tensor of its own,
-    # which is copied into its place once.
+    # Between steps every ``p.grad`` is None, so backward hands over each gradient as the tensor it
+    # computed (no accumulation into a zeroed buffer, as DDP's own gradients): the bucket's send copies
+    # it into its place and makes ``p.grad`` a view of it, which the all-reduce, the scaling and the
+    # optimizer then use in place; the copy also multiplies the batch's mean gradient by its rows
+    # (the all-reduce sums per-sample sums). Zeroing the buckets, accumulating into them and scaling
+    # the loss instead cost three more passes over every gradient a step.
     def _param_layout(self) -> list[tuple[int, str]]:
         return [(p.numel(), str(p.dtype).removeprefix("torch.")) for p in self.params]
 
@@ -79,7 +82,7 @@ class TorchReplica(BucketedReplica):
             if g is None:  # no data this step, or a parameter the batch did not touch
                 place.zero_()
             else:
-                place.copy_(g)
+                torch.mul(g, self._count, out=place)  # copied and made a sum in one pass
             p.grad = place
 
     def _put_slots(self, flat: torch.Tensor, at: int, slots: np.ndarray) -> None:
@@ -95,15 +98,8 @@ class TorchReplica(BucketedReplica):
         self.opt.step()
 
     def _zero_grads(self) -> None:
-        if not self._flats:
-            self.opt.zero_grad(set_to_none=True)
-            return
-        storages = {f.untyped_storage().data_ptr() for _, f in self._flats}
-        for _, flat in self._flats:
-            flat.zero_()
-        for p in self.params:  # any gradient outside the buckets is dropped
-            if p.grad is not None and p.grad.untyped_storage().data_ptr() not in storages:
-                p.grad = None
+        for p in self.params:  # the buckets keep their (stale) values: each send overwrites its own
+            p.grad = None
 
     def _release_grads(self) -> None:
         for p in self.params:
