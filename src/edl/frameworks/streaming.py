@@ -40,11 +40,12 @@ class BucketedReplica(ABC):
     step is complete."""
 
     framework = ""  # the subclass's framework, for messages
+    default_bucket_bytes = BUCKET_BYTES  # a bucket's size when the caller names none
 
     def __init__(self, md: Any, seed: int, learning_rate: float, init_params: dict[str, np.ndarray] | None = None,
                  bucket_bytes: int | None = None, first_bytes: int | None = None) -> None:
         self.md = md
-        self.bucket_bytes = BUCKET_BYTES if bucket_bytes is None else bucket_bytes
+        self.bucket_bytes = self.default_bucket_bytes if bucket_bytes is None else bucket_bytes
         self.first_bytes = FIRST_BYTES if first_bytes is None else first_bytes
         self.seed = seed
         self.learning_rate = learning_rate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -101,3 +102,30 @@ def test_prepared_shards_have_row_groups_of_a_few_mb(tmp_path):
     meta = pq.ParquetFile(tmp_path / "wide" / "train" / "part-00000.parquet").metadata
     assert meta.num_row_groups >= 4  # 18,000 rows of 1 KB: not one group of the whole shard
     assert all(meta.row_group(i).total_byte_size <= ROW_GROUP_BYTES * 1.1 for i in range(meta.num_row_groups))
+
+
+def test_prepared_tokens_are_integer_sequences_labelled_by_their_teacher(tmp_path):
+    from edl.data.prepare import prepare_tokens
+    from edl.zoo.collate import collate_tokens
+
+    info = prepare_tokens(str(tmp_path / "t"), rows=500, length=16, vocab=100, classes=3, shards=2)
+    assert info == {"train_rows": 450, "test_rows": 50, "features": 16, "classes": 3}
+    table = pq.read_table(tmp_path / "t" / "train" / "part-00000.parquet")
+    assert table.column_names == ["id", "tokens", "label"]
+    x, y = collate_tokens(table)
+    assert x.dtype == np.int64 and x.shape == (225, 16) and 0 <= x.min() and x.max() < 100
+    assert set(np.unique(y)) <= {0, 1, 2} and len(np.unique(y)) > 1
+    again = tmp_path / "again"
+    prepare_tokens(str(again), rows=500, length=16, vocab=100, classes=3, shards=2)
+    assert pq.read_table(again / "train" / "part-00000.parquet").equals(table)  # the seed decides it
+
+
+@pytest.mark.parametrize("kw, needle", [({"rows": 5}, "--rows"), ({"length": 0}, "--length"),
+                                        ({"vocab": 1}, "--vocab"), ({"classes": 1}, "--classes")])
+def test_prepare_tokens_refuses_bad_sizes_naming_the_flag(tmp_path, kw, needle):
+    from edl.data.prepare import prepare_tokens
+
+    args = {"rows": 100, "length": 8, "vocab": 50, "classes": 2, **kw}
+    with pytest.raises(UserError, match=needle):
+        prepare_tokens(str(tmp_path / "t"), **args)
+    assert not (tmp_path / "t").exists()
