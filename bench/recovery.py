@@ -89,8 +89,17 @@ def one_case(job: EdlJob, n: int, rank: int, kind: str, st: dict) -> tuple[dict,
     return case, st
 
 
-MODELS = {"paddle": "edl.zoo.mlp", "torch": "edl.zoo.torch.mlp"}
-MODEL = MODELS["paddle"]  # --framework sets it
+MODELS = {("paddle", "mlp"): "edl.zoo.mlp", ("torch", "mlp"): "edl.zoo.torch.mlp",
+          ("paddle", "transformer"): "edl.zoo.transformer", ("torch", "transformer"): "edl.zoo.torch.transformer"}
+MODEL = MODELS[("paddle", "mlp")]  # --framework and --model set it
+
+
+def step_time(job: EdlJob, steps: int = 8) -> float:
+    """Seconds per step of the job as it trains now: the time ``steps`` steps take."""
+    first = job.wait_for(lambda s: s["phase"] == "running", timeout=120)
+    t0, s0 = time.monotonic(), first["step"]
+    job.wait_for(lambda s: s["step"] >= s0 + steps, timeout=600)
+    return (time.monotonic() - t0) / steps
 
 
 def edl_cases(tmp: Path, data: Path, batch: int, sizes: list[int], console: Console) -> list[dict]:
@@ -104,10 +113,14 @@ def edl_cases(tmp: Path, data: Path, batch: int, sizes: list[int], console: Cons
         ], tmp / f"home-{n}", tmp / f"edl-{n}.log")
         try:
             st = job.wait_for(_settled(n, 20), timeout=300)
+            step_s = step_time(job)
             plan = [("sigkill", r) for r in range(n)] + [("sigstop", 0), ("sigstop", n - 1)]
             for kind, rank in plan:
                 case, st = one_case(job, n, rank, kind, st)
-                console.print(f"  {kind} rank {rank} of {n}: pause {case['pause_s']} s, "
+                case["step_s"] = round(step_s, 4)
+                case["pause_in_steps"] = round(case["pause_s"] / step_s, 2)
+                console.print(f"  {kind} rank {rank} of {n}: pause {case['pause_s']} s "
+                              f"({case['pause_in_steps']} steps of {step_s:.3f} s), "
                               f"rolled back {case['rolled_back_steps']}, survivors kept {case['survivors_kept']}")
                 cases.append(case)
         except Exception:
@@ -219,8 +232,11 @@ def torchrun_recovery(tmp: Path, data: Path, batch: int, rounds: int) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description="edl failure recovery per case vs torchrun")
-    p.add_argument("--framework", choices=sorted(MODELS), default="paddle",
+    p.add_argument("--framework", choices=("paddle", "torch"), default="paddle",
                    help="the trainers' framework: edl.zoo.mlp or edl.zoo.torch.mlp (default paddle)")
+    p.add_argument("--model", choices=("mlp", "transformer"), default="mlp",
+                   help="the zoo's mlp, or its 23 M-parameter transformer on generated tokens (batch 16; no "
+                        "torchrun comparison: its script trains the mlp); default mlp")
     p.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4], help="group sizes (default 2 3 4)")
     p.add_argument("--batch-size", type=int, default=64, help="records per trainer per step (default 64)")
     p.add_argument("--rounds", type=int, default=3, help="graceful changes and torchrun kills (default 3)")
@@ -231,14 +247,19 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep the jobs' directories (logs) for a look afterwards")
     a = p.parse_args()
     global MODEL
-    MODEL = MODELS[a.framework]
+    MODEL = MODELS[(a.framework, a.model)]
+    if a.model == "transformer" and a.batch_size == 64:
+        a.batch_size = 16
     workdir = (contextlib.nullcontext(tempfile.mkdtemp(prefix="edl-bench-")) if a.keep
                else tempfile.TemporaryDirectory(prefix="edl-bench-"))
     with workdir as d:
         tmp = Path(d)
-        from edl.data.prepare import prepare_synthetic
+        from edl.data.prepare import prepare_synthetic, prepare_tokens
 
-        prepare_synthetic(str(tmp / "data"), 50000, 256, 10, shards=4)
+        if a.model == "transformer":
+            prepare_tokens(str(tmp / "data"), 20000, 64, 8192, 10, shards=4)
+        else:
+            prepare_synthetic(str(tmp / "data"), 50000, 256, 10, shards=4)
         data = tmp / "data" / "train"
         cases: list[dict] = []
         if not a.skip_faults:
@@ -249,7 +270,7 @@ def main() -> int:
         console.print("edl: the same, stopping at a step boundary (EDL_PREPARED_CHANGES=0) ...")
         graceful_stop = graceful_pauses(tmp, data, a.batch_size, a.rounds, a.graceful_largest, prepared=False)
         tr: dict | None = None
-        if importlib.util.find_spec("torch") is not None:
+        if a.model == "mlp" and importlib.util.find_spec("torch") is not None:
             console.print("torchrun: SIGKILL of one worker ...")
             tr = torchrun_recovery(tmp, data, a.batch_size, a.rounds)
     torch_s = None if tr is None else statistics.median_high(tr["kill_to_next_step_s"])
@@ -257,7 +278,7 @@ def main() -> int:
     kills = [c for c in cases if c["fault"] == "sigkill"]
     stops = [c for c in cases if c["fault"] == "sigstop"]
     result = {
-        "framework": a.framework, "model": f"{MODEL}: mlp 256-1024-1024-1024-10", "batch_per_trainer": a.batch_size,
+        "framework": a.framework, "model": MODEL, "batch_per_trainer": a.batch_size,
         "sizes": a.sizes,
         "command": "python bench/recovery.py " + " ".join(sys.argv[1:]),
         "cases": cases, "graceful": graceful, "graceful_stop": graceful_stop,
@@ -277,7 +298,8 @@ def main() -> int:
         "torchrun_kill_to_next_step_s": torch_s,
     }
     name = "recovery_graceful" if a.skip_faults else "recovery"  # keeps the faults' figures
-    path = write_result(name if a.framework == "paddle" else f"{name}_torch", result)
+    name += ("" if a.framework == "paddle" else "_torch") + ("" if a.model == "mlp" else "_transformer")
+    path = write_result(name, result)
     t = Table(title="trainer faults, one row per case (seconds; target: SIGKILL pause ≤ 1, hang excluded ≤ 10)")
     for col in ("fault", "n", "rank", "pause", "fault → next step", "excluded after", "rolled back",
                 "survivors kept", "woken left", "torchrun (restart-all)"):
