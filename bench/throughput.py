@@ -78,12 +78,12 @@ def _cpu_s(pid: int) -> float:
 
 
 def _is_worker(pid: int) -> bool:
-    """A training process (an edl trainer, a DataParallel worker), not a launcher or a master."""
+    """A training process (an edl trainer, a DataParallel or DDP worker), not a launcher or a master."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"trainer" in argv or any(a.endswith(b"_paddle_dp.py") for a in argv)
+    return b"trainer" in argv or any(a.endswith((b"_paddle_dp.py", b"_torch_ddp.py")) for a in argv)
 
 
 def fresh_count(counter, every_s: float = 0.02, limit_s: float = 2.0) -> tuple[int, float]:
