@@ -14,11 +14,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from functools import partial
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
 
-from edl.api.framework import Group, Submit
+from edl.api.framework import Group, Snapshot, Submit
 from edl.errors import UserError
 from edl.frameworks.buckets import BUCKET_BYTES, FIRST_BYTES, Bucket, plan_buckets
 
@@ -41,6 +43,11 @@ class BucketedReplica(ABC):
 
     framework = ""  # the subclass's framework, for messages
     default_bucket_bytes = BUCKET_BYTES  # a bucket's size when the caller names none
+    # The framework's state module: parameters, set_parameters, snapshot, restore, broadcast_state.
+    state: ModuleType
+    # The framework's export: (model, sample input, folder) -> why there is no ONNX model, or None.
+    export_inference: Callable[[Any, Any, Path], str | None]
+    sample_input: Any = None  # real rows of input, kept by warm_up for the export (kept across rebuilds)
 
     def __init__(self, md: Any, seed: int, learning_rate: float, init_params: dict[str, np.ndarray] | None = None,
                  bucket_bytes: int | None = None, first_bytes: int | None = None) -> None:
@@ -57,10 +64,6 @@ class BucketedReplica(ABC):
     @abstractmethod
     def _build(self) -> None:
         """Seed, build ``self.model`` and ``self.opt``, set ``self.params`` and register the hooks."""
-
-    @abstractmethod
-    def set_parameters(self, params: dict[str, np.ndarray]) -> None:
-        """Every parameter from ``params`` by structured name; ``ValueError`` when they do not fit."""
 
     @abstractmethod
     def _param_layout(self) -> list[tuple[int, str]]:
@@ -211,3 +214,27 @@ class BucketedReplica(ABC):
         self._step_open = False
         self._sending = None
         self._release_grads()
+
+    # ------------------------------------------------------------ state and the model out
+    def set_parameters(self, params: dict[str, np.ndarray]) -> None:
+        """Every parameter from ``params`` by structured name; ``ValueError`` when they do not fit."""
+        self.state.set_parameters(self.model, params)
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        return self.state.parameters(self.model)  # type: ignore[no-any-return]
+
+    def broadcast(self, group: Group, step: int) -> int:
+        """Take rank 0's model, optimizer state and step (rank 0 sends its own); answers the step."""
+        return self.state.broadcast_state(group, self.model, self.opt, step)  # type: ignore[no-any-return]
+
+    def snapshot(self) -> Snapshot:
+        return self.state.snapshot(self.model, self.opt)  # type: ignore[no-any-return]
+
+    def restore(self, params: dict[str, np.ndarray], opt_arrays: dict[str, np.ndarray], extra: dict) -> None:
+        """Load a checkpoint's state; ``ValueError`` when it does not fit the model."""
+        self.state.restore(self.model, self.opt, params, opt_arrays, extra)
+        self.trained = True
+
+    def export(self, out: Path) -> str | None:
+        assert self.sample_input is not None, "warm_up() gives the export its sample input"
+        return type(self).export_inference(self.model, self.sample_input, out)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import paddle
 
-from edl.api.framework import Group, Snapshot
 from edl.frameworks import check_one_framework
 from edl.frameworks.buckets import Bucket
 from edl.frameworks.paddle import state
@@ -28,7 +26,8 @@ def _tensors(x: Any) -> tuple[paddle.Tensor, ...]:
 
 class PaddleReplica(BucketedReplica):
     framework = "PaddlePaddle"
-    sample_input: Any = None  # one row of real input, for the export's input spec (kept across rebuilds)
+    state = state
+    export_inference = staticmethod(export_inference)
 
     def _build(self) -> None:
         paddle.seed(self.seed)
@@ -39,9 +38,6 @@ class PaddleReplica(BucketedReplica):
         self.params = [p for p in self.model.parameters() if not p.stop_gradient]
         for i, p in enumerate(self.params):
             p._register_backward_hook(partial(self._grad_ready, i))  # after its gradient is accumulated
-
-    def set_parameters(self, params: dict[str, np.ndarray]) -> None:
-        state.set_parameters(self.model, params)
 
     def warm_up(self, x: Any, y: np.ndarray) -> None:
         """One forward/backward on real rows, so that Paddle's first-call costs (kernel selection,
@@ -114,24 +110,7 @@ class PaddleReplica(BucketedReplica):
     def _release_grads(self) -> None:
         self.opt.clear_grad(set_to_zero=False)
 
-    # ------------------------------------------------------------ state and the model out
-    def broadcast(self, group: Group, step: int) -> int:
-        return state.broadcast_state(group, self.model, self.opt, step)
-
-    def snapshot(self) -> Snapshot:
-        return state.snapshot(self.model, self.opt)
-
-    def restore(self, params: dict[str, np.ndarray], opt_arrays: dict[str, np.ndarray], extra: dict) -> None:
-        state.restore(self.model, self.opt, params, opt_arrays, extra)
-        self.trained = True
-
-    def parameters(self) -> dict[str, np.ndarray]:
-        return state.parameters(self.model)
-
-    def export(self, out: Path) -> str | None:
-        assert self.sample_input is not None, "warm_up() gives the export its input spec"
-        return export_inference(self.model, self.sample_input, out)
-
+    # ------------------------------------------------------------ the model out
     def evaluate(self, x: Any, y: np.ndarray, batch: int = 1024) -> tuple[float, np.ndarray]:
         self.model.eval()
         try:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from edl.api.framework import Group, Snapshot
 from edl.frameworks import check_one_framework
 from edl.frameworks.buckets import Bucket
 from edl.frameworks.streaming import BucketedReplica
@@ -27,7 +25,8 @@ class TorchReplica(BucketedReplica):
     # on CPUs, fewer and larger all-reduces leave backward more of the core (bench/throughput.py).
     default_bucket_bytes = 25 * 1024 * 1024
     _count = 0  # the rows of the step's batch
-    sample_input: Any = None  # two rows of real input, for the export (kept across rebuilds)
+    state = state
+    export_inference = staticmethod(export_inference)
 
     def _build(self) -> None:
         torch.manual_seed(self.seed)
@@ -40,9 +39,6 @@ class TorchReplica(BucketedReplica):
         for i, p in enumerate(self.params):
             # After the step's gradient is accumulated into ``p.grad`` (a view of its bucket).
             p.register_post_accumulate_grad_hook(lambda _p, i=i: self._grad_ready(i))
-
-    def set_parameters(self, params: dict[str, np.ndarray]) -> None:
-        state.set_parameters(self.model, params)
 
     def warm_up(self, x: Any, y: np.ndarray) -> None:
         """One forward/backward on real rows (allocations, the autograd graph's first build); the
@@ -108,24 +104,7 @@ class TorchReplica(BucketedReplica):
         for p in self.params:
             p.grad = None
 
-    # ------------------------------------------------------------ state and the model out
-    def broadcast(self, group: Group, step: int) -> int:
-        return state.broadcast_state(group, self.model, self.opt, step)
-
-    def snapshot(self) -> Snapshot:
-        return state.snapshot(self.model, self.opt)
-
-    def restore(self, params: dict[str, np.ndarray], opt_arrays: dict[str, np.ndarray], extra: dict) -> None:
-        state.restore(self.model, self.opt, params, opt_arrays, extra)
-        self.trained = True
-
-    def parameters(self) -> dict[str, np.ndarray]:
-        return state.parameters(self.model)
-
-    def export(self, out: Path) -> str | None:
-        assert self.sample_input is not None, "warm_up() gives the export its sample input"
-        return export_inference(self.model, self.sample_input, out)
-
+    # ------------------------------------------------------------ the model out
     def evaluate(self, x: Any, y: np.ndarray, batch: int = 1024) -> tuple[float, np.ndarray]:
         self.model.eval()
         parts = x if isinstance(x, tuple) else (x,)
