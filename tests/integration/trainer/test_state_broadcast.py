@@ -9,8 +9,6 @@ they travel in place rather than packed. For both frameworks, through the seam o
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
@@ -58,7 +56,8 @@ MODELS = {"paddle": "edl.zoo.mlp", "torch": "edl.zoo.torch.mlp"}
 
 @pytest.mark.parametrize("framework", sorted(MODELS))
 def test_every_rank_takes_rank0s_state_in_place_fresh_or_trained(tmp_path, framework):
-    SMALL_BYTES = importlib.import_module(f"edl.frameworks.{framework}.state").SMALL_BYTES
+    from edl.frameworks.statecast import SMALL_BYTES
+
     port = free_port()
     outs = [tmp_path / f"rank{r}.npz" for r in range(3)]
     run_ranks(WORKER, 3, lambda r: [str(r), str(port), str(outs[r]), framework, MODELS[framework]])

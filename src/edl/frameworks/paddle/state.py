@@ -8,13 +8,14 @@ different order disagree. We translate to the structured names of
 
 from __future__ import annotations
 
-import json
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 import paddle
 
 from edl.api.framework import Group
+from edl.frameworks import statecast
 
 
 def _name_maps(model: paddle.nn.Layer) -> list[tuple[str, str]]:
@@ -61,20 +62,6 @@ def restore(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, params: dic
         opt.set_state_dict(state)
 
 
-def _broadcast_json(group: Group, obj: dict | None) -> dict:
-    """Rank 0's JSON to every rank, through the collective (length first, then bytes)."""
-    raw = json.dumps(obj).encode() if group.rank == 0 else b""
-    size = paddle.to_tensor(np.array([len(raw)], dtype=np.int64))
-    group.broadcast(size, 0)
-    n = int(size.numpy()[0])
-    buf = paddle.to_tensor(np.frombuffer(raw, dtype=np.uint8) if group.rank == 0 else np.zeros(n, dtype=np.uint8))
-    group.broadcast(buf, 0)
-    return obj if group.rank == 0 else json.loads(buf.numpy().tobytes())
-
-
-SMALL_BYTES = 256 * 1024  # tensors below this travel packed together, one broadcast per dtype
-
-
 def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("paddle.")
 
@@ -96,59 +83,48 @@ def _state_tensors(model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer) -> t
     return tensors, extra
 
 
-def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, step: int) -> int:
-    """Rank 0 sends its model, optimizer state and step; every rank ends up identical. Returns rank 0's step.
+class _Ops:
+    """Paddle's tensors for ``edl.frameworks.statecast``."""
 
-    The layout and the scalars travel as JSON. Tensors travel in place: each large one is broadcast
-    straight from rank 0's own tensor into the receiver's (no copies on either side); the small ones
-    are packed, one buffer per dtype. A receiver whose optimizer has not made its state yet (a
-    joiner that never stepped) receives that part into fresh tensors and loads them.
-    """
+    def layout(self, t: paddle.Tensor) -> tuple[list[int], str, int]:
+        return list(t.shape), _dtype_name(t.dtype), int(t.size) * t.element_size()
+
+    def empty(self, shape: list[int], dtype: str) -> paddle.Tensor:
+        return paddle.empty(shape, dtype)
+
+    def from_bytes(self, raw: bytes) -> paddle.Tensor:
+        return paddle.to_tensor(np.frombuffer(raw, dtype=np.uint8))
+
+    def to_bytes(self, t: paddle.Tensor) -> bytes:
+        return t.numpy().tobytes()  # type: ignore[no-any-return]
+
+    def cat(self, ts: list[paddle.Tensor]) -> paddle.Tensor:
+        return paddle.concat([t.reshape([-1]) for t in ts])
+
+    def unpack(self, flat: paddle.Tensor, targets: list[paddle.Tensor]) -> None:
+        off = 0
+        for t in targets:
+            n = int(t.size)
+            t.copy_(flat[off : off + n].reshape(t.shape), False)
+            off += n
+
+    def no_grad(self) -> AbstractContextManager:
+        return paddle.no_grad()
+
+
+def broadcast_state(group: Group, model: paddle.nn.Layer, opt: paddle.optimizer.Optimizer, step: int) -> int:
+    """Rank 0 sends its model, optimizer state and step (``edl.frameworks.statecast``); every rank ends up
+    identical. Returns rank 0's step. A receiver whose optimizer had no state yet loads what it received."""
     if group.world == 1:
         return step
     own, extra = _state_tensors(model, opt)
-    if group.rank == 0:
-        meta = _broadcast_json(group, {
-            "step": step,
-            "layout": [[k, list(t.shape), _dtype_name(t.dtype)] for k, t in own.items()],
-            "opt_extra": extra,
-        })
-    else:
-        meta = _broadcast_json(group, None)
-    targets: dict[str, paddle.Tensor] = {}
-    fresh: list[str] = []  # optimizer state this rank did not have yet
-    for k, shape, dt in meta["layout"]:
-        t = own.get(k)
-        if t is None or list(t.shape) != shape or _dtype_name(t.dtype) != dt:
-            if k.startswith("p:"):
-                raise ValueError(f"state does not match the model: {k[2:]} is {shape} {dt} on rank 0")
-            t = paddle.empty(shape, dt)
-            fresh.append(k)
-        targets[k] = t
-    small: dict[str, list[str]] = {}
-    with paddle.no_grad():
-        for k, shape, dt in meta["layout"]:
-            t = targets[k]
-            if int(t.size) * t.element_size() >= SMALL_BYTES:
-                group.broadcast(t, 0)
-            else:
-                small.setdefault(dt, []).append(k)
-        for dt, keys in sorted(small.items()):
-            flat = (paddle.concat([targets[k].reshape([-1]) for k in keys]) if group.rank == 0
-                    else paddle.empty([sum(int(targets[k].size) for k in keys)], dt))
-            group.broadcast(flat, 0)
-            if group.rank != 0:
-                off = 0
-                for k in keys:
-                    n = int(targets[k].size)
-                    targets[k].copy_(flat[off : off + n].reshape(targets[k].shape), False)
-                    off += n
-    if group.rank != 0 and (fresh or meta["opt_extra"] != extra):
+    got = statecast.broadcast(group, own, extra, step, _Ops())
+    if group.rank != 0 and (got.fresh or got.extra != extra):
         internal = {s: p.name for s, p in model.named_parameters()}
-        loaded: dict[str, Any] = dict(meta["opt_extra"])
-        for k, t in targets.items():
+        loaded: dict[str, Any] = dict(got.extra)
+        for k, t in got.tensors.items():
             if k.startswith("o:"):
                 structured, _, suffix = k[2:].partition("::")
                 loaded[internal[structured] + suffix] = t
         opt.set_state_dict(loaded)
-    return int(meta["step"])
+    return got.step

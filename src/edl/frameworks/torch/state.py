@@ -9,15 +9,14 @@ travel as JSON, the parameters of each group as names rather than ``state_dict``
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 import torch
 
 from edl.api.framework import Group, Snapshot
-
-SMALL_BYTES = 256 * 1024  # tensors below this travel packed together, one broadcast per dtype
-
+from edl.frameworks import statecast
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
@@ -103,64 +102,43 @@ def restore(model: torch.nn.Module, opt: torch.optim.Optimizer, params: dict[str
         raise ValueError(f"optimizer state does not match: {e}") from None
 
 
-def _broadcast_json(group: Group, obj: dict | None) -> dict:
-    """Rank 0's JSON to every rank, through the collective (length first, then bytes)."""
-    raw = json.dumps(obj).encode() if group.rank == 0 else b""
-    size = torch.tensor([len(raw)], dtype=torch.int64)
-    group.broadcast(size, 0)
-    n = int(size[0])
-    buf = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if group.rank == 0 else torch.zeros(n, dtype=torch.uint8)
-    group.broadcast(buf, 0)
-    return obj if group.rank == 0 else json.loads(buf.numpy().tobytes())  # type: ignore[return-value]
+class _Ops:
+    """PyTorch's tensors for ``edl.frameworks.statecast``."""
+
+    def layout(self, t: torch.Tensor) -> tuple[list[int], str, int]:
+        return list(t.shape), _dtype_name(t.dtype), t.numel() * t.element_size()
+
+    def empty(self, shape: list[int], dtype: str) -> torch.Tensor:
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+
+    def from_bytes(self, raw: bytes) -> torch.Tensor:
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+
+    def to_bytes(self, t: torch.Tensor) -> bytes:
+        return t.numpy().tobytes()
+
+    def cat(self, ts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([t.reshape(-1) for t in ts])
+
+    def unpack(self, flat: torch.Tensor, targets: list[torch.Tensor]) -> None:
+        off = 0
+        for t in targets:
+            n = t.numel()
+            t.copy_(flat[off : off + n].reshape(t.shape))
+            off += n
+
+    def no_grad(self) -> AbstractContextManager:
+        return torch.no_grad()
 
 
 def broadcast_state(group: Group, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int) -> int:
-    """Rank 0 sends its model, optimizer state and step; every rank ends up identical. Returns rank 0's step.
-
-    As PaddlePaddle's (``edl.frameworks.paddle.state``): the layout and the scalars travel as
-    JSON; each large tensor is broadcast in place, from rank 0's own tensor into the receiver's;
-    the small ones are packed, one buffer per dtype. A receiver whose optimizer has no state yet (a
-    joiner that never stepped) receives that part into fresh tensors and loads them.
-    """
+    """Rank 0 sends its model, optimizer state and step (``edl.frameworks.statecast``); every rank ends up
+    identical. Returns rank 0's step. A receiver whose optimizer had no state yet loads what it received."""
     if group.world == 1:
         return step
     own, extra = _state_tensors(model, opt)
-    if group.rank == 0:
-        meta = _broadcast_json(group, {
-            "step": step,
-            "layout": [[k, list(t.shape), _dtype_name(t.dtype)] for k, t in own.items()],
-            "opt_extra": extra,
-        })
-    else:
-        meta = _broadcast_json(group, None)
-    targets: dict[str, torch.Tensor] = {}
-    fresh = False  # optimizer state this rank did not have yet
-    for k, shape, dt in meta["layout"]:
-        t = own.get(k)
-        if t is None or list(t.shape) != shape or _dtype_name(t.dtype) != dt:
-            if k.startswith("p:"):
-                raise ValueError(f"state does not match the model: {k[2:]} is {shape} {dt} on rank 0")
-            t = torch.empty(shape, dtype=getattr(torch, dt))
-            fresh = True
-        targets[k] = t
-    small: dict[str, list[str]] = {}
-    with torch.no_grad():
-        for k, _, dt in meta["layout"]:
-            t = targets[k]
-            if t.numel() * t.element_size() >= SMALL_BYTES:
-                group.broadcast(t, 0)
-            else:
-                small.setdefault(dt, []).append(k)
-        for dt, keys in sorted(small.items()):
-            flat = (torch.cat([targets[k].reshape(-1) for k in keys]) if group.rank == 0
-                    else torch.empty(sum(targets[k].numel() for k in keys), dtype=getattr(torch, dt)))
-            group.broadcast(flat, 0)
-            if group.rank != 0:
-                off = 0
-                for k in keys:
-                    n = targets[k].numel()
-                    targets[k].copy_(flat[off : off + n].reshape(targets[k].shape))
-                    off += n
-    if group.rank != 0 and (fresh or meta["opt_extra"] != json.loads(json.dumps(extra))):
-        _load_optimizer(model, opt, {k[2:]: t for k, t in targets.items() if k.startswith("o:")}, meta["opt_extra"])
-    return int(meta["step"])
+    extra = json.loads(json.dumps(extra))  # as it travels (tuples become lists)
+    got = statecast.broadcast(group, own, extra, step, _Ops())
+    if group.rank != 0 and (got.fresh or got.extra != extra):
+        _load_optimizer(model, opt, {k[2:]: t for k, t in got.tensors.items() if k.startswith("o:")}, got.extra)
+    return got.step
