@@ -31,7 +31,6 @@ FRAMEWORK_NAMES = {"paddle": "PaddlePaddle", "torch": "PyTorch"}
 # What installs each (pyproject's extras); ``edl`` alone pulls neither.
 FRAMEWORK_EXTRAS = {"paddle": "pip install 'edl[paddle]' (GPU: Paddle's CUDA wheel and 'edl[paddle-gpu]')",
                     "torch": "pip install 'edl[torch]'"}
-BACKENDS = ("gloo", "nccl")  # Gloo on CPUs, NCCL on GPUs
 
 
 class Group(Protocol):
@@ -109,7 +108,6 @@ class Replica(Protocol):
 
 class Framework(Protocol):
     name: str  # one of FRAMEWORKS
-    extra: str  # the pip extra that installs it
 
     def replica(self, md: Any, seed: int, learning_rate: float, init_params: dict[str, np.ndarray] | None,
                 bucket_bytes: int | None = None, first_bytes: int | None = None) -> Replica:

@@ -1,12 +1,52 @@
-"""The rendezvous' sockets, framework-neutral: waiting for rank 0's store, and Nagle's algorithm off."""
+"""A generation's group, framework-neutral: waiting for rank 0's store, Nagle's algorithm off, and the
+calls' common handling (``CollectiveGroup``)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import time
+from typing import Any, Callable
 
-from edl.errors import CollectiveError
+from edl.errors import Abandoned, CollectiveError
+
+
+def first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0][:200]
+
+
+class CollectiveGroup:
+    """What both frameworks' groups share: a world of one needs no process group, a failed call closes
+    the group (closing our sockets makes peers blocked on us fail fast too) and raises
+    ``CollectiveError``, and an abandoned group raises ``Abandoned``. Subclasses form ``_pg``."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self._pg: Any = None
+        self._store: Any = None
+        self._abandoned = False
+
+    def _call(self, what: str, fn: Callable[[], object]) -> None:
+        if self._abandoned:
+            raise Abandoned("the generation was aborted")
+        if self._pg is None:
+            return  # a world of one: the sum and the broadcast are the tensor itself
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - the frameworks raise RuntimeError subclasses of their own
+            self.close()
+            raise CollectiveError(f"{what} failed: {first_line(e)}") from e
+
+    def abandon(self) -> None:
+        """Every later call raises ``Abandoned``; the call in flight (on the runner's thread) keeps the
+        process group alive until Gloo gives up on it, but nothing it does reaches this generation."""
+        self._abandoned = True
+
+    def close(self) -> None:
+        self._pg = None
+        self._store = None
+        gc.collect()
 
 
 def store_sockets(host: str, port: int) -> list[int]:

@@ -41,7 +41,6 @@ class BucketedReplica(ABC):
     model's order, and a subclass calls ``self._grad_ready(i)`` when parameter ``i``'s gradient of a
     step is complete."""
 
-    framework = ""  # the subclass's framework, for messages
     default_bucket_bytes = BUCKET_BYTES  # a bucket's size when the caller names none
     # The framework's state module: parameters, set_parameters, snapshot, restore, broadcast_state.
     state: ModuleType

@@ -193,7 +193,6 @@ class FakeFramework:
     replica_: FakeReplica
     group_: FakeGroup
     name: str = "fake"
-    extra: str = "fake"
 
     def replica(self, md, seed, learning_rate, init_params, bucket_bytes=None, first_bytes=None) -> FakeReplica:
         return self.replica_

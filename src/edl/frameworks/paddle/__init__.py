@@ -10,7 +10,6 @@ from edl.modeldef import ModelDef
 
 class Paddle:
     name = "paddle"
-    extra = "paddle"
 
     def replica(self, md: ModelDef, seed: int, learning_rate: float, init_params: dict[str, np.ndarray] | None,
                 bucket_bytes: int | None = None, first_bytes: int | None = None) -> Replica:

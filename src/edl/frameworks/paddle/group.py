@@ -10,25 +10,21 @@ machine).
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 
 import paddle
 
-from edl.errors import Abandoned, CollectiveError
-from edl.frameworks.rendezvous import no_delay, store_sockets, wait_listening
+from edl.errors import CollectiveError
+from edl.frameworks.rendezvous import CollectiveGroup, no_delay, store_sockets, wait_listening
 
 
-class PaddleGroup:
+class PaddleGroup(CollectiveGroup):
     """One generation's collective: all-reduce (sum) and broadcast."""
 
     def __init__(self, host: str, port: int, rank: int, world: int, group_id: int, backend: str = "gloo",
                  timeout_s: int = 10) -> None:
-        self.rank, self.world = rank, world
-        self._pg = None
-        self._store = None
-        self._abandoned = False
+        super().__init__(rank, world)
         if world == 1:
             return
         from paddle.base import core
@@ -61,38 +57,10 @@ class PaddleGroup:
             self.close()
             raise CollectiveError(f"forming group at {host}:{port} failed: {e}") from e
 
-    def _check(self) -> None:
-        if self._abandoned:
-            raise Abandoned("the generation was aborted")
-
     def all_reduce_sum(self, t: paddle.Tensor) -> None:
-        self._check()
-        if self._pg is None:
-            return
         from paddle.base import core
 
-        try:
-            self._pg.all_reduce(t, core.ReduceOp.SUM, True)
-        except Exception as e:  # noqa: BLE001
-            self.close()  # closing our sockets makes peers blocked on us fail fast too
-            raise CollectiveError(f"all-reduce failed: {str(e).splitlines()[0][:200]}") from e
+        self._call("all-reduce", lambda: self._pg.all_reduce(t, core.ReduceOp.SUM, True))
 
     def broadcast(self, t: paddle.Tensor, src: int = 0) -> None:
-        self._check()
-        if self._pg is None:
-            return
-        try:
-            self._pg.broadcast(t, src, True)
-        except Exception as e:  # noqa: BLE001
-            self.close()
-            raise CollectiveError(f"broadcast failed: {str(e).splitlines()[0][:200]}") from e
-
-    def abandon(self) -> None:
-        """Every later call raises ``Abandoned``; the call in flight (on the runner's thread) keeps the
-        process group alive until Gloo gives up on it, but nothing it does reaches this generation."""
-        self._abandoned = True
-
-    def close(self) -> None:
-        self._pg = None
-        self._store = None
-        gc.collect()
+        self._call("broadcast", lambda: self._pg.broadcast(t, src, True))

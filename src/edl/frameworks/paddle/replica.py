@@ -25,7 +25,6 @@ def _tensors(x: Any) -> tuple[paddle.Tensor, ...]:
 
 
 class PaddleReplica(BucketedReplica):
-    framework = "PaddlePaddle"
     state = state
     export_inference = staticmethod(export_inference)
 

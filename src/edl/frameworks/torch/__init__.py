@@ -15,7 +15,6 @@ from edl.modeldef import ModelDef
 
 class Torch:
     name = "torch"
-    extra = "torch"
 
     def replica(self, md: ModelDef, seed: int, learning_rate: float, init_params: dict[str, np.ndarray] | None,
                 bucket_bytes: int | None = None, first_bytes: int | None = None) -> Replica:

@@ -8,30 +8,22 @@ prefixed with the group's id. The NCCL branch needs a GPU; it is not run on a CP
 
 from __future__ import annotations
 
-import gc
 import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from edl.errors import Abandoned, CollectiveError
-from edl.frameworks.rendezvous import wait_listening
+from edl.errors import CollectiveError
+from edl.frameworks.rendezvous import CollectiveGroup, first_line, wait_listening
 
 
-def _first_line(e: BaseException) -> str:
-    return (str(e).splitlines() or [type(e).__name__])[0][:200]
-
-
-class TorchGroup:
+class TorchGroup(CollectiveGroup):
     """One generation's collective: all-reduce (sum) and broadcast."""
 
     def __init__(self, host: str, port: int, rank: int, world: int, group_id: int, backend: str = "gloo",
                  timeout_s: int = 10) -> None:
-        self.rank, self.world = rank, world
-        self._pg: dist.ProcessGroup | None = None
-        self._store: dist.Store | None = None
-        self._abandoned = False
+        super().__init__(rank, world)
         if world == 1:
             return
         timeout = timedelta(seconds=timeout_s)
@@ -52,41 +44,13 @@ class TorchGroup:
             raise
         except Exception as e:  # noqa: BLE001 - c10d raises RuntimeError subclasses (DistError, DistStoreError)
             self.close()
-            raise CollectiveError(f"forming group at {host}:{port} failed: {_first_line(e)}") from e
-
-    def _check(self) -> None:
-        if self._abandoned:
-            raise Abandoned("the generation was aborted")
+            raise CollectiveError(f"forming group at {host}:{port} failed: {first_line(e)}") from e
 
     def all_reduce_sum(self, t: torch.Tensor) -> None:
-        self._check()
-        if self._pg is None:
-            return
-        try:
-            self._pg.allreduce([t]).wait()
-        except Exception as e:  # noqa: BLE001
-            self.close()  # closing our sockets makes peers blocked on us fail fast too
-            raise CollectiveError(f"all-reduce failed: {_first_line(e)}") from e
+        self._call("all-reduce", lambda: self._pg.allreduce([t]).wait())
 
     def broadcast(self, t: torch.Tensor, src: int = 0) -> None:
-        self._check()
-        if self._pg is None:
-            return
         opts = dist.BroadcastOptions()
         opts.rootRank = src
         opts.rootTensor = 0
-        try:
-            self._pg.broadcast([t], opts).wait()
-        except Exception as e:  # noqa: BLE001
-            self.close()
-            raise CollectiveError(f"broadcast failed: {_first_line(e)}") from e
-
-    def abandon(self) -> None:
-        """Every later call raises ``Abandoned``; the call in flight (on the runner's thread) keeps the
-        group alive until Gloo gives up on it, but nothing it does reaches this generation."""
-        self._abandoned = True
-
-    def close(self) -> None:
-        self._pg = None
-        self._store = None
-        gc.collect()
+        self._call("broadcast", lambda: self._pg.broadcast([t], opts).wait())

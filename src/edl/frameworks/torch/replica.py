@@ -20,7 +20,6 @@ def _tensors(x: Any) -> tuple[torch.Tensor, ...]:
 
 
 class TorchReplica(BucketedReplica):
-    framework = "PyTorch"
     # DDP's own default (``bucket_cap_mb=25``; the first bucket 1 MB as DDP's, edl.frameworks.buckets):
     # on CPUs, fewer and larger all-reduces leave backward more of the core (bench/throughput.py).
     default_bucket_bytes = 25 * 1024 * 1024
