@@ -286,11 +286,13 @@ def cmd_sidecar(a: argparse.Namespace) -> int:
 
 def _kubernetes_job(a: argparse.Namespace) -> tuple[JobSpec, K8sOptions]:
     """The spec and pod options of ``edl launch``/``edl k8s render``, validated for Kubernetes."""
-    from edl.api.spec import kubernetes_problems
+    from edl.api.spec import kubernetes_problems, with_trainer_images
     from edl.autoscale.policy import POLICY_NAMES
     from edl.jobargs import options_from_args, spec_from_args
+    from edl.modeldef import framework_of_source
 
-    spec, opts = spec_from_args(a), options_from_args(a)
+    spec = spec_from_args(a)
+    opts = with_trainer_images(options_from_args(a), framework_of_source(spec.model_def))
     FLAG_NAMES.check(kubernetes_problems(spec, opts, POLICY_NAMES))
     return spec, opts
 

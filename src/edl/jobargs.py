@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields
 from collections.abc import Sequence
 from typing import Any
 
+from edl.api.framework import FRAMEWORK_NAMES, FRAMEWORKS
+from edl.api.images import DEFAULT_IMAGES
 from edl.api.spec import JobSpec, K8sOptions, Naming, job_problems
 
 
@@ -65,9 +67,12 @@ AUDIT_HELP = "log every record id that enters the model and report lost/duplicat
 K8S_FLAGS: tuple[Flag, ...] = (
     Flag("--namespace", "namespace", str, "namespace of the job's objects (default default)"),
     Flag("--image", "image", str, "image of launcher, master and sidecar (default {runtime_image})"),
-    Flag("--trainer-image", "trainer_image", str, "image of the trainers on CPUs (default {trainer_image})"),
+    Flag("--trainer-image", "trainer_image", str,
+         "image of the trainers on CPUs (default: edl's for the framework --model-def imports, "
+         "{trainer_image})"),
     Flag("--trainer-gpu-image", "trainer_gpu_image", str,
-         "image of the trainers when --trainer-gpu is above 0 (default {trainer_gpu_image})"),
+         "image of the trainers when --trainer-gpu is above 0 (default: edl's for the framework, "
+         "{trainer_gpu_image})"),
     Flag("--trainer-cpu", "trainer_cpu", str, "CPU request and limit per trainer, a Kubernetes quantity (default 2)"),
     Flag("--trainer-memory", "trainer_memory", str, "memory request and limit per trainer (default 4Gi)"),
     Flag("--trainer-gpu", "trainer_gpu", int, "GPUs per trainer, nvidia.com/gpu; 0: CPU trainers (default 0)"),
@@ -113,8 +118,11 @@ def add_k8s_arguments(p: argparse.ArgumentParser, policies: Sequence[str]) -> No
     for f in K8S_FLAGS:
         g.add_argument(f.flag, dest=f.field, type=f.type, default=getattr(defaults, f.field),
                        help=f.help.format(policies=" or ".join(policies), runtime_image=defaults.image,
-                                          trainer_image=defaults.trainer_image,
-                                          trainer_gpu_image=defaults.trainer_gpu_image))
+                                          trainer_image=_by_framework(0), trainer_gpu_image=_by_framework(1)))
+
+
+def _by_framework(gpus: int) -> str:
+    return " or ".join(f"{DEFAULT_IMAGES.trainer(name, gpus)} ({FRAMEWORK_NAMES[name]})" for name in FRAMEWORKS)
 
 
 def spec_from_args(a: argparse.Namespace) -> JobSpec:

@@ -91,6 +91,13 @@ def frameworks_imported(spec: str) -> set[str]:
     return roots & set(FRAMEWORKS)
 
 
+def framework_of_source(spec: str) -> str | None:
+    """The one training framework a model definition's source imports; ``None`` when it imports
+    neither or both (a helper module may hide it) or its source is not here (``frameworks_imported``)."""
+    found = frameworks_imported(spec)
+    return found.pop() if len(found) == 1 else None
+
+
 def require_frameworks_of(spec: str, where: str) -> None:
     """``require_framework`` for each framework the model definition imports (see ``frameworks_imported``)."""
     for name in sorted(frameworks_imported(spec)):

@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 from edl.cluster import manifests as m
-from edl.api.spec import JobSpec, K8sOptions
+from edl.api.spec import JobSpec, K8sOptions, with_trainer_images
 from tests.waits import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900),
@@ -54,7 +54,7 @@ def _dry_run(kube, obj: dict) -> None:
 def test_rendered_objects_pass_server_side_validation(kube):
     spec = JobSpec(job="e2e-render", model_def="edl.zoo.digits", data="s3://data/digits", epochs=1, batch_size=32,
                    min_trainers=1, max_trainers=2, trainers=1, checkpoint_uri="s3://ckpt/e2e-render")
-    opts = K8sOptions(namespace=NS, s3_secret="minio")
+    opts = with_trainer_images(K8sOptions(namespace=NS, s3_secret="minio"), "paddle")
     for group in m.render(spec, opts).values():
         for obj in group:
             _dry_run(kube, obj)

@@ -36,13 +36,21 @@ class Images:
 
     @property
     def trainer_cpu(self) -> str:
-        """Trainers on CPUs (PaddlePaddle CPU wheel); data preparation and evaluation too."""
+        """PaddlePaddle trainers on CPUs (its CPU wheel); the pipeline's data preparation and evaluation too."""
         return self._named("trainer-cpu")
 
     @property
     def trainer_gpu(self) -> str:
-        """Trainers with ``trainer_gpu > 0`` (PaddlePaddle for CUDA, NCCL)."""
+        """PaddlePaddle trainers with ``trainer_gpu > 0`` (PaddlePaddle for CUDA, NCCL)."""
         return self._named("trainer-gpu")
+
+    def trainer(self, framework: str, gpus: int) -> str:
+        """The trainers' image for a model of ``framework`` (``edl.api.framework.FRAMEWORKS``) with
+        ``gpus`` GPUs per trainer: PaddlePaddle's CPU and CUDA wheels are different packages, and
+        PyTorch's CPU wheel is a tenth of the size of its CUDA build."""
+        if framework == "paddle":
+            return self.trainer_gpu if gpus > 0 else self.trainer_cpu
+        return self._named(f"trainer-{framework}-{'gpu' if gpus > 0 else 'cpu'}")
 
 
 DEFAULT_IMAGES = Images()
@@ -56,5 +64,5 @@ def registry_problem(registry: str) -> str | None:
 
 
 def trainer_image_for(gpus: int, cpu_image: str, gpu_image: str) -> str:
-    """The trainers' image: the GPU build when a trainer gets GPUs (the CPU wheel cannot use them)."""
+    """The trainers' image: the GPU build when a trainer gets GPUs (a CPU wheel cannot use them)."""
     return gpu_image if gpus > 0 else cpu_image

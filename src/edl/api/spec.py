@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from edl.api.images import DEFAULT_IMAGES
+from edl.api.images import DEFAULT_IMAGES, Images
 from edl.errors import UserError
 
 
@@ -59,8 +59,10 @@ class K8sOptions:
 
     namespace: str = "default"
     image: str = DEFAULT_IMAGES.runtime
-    trainer_image: str = DEFAULT_IMAGES.trainer_cpu
-    trainer_gpu_image: str = DEFAULT_IMAGES.trainer_gpu  # the trainers' image when trainer_gpu > 0
+    # The trainers' image on CPUs, and when trainer_gpu > 0. Empty: edl's image for the model
+    # definition's framework (``with_trainer_images``).
+    trainer_image: str = ""
+    trainer_gpu_image: str = ""
     trainer_cpu: str = "2"
     trainer_memory: str = "4Gi"
     trainer_gpu: int = 0
@@ -251,9 +253,9 @@ def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Proble
     """The pod options' own rules."""
     if not _DNS_LABEL.match(opts.namespace) or len(opts.namespace) > 63:
         yield Problem("namespace", f"{opts.namespace!r}: must be a DNS label (lowercase letters, digits, '-')")
-    for name, image in (("image", opts.image), ("trainer_image", opts.trainer_image),
-                        ("trainer_gpu_image", opts.trainer_gpu_image)):
-        if not image or any(c.isspace() for c in image):
+    for name in ("image", "trainer_image", "trainer_gpu_image"):
+        image = getattr(opts, name)  # an empty trainer image: see kubernetes_problems
+        if any(c.isspace() for c in image) or (not image and name == "image"):
             yield Problem(name, f"{image!r}: must be an image reference without spaces")
     yield from trainer_resource_problems(opts.trainer_cpu, opts.trainer_memory, opts.trainer_gpu)
     if opts.priority_class is not None and not _DNS_LABEL.match(opts.priority_class):
@@ -272,9 +274,23 @@ def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Proble
             yield Problem(name, str(e))
 
 
+def with_trainer_images(opts: K8sOptions, framework: str | None, images: Images = DEFAULT_IMAGES) -> K8sOptions:
+    """``opts`` with edl's trainer images for a model of ``framework`` where it names none
+    (``framework`` ``None``: not known, the empty ones stay empty and ``pod_problems`` says so)."""
+    if framework is None:
+        return opts
+    return replace(opts, trainer_image=opts.trainer_image or images.trainer(framework, 0),
+                   trainer_gpu_image=opts.trainer_gpu_image or images.trainer(framework, 1))
+
+
 def kubernetes_problems(spec: JobSpec, opts: K8sOptions, policies: Collection[str]) -> Iterator[Problem]:
     """The pod options, and what a job needs beyond ``job_problems`` to run as pods."""
     yield from pod_problems(opts, policies)
+    used = "trainer_gpu_image" if opts.trainer_gpu else "trainer_image"
+    if not getattr(opts, used):
+        yield Problem(used, "empty, and edl cannot tell the model definition's framework (its source, read here, "
+                            "imports neither or both of paddle and torch, or is not on this machine): name the "
+                            "trainers' image")
     if len(spec.job) > MAX_JOB_NAME or not _DNS_LABEL.match(spec.job):
         yield Problem("job", f"{spec.job!r}: on Kubernetes use at most {MAX_JOB_NAME} lowercase letters, "
                              "digits and '-', starting and ending with a letter or digit")

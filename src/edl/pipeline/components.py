@@ -89,8 +89,8 @@ def elastic_train(
     registry lookup's own, whose ``warm_start.json`` says ``published: false``, when there is none)
     or ``warm_start_uri`` (where one lives) starts from its
     parameters. On a cluster the master and sidecar run in ``runtime_image`` and the trainers in
-    ``trainer_image``, or ``trainer_gpu_image`` when ``trainer_gpu`` > 0 (empty: edl's images of this
-    version, edl.api.images), on nodes with the labels ``trainer_node_selector`` (KEY=VALUE,...)
+    ``trainer_image``, or ``trainer_gpu_image`` when ``trainer_gpu`` > 0 (empty: edl's image, of this
+    version, for the framework ``model_def`` imports: edl.api.images), on nodes with the labels ``trainer_node_selector`` (KEY=VALUE,...)
     and tolerating ``trainer_tolerations`` (KEY[=VALUE]:EFFECT,...); each pod's /tmp holds
     ``scratch_size`` (data is read from S3, not copied there). ``capacity_slots`` and ``capacity_schedule`` only matter locally
     (kfp.local): trainer slots on the machine and other tenants taking them over time (TIME:SLOTS

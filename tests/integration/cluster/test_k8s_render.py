@@ -36,6 +36,33 @@ def test_render_command_writes_valid_files(tmp_path):
     assert not bad.exists()  # nothing written
 
 
+def test_the_trainers_image_follows_the_framework_the_model_definition_imports(tmp_path):
+    """edl's trainer image for PaddlePaddle or PyTorch, the GPU build with --trainer-gpu; a model
+    definition whose framework cannot be read needs --trainer-image, and says so in one line."""
+    from edl.api.images import DEFAULT_IMAGES
+
+    def trainer_image(model_def: str, *more: str) -> tuple[int, str]:
+        out = tmp_path / f"k8s-{len(list(tmp_path.iterdir()))}"
+        r = run_edl("k8s", "render", "--job-name", "mnist", "--model-def", model_def, "--data", "s3://d/x",
+                    "--epochs", "1", "--batch-size", "32", "--checkpoint-uri", "s3://c/x", "--s3-secret", "minio",
+                    *more, "--out", str(out))
+        if r.returncode:
+            assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1 and not out.exists()
+            return r.returncode, r.stderr
+        template = yaml.safe_load((out / "40-trainer-template.yaml").read_text())
+        return 0, template["template"]["spec"]["containers"][0]["image"]
+
+    assert trainer_image("edl.zoo.mlp") == (0, DEFAULT_IMAGES.trainer_cpu)
+    assert trainer_image("edl.zoo.torch.mlp") == (0, DEFAULT_IMAGES.trainer("torch", 0))
+    assert trainer_image("edl.zoo.torch.mlp", "--trainer-gpu", "1") == (0, DEFAULT_IMAGES.trainer("torch", 1))
+    assert DEFAULT_IMAGES.trainer("torch", 0).endswith("/edl-trainer-torch-cpu:0.1.0")
+    own = tmp_path / "mine.py"  # its framework comes from a module of its own, not read here
+    own.write_text("from mynets import model, loss, optimizer, collate\n")
+    code, err = trainer_image(str(own))
+    assert code == 2 and "--trainer-image empty, and edl cannot tell the model definition's framework" in err
+    assert trainer_image(str(own), "--trainer-image", "reg.example/mine:1") == (0, "reg.example/mine:1")
+
+
 def test_render_binds_the_launcher_role_to_the_accounts_workflows_run_under(tmp_path):
     """Review #6: KFP runs every pod of a run (its driver too) under the run's account, so edl's Role is
     bound to that account (pipeline-runner standalone, default-editor in a profile namespace) instead of

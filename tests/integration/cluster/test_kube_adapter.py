@@ -12,7 +12,7 @@ from edl.cluster import manifests as m
 from edl.cluster.informer import Informer
 from edl.cluster.kube_api import KubeApi, decode_node, decode_pod
 from edl.errors import PermanentError, TemporaryError
-from edl.api.spec import JobSpec, K8sOptions
+from edl.api.spec import JobSpec, K8sOptions, with_trainer_images
 from tests.integration.plane.test_plane import restricted_pod
 from tests.waits import wait_for
 
@@ -23,7 +23,7 @@ SPEC = JobSpec(job="mnist", model_def="edl.zoo.digits", data="s3://d/digits", ep
 
 
 def opts(ns: str) -> K8sOptions:
-    return K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="2", trainer_memory="1Gi")
+    return with_trainer_images(K8sOptions(namespace=ns, s3_secret="minio", trainer_cpu="2", trainer_memory="1Gi"), "paddle")
 
 
 def token_client(plane, token: str, host: str | None = None) -> client.ApiClient:

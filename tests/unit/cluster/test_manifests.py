@@ -8,7 +8,7 @@ import json
 import kubernetes_validate
 import pytest
 
-from edl.api.spec import JobSpec, K8sOptions, kubernetes_problems
+from edl.api.spec import JobSpec, K8sOptions, kubernetes_problems, with_trainer_images
 from edl.autoscale.policy import POLICY_NAMES
 from edl.cluster import manifests as m
 from edl.errors import UserError
@@ -18,7 +18,7 @@ K8S_VERSION = "1.30.0"  # the oldest Kubernetes we support; the schemas ship wit
 
 SPEC = JobSpec(job="mnist", model_def="edl.zoo.digits", data="s3://data/digits", epochs=3, batch_size=64,
                min_trainers=1, max_trainers=4, trainers=2, checkpoint_uri="s3://ckpt/mnist")
-OPTS = K8sOptions(namespace="ml", s3_secret="minio-creds", priority_class="batch-low")
+OPTS = with_trainer_images(K8sOptions(namespace="ml", s3_secret="minio-creds", priority_class="batch-low"), "paddle")
 GPU = dataclasses.replace(OPTS, trainer_gpu=1, trainer_image="edl-trainer-gpu:0.1.0")
 OWNER = {"name": "launcher-abc", "uid": "6a1f7c3e-0000-4000-8000-000000000001"}
 
@@ -35,7 +35,7 @@ def containers(obj: dict) -> list[dict]:
     return spec.get("containers", [])
 
 
-@pytest.mark.parametrize("opts", [OPTS, GPU, K8sOptions(namespace="default", s3_secret="s")], ids=["cpu", "gpu", "min"])
+@pytest.mark.parametrize("opts", [OPTS, GPU, with_trainer_images(K8sOptions(namespace="default", s3_secret="s"), "torch")], ids=["cpu", "gpu", "min"])
 def test_every_object_is_valid_against_the_kubernetes_schemas(opts):
     for obj in all_objects(opts):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)  # raises on any unknown or mistyped field
@@ -135,6 +135,9 @@ def test_names_are_deterministic_and_objects_owned_by_the_launcher():
     ({}, {"trainer_node_selector": "pool=a b"}, "--trainer-node-selector"),
     ({}, {"trainer_tolerations": "gpu:Sometimes"}, "--trainer-tolerations 'gpu:Sometimes': expected KEY"),
     ({}, {"trainer_tolerations": "gpu"}, "--trainer-tolerations"),
+    ({}, {"trainer_image": ""}, "--trainer-image empty, and edl cannot tell the model definition's framework"),
+    ({}, {"trainer_gpu": 1, "trainer_gpu_image": ""}, "--trainer-gpu-image empty"),
+    ({}, {"trainer_image": "reg/edl trainer"}, "--trainer-image 'reg/edl trainer': must be an image reference"),
 ])
 def test_bad_options_name_the_culprit(spec_over, opts_over, culprit):
     """What ``edl launch`` and ``edl k8s render`` check before building any object."""

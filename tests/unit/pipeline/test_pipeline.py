@@ -211,7 +211,7 @@ def _valid_on_kubernetes(job: str) -> bool:
 
     spec = JobSpec(job=job, model_def="m", data="s3://d/x", epochs=1, batch_size=1, min_trainers=1, max_trainers=1,
                    trainers=1, checkpoint_uri="s3://c/x")
-    return not [*job_problems(spec), *kubernetes_problems(spec, K8sOptions(s3_secret="s"), POLICY_NAMES)]
+    return not [*job_problems(spec), *kubernetes_problems(spec, K8sOptions(s3_secret="s", trainer_image="i"), POLICY_NAMES)]
 
 
 def _compiled_pipeline() -> tuple[dict, dict]:
@@ -344,6 +344,27 @@ def test_the_training_steps_images_are_inputs_and_gpu_trainers_get_the_gpu_image
         dataclasses.replace(q, trainer_gpu_image="bad image").validate()
     with pytest.raises(UserError, match="pipeline parameter runtime_image:"):
         dataclasses.replace(q, runtime_image="bad image").validate()
+
+
+def test_the_steps_trainers_run_edls_image_for_the_framework_model_def_imports(tmp_path, monkeypatch):
+    from edl.api.images import DEFAULT_IMAGES
+
+    p = TrainParams(data_uri="s3://d/x", checkpoint_uri="s3://c/x", s3_secret="s", job_name="job",
+                    model_def="edl.zoo.torch.mlp")
+    o = p.pod_options("ml")
+    assert (o.trainer_image, o.trainer_gpu_image) == (DEFAULT_IMAGES.trainer("torch", 0),
+                                                      DEFAULT_IMAGES.trainer("torch", 1))
+    own = tmp_path / "mine.py"
+    own.write_text("from mynets import model, loss, optimizer, collate\n")
+    q = dataclasses.replace(p, model_def=str(own))
+    assert q.pod_options("ml").trainer_image == ""
+    q.validate()  # locally no image is used
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KFP_POD_NAME", "step")
+    with pytest.raises(UserError, match="pipeline parameter trainer_image: empty, and edl cannot tell"):
+        q.validate()
+    assert dataclasses.replace(q, trainer_image="reg.example/mine:1").pod_options("ml").trainer_image == \
+        "reg.example/mine:1"
 
 
 def test_every_step_of_the_pipeline_runs_in_the_image_its_run_names():
