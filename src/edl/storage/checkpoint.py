@@ -119,7 +119,8 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------- read
     def _names(self) -> list[str]:
-        names = {k.split("/", 1)[0] for k in self.store.list("") if k.startswith(PREFIX)}
+        # Only the checkpoints' keys: the audit log beside them holds an object per trainer step.
+        names = {k.split("/", 1)[0] for k in self.store.list(PREFIX)}
         return sorted(names)
 
     def committed(self) -> list[str]:

@@ -45,7 +45,8 @@ class ObjectStore(ABC):
 
     @abstractmethod
     def list(self, prefix: str = "") -> list[str]:
-        """Every key under ``prefix``, recursively, sorted."""
+        """Every key that starts with ``prefix`` (a string prefix, as S3 has it: ``a/`` lists the
+        folder ``a``, ``ckpt-`` every key whose name starts so), recursively, sorted."""
 
     @abstractmethod
     def delete(self, keys: list[str]) -> None: ...
@@ -101,16 +102,16 @@ class FileStore(ObjectStore):
             raise StorageError(f"{self.child(key)} does not exist") from e
 
     def list(self, prefix: str = "") -> list[str]:
-        base = self._path(prefix) if prefix else self.root
-        if not base.exists():
+        folder, _, stem = prefix.rpartition("/")
+        base = self._path(folder) if folder else self.root
+        if not base.is_dir():
             return []
-        if base.is_file():
-            return [prefix]
-        return sorted(
-            str(p.relative_to(self.root)).replace(os.sep, "/")
-            for p in base.rglob("*")
-            if p.is_file() and not p.name.startswith(".tmp-")
-        )
+        found: list[Path] = []
+        for entry in base.iterdir():  # only the entries the prefix names: never a walk of the whole store
+            if entry.name.startswith(stem):
+                found.extend(entry.rglob("*") if entry.is_dir() else (entry,))
+        return sorted(str(p.relative_to(self.root)).replace(os.sep, "/") for p in found
+                      if p.is_file() and not p.name.startswith(".tmp-"))
 
     def delete(self, keys: list[str]) -> None:
         for k in keys:

@@ -31,6 +31,25 @@ def test_s3_store_round_trip_and_corrupt_checkpoint_skipped(s3):
     assert found[0].step == 6 and "checksum mismatch" in warned[0]
 
 
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_a_listing_takes_a_string_prefix_on_both_stores(kind, s3, tmp_path):
+    """S3's prefixes are strings, not folders; the file store lists the same keys for the same prefix
+    (the checkpoints list ``ckpt-`` only, never the audit log's object per trainer step beside them)."""
+    store = open_store(str(tmp_path / "job") if kind == "file" else "s3://lists/job", "URI")
+    store.check()
+    keys = ["audit/t1/00001.jsonl", "ckpt-000000000006/MANIFEST.json", "ckpt-000000000006/x.json",
+            "ckpt-000000000007/x.json", "ckpt.txt", "model/params.npz"]
+    for k in keys:
+        store.put(k, b"x")
+    assert store.list("") == keys
+    assert store.list("ckpt-") == keys[1:4]
+    assert store.list("ckpt") == keys[1:5]
+    assert store.list("ckpt-000000000006/") == keys[1:3]
+    assert store.list("ckpt-000000000006/x.json") == [keys[2]]
+    assert store.list("audit/") == keys[:1] and store.list("nothing/") == [] and store.list("nothing") == []
+    assert CheckpointStore(store, keep=3).committed() == ["ckpt-000000000006"]
+
+
 def test_training_with_s3_data_and_checkpoints(s3, digits, tmp_path):
     r = run_edl("data", "prepare", "digits", "--out", "s3://data/digits")
     assert r.returncode == 0, r.stderr
