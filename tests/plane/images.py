@@ -13,11 +13,15 @@ and Argo's executor, pushed to a registry whose storage lives in the build cache
   bundle mounted read-only for the RUN steps' downloads. Each image carries the label
   ``edl.cache.key``: the hash of its Dockerfile, the files its COPY lines name and the base's
   ID. An image whose key the registry already holds is not built again.
-  ``images/trainer-gpu`` is not built: its base (PaddlePaddle's CUDA image) cannot be had here.
+  ``images/trainer-gpu`` is not built: its base (PaddlePaddle's CUDA image) cannot be had here;
+  nor ``images/trainer-torch-cpu``: PyTorch's own index (its CPU wheel) cannot be reached. The
+  PyTorch trainers on the plane run ``edl-trainer-torch-gpu`` (PyPI's CUDA build), which trains
+  on CPUs with Gloo as well.
 - **Argo's executor**: ``argoexec`` (built from Argo's module, ``build.py``) alone in an image
   from scratch (``tools/argo/Containerfile``), as Argo ships it.
 
-What the registry holds: ``edl-runtime:VERSION``, ``edl-trainer-cpu:VERSION`` (VERSION as
+What the registry holds: ``edl-runtime:VERSION``, ``edl-trainer-cpu:VERSION``,
+``edl-trainer-torch-gpu:VERSION`` (VERSION as
 ``edl pipeline compile`` tags them) and ``argoproj/argoexec:ARGO_VERSION``.
 """
 
@@ -48,7 +52,9 @@ ARGO_VERSION = "v4.0.5"
 ARGOEXEC_REPO = "argoproj/argoexec"
 KEY_LABEL = "edl.cache.key"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-SHIPPED = ("runtime", "trainer-cpu")  # trainer-gpu: its CUDA base cannot be had here
+# Not built: trainer-gpu (its base, PaddlePaddle's CUDA image, cannot be had here) and
+# trainer-torch-cpu (PyTorch's CPU index cannot be reached). trainer-torch-gpu runs on CPUs too.
+SHIPPED = ("runtime", "trainer-cpu", "trainer-torch-gpu")
 TOOLS = ("buildah", "skopeo", "umoci", "mmdebstrap", "docker-registry")
 
 # The look-alike of the official python:3.11 slim image.
@@ -90,8 +96,11 @@ def dockerfile(name: str) -> Path:
 
 def base_reference() -> str:
     """The image the Dockerfiles start from, fully qualified as buildah names it."""
-    refs = {m for n in SHIPPED for m in re.findall(r"^FROM (\S+)", dockerfile(n).read_text(), re.M)
-            if not m.startswith("$")}
+    refs: set[str] = set()
+    for n in SHIPPED:
+        text = dockerfile(n).read_text()
+        stages = set(re.findall(r"^FROM \S+ AS (\S+)", text, re.M | re.I))
+        refs |= {m for m in re.findall(r"^FROM (\S+)", text, re.M) if not m.startswith("$") and m not in stages}
     if len(refs) != 1:
         raise ImageError(f"the CPU images must share one base, they name {sorted(refs)}")
     ref = refs.pop()
@@ -263,13 +272,17 @@ def ensure_base(steps: Steps) -> str:
     return labels["@id"]
 
 
+def deps_reference(spec: Spec) -> str:
+    """Where buildah keeps the dependencies' stage of ``spec`` between builds."""
+    return f"{spec.local.rsplit(':', 1)[0]}-deps:cache"
+
+
 def build_one(spec: Spec, key: str, steps: Steps) -> None:
     """``buildah bud`` of ``spec`` into buildah's storage, labelled with ``key``."""
-    argv = ["buildah", "bud", "--isolation", "chroot", "--pull-never", "--layers", "-f", str(spec.containerfile),
-            "-t", spec.local, "--label", f"{KEY_LABEL}={key}"]
+    bud = ["buildah", "bud", "--isolation", "chroot", "--pull-never", "--layers", "-f", str(spec.containerfile)]
     if HOST_CA.exists():  # the RUN steps' downloads go through this machine's CA
-        argv += ["-v", f"{HOST_CA}:{HOST_CA}:ro"]
-    argv.append(str(spec.context))
+        bud += ["-v", f"{HOST_CA}:{HOST_CA}:ro"]
+    argv = [*bud, "-t", spec.local, "--label", f"{KEY_LABEL}={key}", str(spec.context)]
     tail: list[str] = []
     with steps.step(f"image {spec.repo}:{spec.tag}") as note:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -281,6 +294,11 @@ def build_one(spec: Spec, key: str, steps: Steps) -> None:
                 note(line.strip())
         if proc.wait() != 0:
             raise ImageError(f"buildah bud {spec.containerfile} failed:\n" + "\n".join(tail))
+        if re.search(r"^FROM \S+ AS deps$", spec.containerfile.read_text(), re.M | re.I):
+            # The dependencies' stage, from the layers just built, under a name of its own: ``prune``
+            # keeps it, so the next change to src/ rebuilds only edl's small layer.
+            _run([*bud, "--target", "deps", "-t", deps_reference(spec), str(spec.context)],
+                 f"buildah bud --target deps {spec.containerfile}")
 
 
 def push(spec: Spec, registry: str) -> None:

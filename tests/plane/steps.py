@@ -40,15 +40,17 @@ class Steps:
     # ------------------------------------------------------------ the step
     def launch(self, job: str, *extra: str, epochs: int = 3, max_t: int = 2, trainers: int = 1,
                style: str = "argo", trainer_memory: str = "2Gi", grace_s: int = 40,
-               service_account: str = "edl-launcher") -> str:
+               service_account: str = "edl-launcher", model_def: str = "edl.zoo.digits",
+               trainer_image: str = "trainer-cpu") -> str:
+        """An ``edl launch`` step's pod for ``job``; ``trainer_image`` names one of edl's images on the plane."""
         name = f"step-{job}-{len(self.launched)}"
-        args = ["launch", "--job-name", job, "--model-def", "edl.zoo.digits", "--data", "s3://data/digits",
+        args = ["launch", "--job-name", job, "--model-def", model_def, "--data", "s3://data/digits",
                 "--epochs", str(epochs), "--batch-size", "16", "--min-trainers", "1", "--max-trainers", str(max_t),
                 "--trainers", str(trainers), "--checkpoint-uri", f"s3://ckpt/{self.ns}/{job}",
                 "--checkpoint-interval", "2", "--namespace", self.ns, "--s3-secret", "minio",
                 "--trainer-cpu", "1", "--trainer-memory", trainer_memory, "--sidecar-period", "1",
                 "--sidecar-jitter", "0.2", "--summary-out", "/tmp/summary.json",
-                "--image", self.plane.image("runtime"), "--trainer-image", self.plane.image("trainer-cpu"), *extra]
+                "--image", self.plane.image("runtime"), "--trainer-image", self.plane.image(trainer_image), *extra]
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "labels": {"workflows.argoproj.io/workflow": "wf", "test/step": job}},
                "spec": {"serviceAccountName": service_account, "restartPolicy": "Never",

@@ -23,7 +23,8 @@ def hadolint() -> str:
 
 
 def test_there_is_one_image_per_role():
-    assert [p.parent.name for p in IMAGES] == ["runtime", "trainer-cpu", "trainer-gpu"]
+    assert [p.parent.name for p in IMAGES] == ["runtime", "trainer-cpu", "trainer-gpu", "trainer-torch-cpu",
+                                               "trainer-torch-gpu"]
 
 
 @pytest.mark.parametrize("dockerfile", IMAGES, ids=lambda p: p.parent.name)
@@ -50,7 +51,8 @@ def test_images_install_the_extras_pyproject_declares(dockerfile):
         extras |= set(group.split(","))
     assert extras and extras <= set(PYPROJECT["project"]["optional-dependencies"])
     want = {"runtime": {"pipeline"}, "trainer-cpu": {"paddle", "pipeline"},
-            "trainer-gpu": {"paddle-gpu", "pipeline"}}[dockerfile.parent.name]
+            "trainer-gpu": {"paddle-gpu", "pipeline"}, "trainer-torch-cpu": {"torch", "pipeline"},
+            "trainer-torch-gpu": {"torch", "pipeline"}}[dockerfile.parent.name]
     assert extras == want
 
 
@@ -63,6 +65,17 @@ def test_the_gpu_image_pins_the_same_paddle_as_pyproject():
     assert set(gpu_extra) == {d for d in trainer_extra if not d.startswith("paddlepaddle")}
 
 
+def test_the_pytorch_cpu_image_takes_torch_from_pytorchs_cpu_index_and_the_gpu_image_from_pypi():
+    """One resolution each: the CPU index's torch X+cpu satisfies the extra's torch==X (and pip ranks
+    it above PyPI's X), so the CPU image never holds the CUDA build."""
+    cpu = (REPO / "images" / "trainer-torch-cpu" / "Dockerfile").read_text()
+    gpu = (REPO / "images" / "trainer-torch-gpu" / "Dockerfile").read_text()
+    assert "ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu" in cpu
+    assert '--extra-index-url "${TORCH_INDEX}" ".[torch,pipeline]"' in cpu
+    assert "index-url" not in gpu
+    assert any(d.startswith("torch==") for d in PYPROJECT["project"]["optional-dependencies"]["torch"])
+
+
 def test_components_use_the_images_built_here():
     from edl.api.images import DEFAULT_IMAGES, VERSION
     from edl.pipeline.components import RUNTIME_IMAGE, TRAINER_IMAGE
@@ -70,5 +83,7 @@ def test_components_use_the_images_built_here():
     assert VERSION == PYPROJECT["project"]["version"]
     assert (RUNTIME_IMAGE, TRAINER_IMAGE) == (DEFAULT_IMAGES.runtime, DEFAULT_IMAGES.trainer_cpu)
     for image, folder in ((DEFAULT_IMAGES.runtime, "runtime"), (DEFAULT_IMAGES.trainer_cpu, "trainer-cpu"),
-                          (DEFAULT_IMAGES.trainer_gpu, "trainer-gpu")):
+                          (DEFAULT_IMAGES.trainer_gpu, "trainer-gpu"),
+                          (DEFAULT_IMAGES.trainer("torch", 0), "trainer-torch-cpu"),
+                          (DEFAULT_IMAGES.trainer("torch", 1), "trainer-torch-gpu")):
         assert f"-t {image} ." in (REPO / "images" / folder / "Dockerfile").read_text()

@@ -50,6 +50,24 @@ def test_launch_as_a_step_runs_the_job_grows_it_and_leaves_nothing_behind(steps)
     assert "generation" in log and "succeeded" in log
 
 
+def test_a_pytorch_job_trains_in_edls_pytorch_image_audited_and_exports_onnx(steps, plane_s3):
+    """The PyTorch trainer image (images/trainer-torch-gpu: PyPI's CUDA build, on CPUs with Gloo
+    here) runs a PyTorch model's trainers as pods: grown to 2, every sample once, ONNX exported."""
+    step = steps.launch("torchjob", "--audit", epochs=4, model_def="edl.zoo.torch.digits",
+                        trainer_image="trainer-torch-gpu")
+    trainer = steps.wait(lambda: (t := steps.trainers("torchjob")) and t[0], what="a running trainer")
+    assert trainer.spec.containers[0].image == steps.plane.image("trainer-torch-gpu")
+    assert steps.wait_done(step) == 0, steps.log_tail()
+    s = steps.summary(step)
+    assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+    assert s["audited_samples_per_epoch"] == [1438] * 4 and max(g["world_size"] for g in s["generations"]) == 2
+    prefix = s["final_model_uri"].removeprefix("s3://ckpt/")
+    files = {o.object_name.rsplit("/", 1)[-1]
+             for o in plane_s3.client().list_objects("ckpt", prefix + "/", recursive=True)}
+    assert {"params.npz", "model.onnx", "model.pt2"} <= files, files
+    steps.wait_gone("torchjob")
+
+
 def test_the_launcher_pod_deleted_takes_a_last_checkpoint_and_removes_every_object(steps):
     step = steps.launch("cancel", epochs=400)
     steps.wait(lambda: steps.trainers("cancel"), what="a running trainer")
