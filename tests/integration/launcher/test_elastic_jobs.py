@@ -41,7 +41,9 @@ def assert_exactly_once(s: dict, epochs: int) -> None:
 
 
 def test_scale_up_then_drain_keeps_exactly_once(digits, tmp_path, job_runner, framework_digits):
-    job = job_runner("grow", job_args(digits, tmp_path, trainers=1, model=framework_digits)).start()
+    # 24 epochs of 90 steps at one trainer: the changes below end near step 1,000 on an idle machine.
+    epochs = 24
+    job = job_runner("grow", job_args(digits, tmp_path, epochs=epochs, trainers=1, model=framework_digits)).start()
     job.wait_for(lambda s: s["step"] > 100 and s["world_size"] == 1, what="training with one trainer")
     info = job.info()
     headers = {"Authorization": f"Bearer {info['token']}"}
@@ -66,7 +68,7 @@ def test_scale_up_then_drain_keeps_exactly_once(digits, tmp_path, job_runner, fr
     assert {t["id"] for t in shrunk["trainers"] if t["state"] == "active"} <= survivors
     assert job.wait() == 0, job.output()
     s = summary(tmp_path)
-    assert_exactly_once(s, 40)
+    assert_exactly_once(s, epochs)
     reasons = [g["reason"] for g in s["generations"]]
     assert "scale_up" in reasons and "scale_down" in reasons
     assert all(g["rolled_back_steps"] == 0 for g in s["generations"])
@@ -81,10 +83,11 @@ def test_scale_up_then_drain_keeps_exactly_once(digits, tmp_path, job_runner, fr
 
 
 def test_sigkill_of_a_trainer_keeps_exactly_once(digits, tmp_path, job_runner, framework_digits):
-    # 15 epochs: the kill lands near the fifth; what follows it is a drop and a regrouping, not epochs.
-    epochs = 15
+    # 8 epochs of 30 steps at three trainers: the kill lands in the third; what follows it is a drop
+    # and a regrouping, not epochs.
+    epochs = 8
     job = job_runner("kill", job_args(digits, tmp_path, epochs=epochs, trainers=3, model=framework_digits)).start()
-    st = job.wait_for(lambda s: s["world_size"] == 3 and s["step"] > 150, what="three trainers training")
+    st = job.wait_for(lambda s: s["world_size"] == 3 and s["step"] > 60, what="three trainers training")
     victim = next(t for t in st["trainers"] if t["rank"] == 1)
     os.kill(victim["pid"], signal.SIGKILL)
     job.wait_for(lambda s: victim["id"] not in {t["id"] for t in s["trainers"] if t["state"] == "active"},
