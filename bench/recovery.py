@@ -52,6 +52,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from edl.net import free_port
 from edl.procs import wait_ended
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -188,12 +189,6 @@ def graceful_pauses(tmp: Path, data: Path, batch: int, rounds: int, largest: int
 # ---- the peers: torchrun's and DLRover's restart-all, torchft's per-step fault tolerance ----------------
 
 PeerResult = dict | str  # the figures, or why there are none ("not installed", "cannot run here: ...")
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:

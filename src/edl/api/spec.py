@@ -276,7 +276,7 @@ def pod_problems(opts: K8sOptions, policies: Collection[str]) -> Iterator[Proble
 
 def with_trainer_images(opts: K8sOptions, framework: str | None, images: Images = DEFAULT_IMAGES) -> K8sOptions:
     """``opts`` with edl's trainer images for a model of ``framework`` where it names none
-    (``framework`` ``None``: not known, the empty ones stay empty and ``pod_problems`` says so)."""
+    (``framework`` ``None``: not known, the empty ones stay empty and ``kubernetes_problems`` says so)."""
     if framework is None:
         return opts
     return replace(opts, trainer_image=opts.trainer_image or images.trainer(framework, 0),

@@ -75,15 +75,15 @@ class _TrainParamsMethods:
 
     def pod_options(self, namespace: str) -> K8sOptions:
         """The pods' options; empty trainer images are edl's for the framework ``model_def`` imports."""
-        return with_trainer_images(K8sOptions(namespace=namespace, trainer_cpu=self.trainer_cpu, trainer_memory=self.trainer_memory,
+        opts = K8sOptions(namespace=namespace, trainer_cpu=self.trainer_cpu, trainer_memory=self.trainer_memory,
                           trainer_gpu=self.trainer_gpu, image=self.runtime_image or DEFAULT_IMAGES.runtime,
                           trainer_image=self.trainer_image, trainer_gpu_image=self.trainer_gpu_image,
                           trainer_node_selector=self.trainer_node_selector,
                           trainer_tolerations=self.trainer_tolerations, scratch_size=self.scratch_size,
                           priority_class=self.priority_class or None,
                           s3_secret=self.s3_secret or None, sidecar_policy=self.sidecar_policy,
-                          sidecar_period_s=self.sidecar_period_s, sidecar_jitter_s=self.sidecar_jitter_s),
-                                   framework_of_source(self.model_def))
+                          sidecar_period_s=self.sidecar_period_s, sidecar_jitter_s=self.sidecar_jitter_s)
+        return with_trainer_images(opts, framework_of_source(self.model_def))
 
     def validate(self) -> None:
         """Every rule of ``edl.api.spec`` that applies where the step runs, in the parameters' names."""
