@@ -206,6 +206,7 @@ def wait_as_standby(spec: JobSpec, host: str, port: int, token: str) -> bool:
 
     link = HttpMaster(f"{host}:{port}", token, timeout_s=2.0, give_up_s=0.0)
     answered = time.monotonic()
+    log.info("standby master for job %s: ready, waiting to be woken", spec.job)
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], STANDBY_POLL_S)
         if ready:

@@ -14,6 +14,8 @@ import signal
 import httpx
 import pytest
 
+from tests.waits import wait_for
+
 pytestmark = pytest.mark.timeout(240)
 
 
@@ -25,6 +27,24 @@ def job_args(digits, tmp_path, *, epochs=40, trainers=2, min_t=1, max_t=4, inter
         "--trainers", str(trainers), "--checkpoint-uri", str(tmp_path / "ckpt"),
         "--checkpoint-interval", str(interval), "--audit", "--summary-out", str(tmp_path / "summary.json"), *extra,
     ]
+
+
+def slow_model_def(tmp_path, module: str, step_floor_s: float) -> str:
+    """A model definition file: the zoo's ``module`` whose every batch takes at least ``step_floor_s`` to
+    collate, a floor under a job's length whatever the machine's speed (jobs that must outlast a trainer's
+    or a spare master's start)."""
+    path = tmp_path / f"slow_{module.replace('.', '_')}.py"
+    path.write_text(f"""import time
+
+from {module} import loss, model, optimizer
+from {module} import collate as _collate
+
+
+def collate(table):
+    time.sleep({step_floor_s})
+    return _collate(table)
+""")
+    return str(path)
 
 
 def summary(tmp_path) -> dict:
@@ -124,7 +144,10 @@ def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner, frame
 def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runner, checkpointed, model):
     """The trainers know every cursor since the checkpoint: the new master rebuilds the queue from the
     checkpoint (or the start) plus their reports, and the job goes on from their step, not the checkpoint's."""
+    # The job outlasts the spare master's start (5 s after the master's, then its imports): 540 steps of
+    # 30 ms or more, 16 s or more whatever the machine (Paddle's digits trained 900 steps in 3 s on one).
     epochs = 12
+    model = slow_model_def(tmp_path, model, 0.03)
     job = job_runner("mgo", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=1e9, model=model)).start()
     st = job.wait_for(lambda s: s["world_size"] == 2 and s["step"] > 30, what="two trainers training")
     info = job.info()
@@ -134,6 +157,10 @@ def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runn
         st = job.wait_for(lambda s: len(s["checkpoints"]) == 1, what="the requested checkpoint")
     ckpt_step = st["checkpoints"][0]["step"] if checkpointed else 0
     st = job.wait_for(lambda s: s["step"] > ckpt_step + 150, what="training far past the checkpoint")
+    master_log = job.home / "jobs" / "mgo" / "logs" / "master.log"
+    # The spare master starts some seconds after the master: a fast machine gets this far sooner.
+    wait_for(lambda: "standby master for job mgo: ready" in master_log.read_text(), 60, "the spare master ready")
+    st = job.wait_for(lambda s: s["world_size"] == 2, what="the job's state before the kill")
     before = st["step"]
     os.kill(info["master_pid"], signal.SIGKILL)
     job.wait_for(lambda s: s["master_uid"] != st["master_uid"] and s["world_size"] == 2 and s["phase"] == "running",
@@ -146,7 +173,7 @@ def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runn
     assert len(resumed) == 1, s["generations"]
     assert resumed[0]["rolled_back_steps"] == 0
     assert resumed[0]["base_step"] >= before - 1 > ckpt_step + 100  # no step rolled back to the checkpoint
-    master_log = (job.home / "jobs" / "mgo" / "logs" / "master.log").read_text()
+    master_log = master_log.read_text()
     assert "restarted master: going on from the trainers' step" in master_log
     # The new master was the launcher's spare, woken (its imports done before the kill).
     assert "since the standby was woken" in master_log

@@ -17,7 +17,7 @@ import pytest
 
 from edl.procs import wait_ended
 from tests.conftest import run_edl
-from tests.integration.launcher.test_elastic_jobs import job_args
+from tests.integration.launcher.test_elastic_jobs import job_args, slow_model_def
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -99,8 +99,12 @@ def test_a_joiner_that_stops_responding_in_a_graceful_change_costs_no_rollback(d
     group (its lease runs out and the change is planned again without it), or after (the others switched
     and wait on it: it is dropped as a hung member). Either way the two trainers go on from their own
     state, the woken joiner leaves, a replacement joins, and every record is trained on exactly once."""
-    epochs = 120  # the job outlasts the joiner's lease (10 s) with room to spare
-    job = job_runner("hangjoin", job_args(digits, tmp_path, epochs=epochs, max_t=3, trainers=2, model=framework_digits,
+    # The job must outlast two trainer starts (a framework import: up to 10 s on a loaded machine) and the
+    # joiner's lease (10 s). A fast machine trained PyTorch's 120 epochs of digits in 22 s, so each step
+    # here takes at least 15 ms, whatever the machine: 2,700 steps, 40 s or more.
+    epochs = 60
+    model = slow_model_def(tmp_path, framework_digits, 0.015)
+    job = job_runner("hangjoin", job_args(digits, tmp_path, epochs=epochs, max_t=3, trainers=2, model=model,
                                           extra=("--max-trainer-failures", "5"))).start()
     st = job.wait_for(settled(2, 20), what="two trainers training")
     members = {t["id"] for t in st["trainers"]}
