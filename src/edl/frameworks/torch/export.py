@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from edl.storage.checkpoint import ONNX_FILE
@@ -48,11 +49,23 @@ def _stdout_dropped() -> Iterator[None]:
             os.close(saved)
 
 
+def tensor_of(a: Any) -> torch.Tensor:
+    """An array as a tensor, shared where it can be. An array read-only in numpy (Arrow's buffers, zero-copy)
+    is copied: torch cannot mark a tensor read-only and warns on every process's first such batch."""
+    if isinstance(a, np.ndarray) and not a.flags.writeable:
+        a = a.copy()
+    return torch.as_tensor(a)
+
+
+def tensors_of(x: Any) -> tuple[torch.Tensor, ...]:
+    """The model's inputs: ``collate`` may give one array or a tuple of them."""
+    return tuple(tensor_of(a) for a in x) if isinstance(x, tuple) else (tensor_of(x),)
+
+
 def export_inference(model: torch.nn.Module, sample_input: Any, out: Path) -> str | None:
     """Write ``model.pt2`` and ``model.onnx`` into ``out``; answers why there is no ONNX model, or
     ``None``. ``sample_input``: a batch of two rows (the batch dimension stays dynamic)."""
-    inputs = tuple(torch.as_tensor(a) for a in sample_input) if isinstance(sample_input, tuple) \
-        else (torch.as_tensor(sample_input),)
+    inputs = tensors_of(sample_input)
     names = ["x"] if len(inputs) == 1 else [f"x{i}" for i in range(len(inputs))]
     model.eval()
     try:

@@ -11,12 +11,7 @@ from edl.frameworks import check_one_framework
 from edl.frameworks.buckets import Bucket
 from edl.frameworks.streaming import BucketedReplica
 from edl.frameworks.torch import state
-from edl.frameworks.torch.export import export_inference
-
-
-def _tensors(x: Any) -> tuple[torch.Tensor, ...]:
-    """The model's inputs: ``collate`` may give one array or a tuple of them."""
-    return tuple(torch.as_tensor(a) for a in x) if isinstance(x, tuple) else (torch.as_tensor(x),)
+from edl.frameworks.torch.export import export_inference, tensor_of, tensors_of
 
 
 class TorchReplica(BucketedReplica):
@@ -43,7 +38,7 @@ class TorchReplica(BucketedReplica):
         """One forward/backward on real rows (allocations, the autograd graph's first build); the
         gradients are dropped."""
         self.sample_input = x[:2] if not isinstance(x, tuple) else tuple(a[:2] for a in x)
-        loss = self.md.loss(self.md.forward(self.model, *_tensors(x)), torch.as_tensor(y))
+        loss = self.md.loss(self.md.forward(self.model, *tensors_of(x)), tensor_of(y))
         self.md.backward(loss)
         self.opt.zero_grad(set_to_none=True)
 
@@ -51,7 +46,7 @@ class TorchReplica(BucketedReplica):
         """Accumulate the batch's *summed* per-sample gradients; answers its loss sum.
         What the user's code raises comes out as ``UserCodeError`` (``ModelDef``)."""
         self._drop_unfinished_step()
-        loss = self.md.loss(self.md.forward(self.model, *_tensors(x)), torch.as_tensor(y))
+        loss = self.md.loss(self.md.forward(self.model, *tensors_of(x)), tensor_of(y))
         self._count = len(y)  # the mean's gradients times the rows: the sums, made as each is packed
         self.md.backward(loss)
         return float(loss.detach()) * self._count
@@ -109,9 +104,9 @@ class TorchReplica(BucketedReplica):
         parts = x if isinstance(x, tuple) else (x,)
         try:
             with torch.no_grad():
-                out = torch.cat([self.md.forward(self.model, *_tensors(tuple(a[i : i + batch] for a in parts)))
+                out = torch.cat([self.md.forward(self.model, *tensors_of(tuple(a[i : i + batch] for a in parts)))
                                  for i in range(0, len(y), batch)])
-                loss = float(self.md.loss(out, torch.as_tensor(y)))
+                loss = float(self.md.loss(out, tensor_of(y)))
         finally:
             self.model.train()
         return loss, out.cpu().numpy()
