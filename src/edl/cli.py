@@ -390,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     from edl.autoscale.policy import POLICY_NAMES
     from edl.jobargs import add_job_arguments, add_k8s_arguments
 
-    p = argparse.ArgumentParser(prog="edl", description="Elastic deep learning for PaddlePaddle.")
+    p = argparse.ArgumentParser(prog="edl", description="Elastic deep learning for PaddlePaddle and PyTorch.")
     p.add_argument("--verbose", action="store_true",
                    help="also show the libraries' own logs: every HTTP request to the master, S3 and Kubernetes "
                         "(as EDL_VERBOSE=1 does); EDL_LOG_LEVEL=DEBUG shows edl's debug logs")
