@@ -1,4 +1,4 @@
-"""The README's main job: an elastic digits run on this machine with scale-up, drain and a trainer crash.
+"""The engine's own demo: an elastic digits run on one machine with scale-up, drain and a trainer crash.
 
     ./dev demo [--out DIR]
 

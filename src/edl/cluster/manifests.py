@@ -174,7 +174,7 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None, node:
                 # The pod owns the sidecar's demand Lease (garbage-collected with the job).
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
-        # The node and pod cache of a 5,000-node cluster fits in 1 GiB (see README).
+        # The node and pod cache of a 5,000-node cluster fits in 1 GiB (docs/autoscaling.md; bench/sidecar_scale.py).
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         "securityContext": _security(), "volumeMounts": [mount],
     }
