@@ -82,8 +82,8 @@ K8S_FLAGS: tuple[Flag, ...] = (
     Flag("--sidecar-policy", "sidecar_policy", str, "scaling policy the sidecar runs: {policies} (default edl)"),
     Flag("--sidecar-period", "sidecar_period_s", float, "seconds between the sidecar's decisions (default 10)"),
     Flag("--sidecar-jitter", "sidecar_jitter_s", float,
-         "random delay up to this many seconds so that sidecars do not act at once, below --sidecar-period; "
-         "0: no delay (default 2)"),
+         "each job's sidecar acts at a fixed offset in [0, this) seconds into the period, derived from the "
+         "job's name, so that sidecars do not act at once; below --sidecar-period; 0: no offset (default 2)"),
     Flag("--pending-timeout", "pending_timeout_s", float,
          "seconds a trainer pod may stay Pending before it is reported unschedulable and removed (default 120)"),
     Flag("--scratch-size", "scratch_size", str,

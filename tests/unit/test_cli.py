@@ -76,5 +76,5 @@ def test_help_says_what_zero_means_where_zero_means_something():
     squash = {name: " ".join(h.split()) for name, h in helps.items()}
     assert "0: 4 x --batch-size" in squash["train"]
     assert "0: at the first crash" in squash["train"] and "0: at the first crash" in squash["launch"]
-    assert "0: no delay" in squash["launch"] and "0: no offset" in squash["sidecar"]
+    assert "0: no offset" in squash["launch"] and "0: no offset" in squash["sidecar"]
     assert "0: CPU trainers" in squash["launch"] and "0: CPU" in squash["sidecar"]
