@@ -15,9 +15,8 @@ from edl.errors import EdlError, TemporaryError, UserError
 from edl.jobargs import FLAG_NAMES
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from edl.api.master import JobView
+    from edl.console import Console
 
 # The flags that only ``edl train`` and ``edl sidecar`` have, by the field they set.
 TRAIN_FLAGS = FLAG_NAMES.with_names(autoscale_slots="--autoscale-slots", capacity_schedule="--capacity-schedule")
@@ -112,14 +111,12 @@ def cmd_status(a: argparse.Namespace) -> int:
 
 def show_status(console: Console, st: JobView) -> None:
     """``edl status``: one line about the job, then a table of its trainers."""
-    from rich.table import Table
-
-    from edl.console import add_row, say
+    from edl.console import add_row, say, table
 
     say(console, (st.job, "bold"), f" {st.status.value} · phase {st.phase.value} · generation {st.generation} · "
         f"{st.world_size} trainers (desired {st.desired_trainers}, {st.min_trainers}..{st.max_trainers}) · "
         f"epoch {st.epoch + 1}/{st.epochs} · step {st.step}")
-    t = Table("trainer", "rank", "pid", "state", "step")
+    t = table("trainer", "rank", "pid", "state", "step")
     for tr in st.trainers:
         add_row(t, tr.id, str(tr.rank), str(tr.pid), tr.state.value, str(tr.step))
     console.print(t)
@@ -197,16 +194,13 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
 def show_simulation(console: Console, scenario: str, runs: int, reports: list[dict]) -> None:
     """``edl simulate``: one row per policy."""
-    from rich.table import Table
+    from edl.console import add_row, table, text
 
-    from edl.console import add_row, text
-
-    t = Table(title=text(f"{scenario}: {runs} run(s) per policy"),
+    t = table(*((c, "right") for c in ("policy", "util % (bounds)", "off-peak % (bounds)", "pending s", "JCT s",
+                                       "Jain", "svc lag s", "rescales")),
+              title=text(f"{scenario}: {runs} run(s) per policy"),
               caption="bounds: every pod packed · around the services as they ran · around the services "
                       "and fixed pods as they ran")
-    for c in ("policy", "util % (bounds)", "off-peak % (bounds)", "pending s", "JCT s", "Jain", "svc lag s",
-              "rescales"):
-        t.add_column(c, justify="right")
     for r in reports:
         u = r["utilization"]
         add_row(t, r["policy"],
@@ -222,15 +216,13 @@ def show_simulation(console: Console, scenario: str, runs: int, reports: list[di
 
 def _simulate_generated(a: argparse.Namespace, policies: list[str]) -> int:
     """``edl simulate --generate N --seed S``: the policies over generated scenarios S..S+N-1."""
-    from rich.console import Console
-    from rich.table import Table
-
+    from edl.console import plain_console, table
     from edl.files import write_json_atomic
     from edl.sim.report import generated_benchmark
 
     if a.generate < 1:
         raise UserError(f"--generate must be at least 1 (got {a.generate})")
-    console = Console()
+    console = plain_console()
 
     def progress(row: dict) -> None:
         cells = "  ".join(f"{p} {v['jct_s_mean']:.0f} s" for p, v in row["policies"].items())
@@ -238,17 +230,15 @@ def _simulate_generated(a: argparse.Namespace, policies: list[str]) -> int:
 
     result = generated_benchmark(list(range(a.seed, a.seed + a.generate)), policies, a.runs, bound=not a.no_bound,
                                  progress=progress)
-    t = Table(title=f"{a.generate} generated scenarios (seeds {a.seed}..{a.seed + a.generate - 1}): "
+    t = table(*((c, "right") for c in ("policies", "median", "worst", "best")),
+              title=f"{a.generate} generated scenarios (seeds {a.seed}..{a.seed + a.generate - 1}): "
                     "mean-JCT ratios (below 1: faster)")
-    for c in ("policies", "median", "worst", "best"):
-        t.add_column(c, justify="right")
     for pair, v in result["summary"]["pairs"].items():
         t.add_row(pair, f"{v['median']:.3f}", f"{v['worst']:.3f}", f"{v['best']:.3f}")
     console.print(t)
-    u = Table(title="per policy")
-    for c in ("policy", "util/bound median", "util/bound worst", "svc lag periods median", "worst", "longest wait s",
-              "unfinished jobs"):
-        u.add_column(c, justify="right")
+    u = table(*((c, "right") for c in ("policy", "util/bound median", "util/bound worst", "svc lag periods median",
+                                       "worst", "longest wait s", "unfinished jobs")),
+              title="per policy")
     for p, v in result["summary"]["policies"].items():
         u.add_row(p, "-" if v["util_to_bound_median"] is None else f"{v['util_to_bound_median']:.3f}",
                   "-" if v["util_to_bound_worst"] is None else f"{v['util_to_bound_worst']:.3f}",

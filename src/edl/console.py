@@ -6,6 +6,10 @@ markup (a Gloo error, ``[/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:576
 raised ``MarkupError`` and took ``edl train`` down) and ``:name:`` as an emoji code. A ``Text``
 is never parsed, so every line and table cell edl prints is built here as one, whatever console
 it goes to (the caller's own included); styles come as ``(text, style)`` parts, never as markup.
+
+Only this module imports rich (``.importlinter``): the rest of edl prints, draws tables and shows
+progress bars through it. ``Console``, ``Table`` and ``Progress`` below are rich's, named here
+for the callers' type hints and for what they call on them (``print``, ``add_column``, ``update``).
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -51,6 +57,27 @@ def add_row(table: Table, *cells: str) -> None:
 def plain_console(**kwargs) -> Console:
     """edl's own console: nothing that reaches it as a string is read as markup or emoji codes either."""
     return Console(markup=False, emoji=False, **kwargs)
+
+
+def table(*columns: str | tuple[str, str], title: str | Text | None = None, caption: str | None = None) -> Table:
+    """A table with these columns (a header, or a header and its justification: ``("JCT s", "right")``);
+    its rows go in with ``add_row`` here (cells verbatim), and the console's ``print`` shows it."""
+    t = Table(title=title, caption=caption)
+    for c in columns:
+        header, justify = (c, "left") if isinstance(c, str) else c
+        t.add_column(header, justify=justify)
+    return t
+
+
+def progress_bars(console: Console, *, done: str = "count", info: bool = False, **options: Any) -> Progress:
+    """Progress bars on ``console``, drawn on a terminal only (disabled elsewhere): each bar's description
+    (verbatim), the bar, how far it is (``done``: ``"count"``, done of total, or ``"percent"``), its
+    ``info`` field (verbatim; where ``info``) and the time elapsed. ``options`` go to rich's ``Progress``."""
+    columns: list[Any] = [TextColumn("{task.description}", markup=False), BarColumn(),
+                          MofNCompleteColumn() if done == "count" else TaskProgressColumn(),
+                          *([TextColumn("{task.fields[info]}", markup=False)] if info else []),
+                          TimeElapsedColumn()]
+    return Progress(*columns, console=console, disable=not console.is_terminal, **options)
 
 
 def configure_logging() -> None:

@@ -16,7 +16,9 @@ def test_pyflakes_finds_nothing():
 
 
 def test_layers_hold():
-    """The contracts in .importlinter: the layer order, nothing imports upward, one Kubernetes edge."""
+    """The contracts in .importlinter: the layers (siblings side by side, nothing imports upward), the
+    processes that import none of each other, the pipeline's and the frameworks' own order, and the edges:
+    the one place each of kubernetes, PaddlePaddle, PyTorch, KFP and Hera, Starlette and uvicorn, rich is imported."""
     lint = Path(sys.executable).with_name("lint-imports")
     out = subprocess.run([str(lint), "--config", str(ROOT / ".importlinter")], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)

@@ -1,7 +1,7 @@
 """The master's API as its clients see it: the states it names, what it answers, and the two links.
 
 ``ControlLink`` is what the launcher, the autoscale sidecar and the CLI ask of a job's master;
-``TrainerLink`` is what a trainer asks. ``edl.master.client.HttpMaster`` implements both over
+``TrainerLink`` is what a trainer asks. ``edl.masterlink.HttpMaster`` implements both over
 HTTP+JSON; the simulator's ``SimMaster`` implements ``ControlLink`` over its job model. Every
 answer is a frozen dataclass with its one JSON form (``to_json`` here, ``from_json`` on the class),
 which the master's server writes and the HTTP client reads.
@@ -79,6 +79,11 @@ class Unassigned(str, Enum):
     LEFT = "left"  # drained: leave
     FAILED = "failed"  # dropped from the job: leave
     ABANDONED = "abandoned"  # the launcher went silent (``edl.master.deadman``): leave, exit 0
+
+
+# At start a master waits this long for its desired trainers to register before it forms the first
+# generation with fewer (``edl.master.membership``); the simulator's jobs wait as long (``edl.sim.engine``).
+START_GRACE_S = 20.0
 
 
 # ------------------------------------------------------------------ the one JSON form

@@ -16,7 +16,7 @@ from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.cluster.kube_api import KubeApi, load_api_client
 from edl.cluster.kube_view import KubeClusterView
 from edl.cluster.manifests import pod_from_env
-from edl.master.client import HttpMaster
+from edl.masterlink import HttpMaster
 
 log = logging.getLogger("edl.sidecar")
 

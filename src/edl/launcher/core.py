@@ -18,21 +18,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit, TrainerPod
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.policy import free_hints
 from edl.api.spec import JobSpec
-from edl.console import clip, plain_console, say
+from edl.console import Console, clip, plain_console, progress_bars, say
 from edl.errors import EdlError, KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.budget import Budget, BudgetPolicy
 from edl.launcher.reconcile import plan_trainers
 from edl.launcher.watch import StatusWatch
-from edl.trainer.audit import audit
-from edl.master.client import HttpMaster
+from edl.masterlink import HttpMaster
+from edl.storage.audit import audit
 
 log = logging.getLogger("edl.launcher")
 # A master whose pod looks alive but that has not answered for this long is replaced.
@@ -54,9 +51,7 @@ class ProgressView:
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn(), console=console,
-                                 transient=False, disable=not console.is_terminal)
+        self.progress = progress_bars(console, done="count", info=True, transient=False)
         self.bars: dict[int, int] = {}
         self.shown_generations = 0
         self.last_line = 0.0

@@ -17,8 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from rich.console import Console
-
 from edl.api.cluster import JobDemand, Resources, Snapshot
 from edl.api.spec import selector_pairs, toleration_triples
 from edl.autoscale.policy import get_policy
@@ -26,7 +24,7 @@ from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
 from edl.cluster.kube_api import GIB, KubeApi, decode_pod, load_api_client, quantity
 from edl.cluster.kube_view import KubeClusterView
-from edl.console import plain_console, say
+from edl.console import Console, plain_console, say
 from edl.errors import EdlError, PermanentError, UserError
 from edl.launcher.core import Cancelled, Launcher, ProgressView, audit_summary
 from edl.api.spec import JobSpec, K8sOptions, Naming, Problem

@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from rich.console import Console
-
 from edl.api.master import JobView
-from edl.console import plain_console, say
+from edl.console import Console, plain_console, say
 from edl.autoscale.local_view import SLOT, CapacitySchedule, LocalClusterView
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
@@ -28,9 +26,9 @@ from edl.errors import EdlError, UserError
 from edl.cluster.local import LocalCluster
 from edl.api.spec import JobSpec
 from edl.launcher.core import JobResult, Launcher, ProgressView, audit_summary, http_master
+from edl.jobcheck import prepare_job
 from edl.launcher.watch import StatusWatch
-from edl.master.client import HttpMaster
-from edl.master.main import prepare_job
+from edl.masterlink import HttpMaster
 from edl.modeldef import require_frameworks_of
 
 

@@ -9,72 +9,21 @@ import os
 import select
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
 
 import uvicorn
 
 from edl.api.data import Shard
 from edl.api.master import JobStatus, JobView
 from edl.api.spec import JobSpec
-from edl.data.splits import resolve_splits
-from edl.errors import UserError
+from edl.jobcheck import check_data, open_checkpoints, resolve_data
 from edl.master.job import Job, Timeouts
 from edl.master.server import Master, build_app
 from edl.storage.audit import clear_audit
-from edl.storage.checkpoint import FINAL, WARM_START_FILE, CheckpointStore
+from edl.storage.checkpoint import FINAL, CheckpointStore
 from edl.storage.claim import Holder, PrefixClaim
-from edl.storage.store import open_store
 
 log = logging.getLogger("edl.master")
-
-
-class PreparedJob(NamedTuple):
-    """A job checked against its data and storage, with what the checks found."""
-
-    spec: JobSpec  # data and eval_data resolved to the files read (passed on as they are: to the master's argv)
-    shards: list[Shard]
-    checkpoints: CheckpointStore
-    claim: PrefixClaim  # the prefix's owner record and run lock
-
-
-def prepare_job(spec: JobSpec) -> PreparedJob:
-    """Checks that fail fast with a ``UserError``: data set, checkpoint store."""
-    spec = resolve_data(spec)
-    shards = check_data(spec)
-    ckpts, claim = open_checkpoints(spec)
-    return PreparedJob(spec, shards, ckpts, claim)
-
-
-def resolve_data(spec: JobSpec) -> JobSpec:
-    """``data`` and ``eval_data`` as the files read (one listing: ``edl.data.splits``)."""
-    data, held_out = resolve_splits(spec.data)
-    return replace(spec, data=data, eval_data=spec.eval_data or held_out)
-
-
-def check_data(spec: JobSpec) -> list[Shard]:
-    """The training shards (every footer read), the held-out set and the warm start checked."""
-    # Imported here: a restarted master goes on from its checkpoint's queue and needs no Parquet reader.
-    from edl.data.dataset import Dataset
-
-    shards = Dataset(spec.data).shards()
-    if spec.eval_data:
-        Dataset(spec.eval_data, "--eval-data").shards()
-    if spec.init_model:
-        init = open_store(spec.init_model, "--init-model")
-        if not init.exists(WARM_START_FILE):
-            raise UserError(f"--init-model {spec.init_model!r}: no {WARM_START_FILE} there (expected a model "
-                            "directory written by edl, e.g. a previous run's CHECKPOINT_URI/model)")
-    return shards
-
-
-def open_checkpoints(spec: JobSpec) -> tuple[CheckpointStore, PrefixClaim]:
-    store = open_store(spec.checkpoint_uri, "--checkpoint-uri")
-    store.check()
-    claim = PrefixClaim(store, spec)
-    claim.check_owner()  # before anything is written there
-    return CheckpointStore(store, spec.keep_checkpoints), claim
 
 
 def timeouts_from_env() -> Timeouts:
@@ -202,7 +151,7 @@ def standby_done(view: JobView | None, unanswered_s: float, launcher_timeout_s: 
 def wait_as_standby(spec: JobSpec, host: str, port: int, token: str) -> bool:
     """A spare master's wait (``edl master --standby``): ``True`` once told to start (a line on stdin),
     ``False`` when it never will be (stdin closed, or ``standby_done``)."""
-    from edl.master.client import HttpMaster
+    from edl.masterlink import HttpMaster
 
     link = HttpMaster(f"{host}:{port}", token, timeout_s=2.0, give_up_s=0.0)
     answered = time.monotonic()

@@ -47,7 +47,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from edl.api.data import Cursor
-from edl.api.master import Phase, Reason, Source, SyncReport, TrainerState
+from edl.api.master import START_GRACE_S, Phase, Reason, Source, SyncReport, TrainerState
 from edl.master.transitions import Transitions
 
 PHASE_TRANSITIONS = Transitions("membership phase", {
@@ -156,9 +156,6 @@ def holding_up(members: Sequence[Trainer], generation: int, now: float, *, hang_
             if longest > stall_s and idle > stall_s:
                 out.append((t.id, f"no step for {idle:.1f} s while the others waited on it"))
     return out
-
-
-START_GRACE_S = 20.0  # also what the simulator's jobs wait at start (edl.sim.engine)
 
 
 @dataclass

@@ -5,18 +5,18 @@ Each body only imports ``edl`` and calls one function; the work lives in the pac
 where it is tested without KFP. ``install_kfp_package=False``: the images already hold
 the pinned kfp, and a cluster without internet access must not pip-install at start.
 
-``elastic_train``'s signature is the one list of its parameters (KFP reads it, and runs the
-function's source in the image, so it must be written out): ``TRAIN_PARAMETERS`` below,
-``TrainParams`` (step.py) and the retraining pipeline's parameters (retrain.py) derive from it.
+``elastic_train``'s parameters are the one list of ``edl.pipeline.params`` (``TRAIN_PARAMETERS``),
+which ``TrainParams`` (step.py) and the retraining pipeline's parameters (retrain.py) derive from.
+KFP reads the signature and runs the function's source in the image, so it is written out here
+again: this module refuses to load if the two differ.
 """
 
-
-import inspect
 
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
 from edl.api.images import DEFAULT_IMAGES
+from edl.pipeline.params import TRAIN_PARAMETERS, parameters_of
 
 # The steps' images as compiled by default; ``edl pipeline compile --registry`` sets them per task
 # (retrain.py), and each run may too (the pipeline's runtime_image/trainer_image parameters).
@@ -26,7 +26,7 @@ TRAINER_IMAGE = DEFAULT_IMAGES.trainer_cpu  # PaddlePaddle (CPU): data preparati
 
 def _component(base_image: str):
     """KFP's component decorator. Where a component runs, KFP's runtime mode (``_KFP_RUNTIME``) has
-    none: step.py imports this module there (for ``TRAIN_PARAMETERS``) and gets the plain functions."""
+    none: this module imported there gives the plain functions."""
     if not hasattr(dsl, "component"):
         return lambda func: func
     return dsl.component(base_image=base_image, install_kfp_package=False)
@@ -104,12 +104,11 @@ def elastic_train(
     run_component(**arguments)
 
 
-# The parameters (not the artifacts) of elastic_train, in their order, with their types and defaults
-# (of the function a component wraps, or of the plain function in KFP's runtime mode).
-TRAIN_PARAMETERS: tuple[inspect.Parameter, ...] = tuple(
-    p for p in inspect.signature(getattr(elastic_train, "python_func", elastic_train)).parameters.values()
-    if p.annotation in (str, int, float, bool))
-TRAIN_DEFAULTS: dict = {p.name: p.default for p in TRAIN_PARAMETERS}
+# The parameters (not the artifacts) of elastic_train are edl.pipeline.params' list, names, types, defaults
+# and order: what the step and the retraining pipeline derive from is what KFP reads.
+if parameters_of(elastic_train) != TRAIN_PARAMETERS:
+    raise TypeError("elastic_train's parameters differ from edl.pipeline.params.TRAIN_PARAMETERS: "
+                    f"{[str(p) for p in parameters_of(elastic_train)]} != {[str(p) for p in TRAIN_PARAMETERS]}")
 
 
 @_component(TRAINER_IMAGE)

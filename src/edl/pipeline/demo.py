@@ -24,11 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from edl.console import add_row, plain_console, say, text
+from edl.console import Console, add_row, plain_console, progress_bars, say, table, text
 from edl.errors import PermanentError
 from edl.pipeline.tasks import CURRENT
 
@@ -116,9 +112,7 @@ class DemoView:
     def __init__(self, console: Console, home: Path, since: float) -> None:
         self.console = console
         self.home, self.since = home, since
-        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), TaskProgressColumn(),
-                                 TimeElapsedColumn(), console=console, disable=not console.is_terminal,
-                                 redirect_stdout=False, redirect_stderr=False)
+        self.progress = progress_bars(console, done="percent", redirect_stdout=False, redirect_stderr=False)
         self.bar = self.progress.add_task("starting the pipeline", total=None)
         self.training = False
         self.started: dict[str, float] = {}
@@ -257,9 +251,8 @@ def _serve_published(model_dir: Path, data: Path, out: Path, console: Console) -
 
 def _table(console: Console, s: dict, out: Path) -> None:
     gens = s.get("generations") or []
-    t = Table(title=text(f"edl demo: {s['job']} {s['status']} in {s['pipeline_wall_s']:.0f} s (pipeline)"))
-    t.add_column("what")
-    t.add_column("value", justify="right")
+    t = table("what", ("value", "right"),
+              title=text(f"edl demo: {s['job']} {s['status']} in {s['pipeline_wall_s']:.0f} s (pipeline)"))
     ev = s.get("evaluation") or {}
     add_row(t, "held-out accuracy (evaluate step)", f"{ev.get('accuracy', float('nan')):.4f}")
     sv = s.get("served") or {}

@@ -24,8 +24,6 @@ from edl.cluster.manifests import S3_SECRET_KEYS, launcher_bindings
 from edl.errors import UserError
 from edl.pipeline.components import (
     RUNTIME_IMAGE,
-    TRAIN_DEFAULTS,
-    TRAIN_PARAMETERS,
     beats_published,
     deploy as deploy_step,
     elastic_train,
@@ -33,6 +31,7 @@ from edl.pipeline.components import (
     prepare_data,
     publish,
 )
+from edl.pipeline.params import TRAIN_DEFAULTS, TRAIN_PARAMETERS
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)

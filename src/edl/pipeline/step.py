@@ -40,7 +40,8 @@ from edl.autoscale.policy import POLICY_NAMES
 from edl.console import quiet_third_party_logs
 from edl.errors import UserError
 from edl.modeldef import framework_of_source
-from edl.pipeline.components import TRAIN_DEFAULTS, TRAIN_PARAMETERS
+from edl.pipeline.artifacts import artifact_uri  # the components' bodies import it from here (compiled as such)
+from edl.pipeline.params import TRAIN_DEFAULTS, TRAIN_PARAMETERS
 from edl.storage.checkpoint import ONNX_FILE
 
 # The parameters that only the local path uses (trainer slots of this machine, other tenants over time).
@@ -115,18 +116,6 @@ TrainParams = dataclasses.make_dataclass(
      ("namespace", str, dataclasses.field(default=""))],
     bases=(_TrainParamsMethods,))
 TrainParams.__module__ = __name__
-
-
-def artifact_uri(uri: str, path: str) -> str:
-    """Where a KFP artifact's files are for edl: its object-store URI on a cluster (KFP's
-    ``minio://bucket/key`` is S3), else its local path (``kfp.local``)."""
-    if uri.startswith("minio://"):
-        return "s3://" + uri.removeprefix("minio://")
-    if uri.startswith("s3://"):
-        return uri
-    if "://" in uri and not uri.startswith("file://"):
-        raise UserError(f"artifact {uri!r}: only MinIO/S3 (s3://, minio://) and local artifacts are supported")
-    return path
 
 
 # "kubernetes" or "local": where the step runs its job, whatever ``in_cluster`` would find.

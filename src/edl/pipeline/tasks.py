@@ -137,7 +137,7 @@ def holds_model_files(artifact: str) -> bool:
     read (``gs://``, a store that refuses this step's credentials) counts as gone: the caller falls
     back to the registry's copy rather than hand training a model nobody can read."""
     from edl.errors import EdlError
-    from edl.pipeline.step import artifact_uri
+    from edl.pipeline.artifacts import artifact_uri
     from edl.storage.checkpoint import WARM_START_FILE
 
     try:

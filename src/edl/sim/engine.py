@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
+from edl.api.master import START_GRACE_S
 from edl.api.policy import free_hints, leaving
 from edl.autoscale.policy import get_policy
-from edl.master.membership import START_GRACE_S
 from edl.sim.kube_scheduler import Scheduler
 from edl.sim.scenario import ScenarioJob, Scenario
 

@@ -1,19 +1,29 @@
-"""Where the exactly-once audit log lives: under the job's checkpoint prefix, in its store.
+"""The exactly-once audit log: where it lives, and its verdict (which record ids entered the final model).
 
-The trainers (processes or pods) write it and the launcher reads it when the job ends, so it works
-wherever the checkpoints do (a directory locally, S3/MinIO on a cluster). An object store has no
-append: each record is one object, written before the step it describes is all-reduced, so a
-trainer killed right after loses nothing the model saw. Keys: ``audit/WRITER/NONCE-SEQ.jsonl``
-(``NONCE``: one per writer process, so that a writer's name used twice never overwrites a record).
-It costs one write per trainer and step: the audit is for tests and investigations, not for speed.
+The log lives under the job's checkpoint prefix, in its store. The trainers (processes or pods)
+write it and the launcher reads it when the job ends, so it works wherever the checkpoints do (a
+directory locally, S3/MinIO on a cluster). An object store has no append: each record is one
+object, written before the step it describes is all-reduced, so a trainer killed right after loses
+nothing the model saw. Keys: ``audit/WRITER/NONCE-SEQ.jsonl`` (``NONCE``: one per writer process, so
+that a writer's name used twice never overwrites a record). It costs one write per trainer and
+step: the audit is for tests and investigations, not for speed.
+
+Each trainer logs (``edl.trainer.audit``), before each all-reduce, the record ids of the batch it is
+about to contribute, tagged with the generation and step. Whether that step became part of the
+final model's lineage is decided afterwards (``audit``): a later generation that started from base
+step ``b`` discards every step above ``b`` of earlier generations (they were lost with a dead
+replica or rolled back to a checkpoint). Generations are ordered by (master incarnation, generation id).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from edl.storage.store import ObjectStore
 
@@ -51,3 +61,52 @@ def clear_audit(store: ObjectStore) -> None:
     keys = audit_keys(store)
     if keys:
         store.delete(keys)
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    counts: dict[int, Counter]  # epoch -> record id -> times its gradient entered the model
+    lost: int
+    duplicates: int
+    samples_per_epoch: list[int]
+
+
+def audit(store: ObjectStore, expected_ids: list[int], epochs: int) -> AuditResult:
+    """Every trainer's log in ``store`` (the job's checkpoint store) against the data set's ids."""
+    return audit_lines(read_audit_lines(store), expected_ids, epochs)
+
+
+def audit_lines(lines: Iterable[str], expected_ids: list[int], epochs: int) -> AuditResult:
+    bases: dict[tuple[int, int], int] = {}
+    steps: list[tuple[tuple[int, int], int, dict[str, list[int]]]] = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # not a record (a write cut short cannot leave one: each record is one object)
+        key = (int(rec["gen"][0]), int(rec["gen"][1]))
+        if "base" in rec:
+            bases[key] = int(rec["base"])
+        else:
+            steps.append((key, int(rec["step"]), rec["records"]))
+    # ceiling[g] = the smallest base step of any later generation.
+    ordered = sorted(bases)
+    ceiling: dict[tuple[int, int], float] = {}
+    running = float("inf")
+    for key in reversed(ordered):
+        ceiling[key] = running
+        running = min(running, bases[key])
+    counts: dict[int, Counter] = {e: Counter() for e in range(epochs)}
+    for key, step, records in steps:
+        if key not in ceiling or step > ceiling[key]:
+            continue
+        for e, ids in records.items():
+            counts.setdefault(int(e), Counter()).update(ids)
+    lost = dup = 0
+    expected = set(expected_ids)
+    for e in range(epochs):
+        c = counts.get(e, Counter())
+        lost += sum(1 for i in expected if c.get(i, 0) == 0)
+        dup += sum(n - 1 for i, n in c.items() if n > 1)
+        dup += sum(n for i, n in c.items() if i not in expected)
+    return AuditResult(counts, lost, dup, [sum(counts.get(e, Counter()).values()) for e in range(epochs)])

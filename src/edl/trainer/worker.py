@@ -46,7 +46,7 @@ from edl.api.spec import JobSpec
 from edl.data.dataset import Dataset
 from edl.errors import Abandoned, CollectiveError, EdlError, TemporaryError, UserCodeError, UserError
 from edl.frameworks import framework_of, load
-from edl.master.client import HttpMaster, MasterUnavailable
+from edl.masterlink import HttpMaster, MasterUnavailable
 from edl.modeldef import ModelDef, load_model_def
 from edl.net import free_port
 from edl.storage.checkpoint import FINAL, CheckpointStore

@@ -10,7 +10,7 @@ import pytest
 
 from edl.api.spec import JobSpec
 from edl.jobargs import spec_to_argv
-from edl.master.client import HttpMaster
+from edl.masterlink import HttpMaster
 from edl.net import free_port
 from tests.conftest import edl_cmd, run_edl
 from tests.waits import wait_for

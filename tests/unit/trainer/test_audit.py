@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from edl.storage.audit import clear_audit
+from edl.storage.audit import audit, clear_audit
 from edl.storage.store import open_store
-from edl.trainer.audit import AuditLog, audit
+from edl.trainer.audit import AuditLog
 
 
 def test_lineage_drops_steps_lost_with_a_replica_or_rolled_back(tmp_path):

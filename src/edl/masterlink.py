@@ -1,5 +1,8 @@
 """The one HTTP client of the master (httpx, retried with tenacity): both links of ``edl.api.master``.
 
+It imports nothing of ``edl.master``: the launcher, the trainers, the autoscale sidecar and a
+standby master all reach a job's master over it, side by side, none of them above the master.
+
 Answers map to errors the same way for every caller: an unreachable master or a 5xx is
 temporary (retried until the client's give-up time), 401 is a ``UserError`` naming the token,
 400 a ``UserError`` with the master's reason, 409 a ``StaleError`` (the request named a
