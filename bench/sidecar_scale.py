@@ -28,7 +28,7 @@ from edl.api.cluster import JobDemand, Resources  # noqa: E402
 from edl.api.master import JobStatus, JobView, Phase  # noqa: E402
 from edl.autoscale.policy import get_policy  # noqa: E402
 from edl.autoscale.sidecar import Sidecar, SidecarConfig  # noqa: E402
-from edl.cluster.kube_api import decode_node, decode_pod  # noqa: E402
+from edl.cluster.kube_objects import decode_node, decode_pod  # noqa: E402
 
 N_NODES, N_PODS, N_JOBS = 5000, 150_000, 100
 

@@ -256,7 +256,7 @@ def cmd_sidecar(a: argparse.Namespace) -> int:
                               trainer_resource_problems)
     from edl.autoscale.policy import POLICY_NAMES
     from edl.autoscale.run import run_sidecar
-    from edl.cluster.kube_api import quantity
+    from edl.cluster.kube_objects import quantity
 
     SIDECAR_FLAGS.check(trainer_range_problems(a.min_trainers, a.max_trainers),
                         sidecar_problems(a.policy, a.period, a.jitter, POLICY_NAMES),

@@ -19,7 +19,8 @@ from typing import Callable
 
 from edl.cluster import manifests as m
 from edl.api.cluster import MasterEndpoint, PodPhase, TrainerExit, TrainerPod
-from edl.cluster.kube_api import KubeApi, cannot_start, last_exit, node_ready, pod_phase, trainer_exit
+from edl.cluster.kube_api import KubeApi
+from edl.cluster.kube_objects import cannot_start, last_exit, node_ready, pod_phase, trainer_exit
 from edl.cluster.node_loss import judge_nodes
 from edl.errors import KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.api.spec import JobSpec, K8sOptions

@@ -5,7 +5,8 @@ from __future__ import annotations
 from edl.api.cluster import JobDemand, Node, Pod
 from edl.cluster.demand_lease import demand_from_lease, demand_lease
 from edl.cluster.informer import Informer
-from edl.cluster.kube_api import KubeApi, decode_node, decode_pod
+from edl.cluster.kube_api import KubeApi
+from edl.cluster.kube_objects import decode_node, decode_pod
 from edl.cluster.manifests import labels, names, owner_references
 from edl.errors import KubeConflictError, KubeNotFoundError, TemporaryError
 

@@ -22,7 +22,8 @@ from edl.api.spec import selector_pairs, toleration_triples
 from edl.autoscale.policy import get_policy
 from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
-from edl.cluster.kube_api import GIB, KubeApi, decode_pod, load_api_client, quantity
+from edl.cluster.kube_api import KubeApi, load_api_client
+from edl.cluster.kube_objects import GIB, decode_pod, quantity
 from edl.cluster.kube_view import KubeClusterView
 from edl.console import Console, plain_console, say
 from edl.errors import EdlError, PermanentError, UserError

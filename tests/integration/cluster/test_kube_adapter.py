@@ -10,7 +10,8 @@ from kubernetes import client
 from edl.api.cluster import PodPhase
 from edl.cluster import manifests as m
 from edl.cluster.informer import Informer
-from edl.cluster.kube_api import KubeApi, decode_node, decode_pod
+from edl.cluster.kube_api import KubeApi
+from edl.cluster.kube_objects import decode_node, decode_pod
 from edl.errors import PermanentError, TemporaryError
 from edl.api.spec import JobSpec, K8sOptions, with_trainer_images
 from tests.integration.plane.test_plane import restricted_pod

@@ -11,8 +11,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from edl.api.cluster import JobDemand, PodPhase, Resources, TrainerExit
-from edl.cluster.kube_api import (KubeApi, ListWatch, api_error, cannot_start, decode_pod, last_exit, pod_phase,
-                                  trainer_exit)
+from edl.cluster.kube_api import KubeApi, ListWatch, api_error
+from edl.cluster.kube_objects import cannot_start, decode_pod, last_exit, pod_phase, trainer_exit
 from edl.cluster.kube_view import KubeClusterView
 from edl.errors import (KubeConflictError, KubeExpiredError, KubeForbiddenError, KubeNotFoundError, KubeRefusedError,
                         KubeUnavailableError, PermanentError, TemporaryError)
@@ -346,7 +346,7 @@ def test_last_exit_reads_the_state_or_the_exit_before_the_last_restart():
 
 
 def test_a_node_is_read_with_its_labels_and_taints():
-    from edl.cluster.kube_api import decode_node
+    from edl.cluster.kube_objects import decode_node
 
     node = decode_node({"metadata": {"name": "n1", "labels": {"pool": "training"}},
                         "spec": {"taints": [{"key": "dedicated", "value": "training", "effect": "NoSchedule"},
