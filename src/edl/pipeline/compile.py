@@ -42,7 +42,7 @@ def compile_component(path: Path, images: Images = DEFAULT_IMAGES) -> Path:
 def compile_argo(path: Path, rbac_path: Path, images: Images = DEFAULT_IMAGES) -> list[Path]:
     import yaml
 
-    from edl.pipeline.retrain import argo_cron_workflow, argo_rbac
+    from edl.pipeline.argo import argo_cron_workflow, argo_rbac
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(argo_cron_workflow(images=images).to_yaml())

@@ -225,7 +225,7 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None, framew
     summary["pipeline_wall_s"] = round(wall, 1)
     summary["served"] = _serve_published(registry / CURRENT, run / "prepare-data" / "dataset", out, console)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    from edl.pipeline.step import embedded_png
+    from edl.pipeline.timeline import embedded_png
 
     shutil.copyfile(train_dir / "timeline", out / "timeline.html")  # the HTML artifact the KFP UI renders
     (out / "timeline.png").write_bytes(embedded_png((train_dir / "timeline").read_text()) or b"")

@@ -103,7 +103,7 @@ def test_retraining_warm_starts_from_the_published_model_and_publishes_only_if_b
     assert ("onnx" in meta) == (model_dir / "model.onnx").exists()
     if "onnx" in meta:
         assert meta["onnx"] == f"{model2['uri']}/model.onnx"
-    from edl.pipeline.step import embedded_png
+    from edl.pipeline.timeline import embedded_png
 
     timeline = Path(_artifact(runs[-1], "elastic-train", "timeline")["uri"]).read_text()
     assert timeline.startswith("<!DOCTYPE html>") and embedded_png(timeline)[:8] == b"\x89PNG\r\n\x1a\n"

@@ -83,7 +83,7 @@ def test_the_confusion_matrix_counts_true_against_predicted():
 
 
 def test_the_timeline_page_embeds_its_plot_and_lists_the_generations(tmp_path):
-    from edl.pipeline.step import embedded_png, write_timeline
+    from edl.pipeline.timeline import embedded_png, write_timeline
 
     points = [{"t": 0.0, "world_size": 1, "desired": 2, "free_slots": 2, "loss": 2.3},
               {"t": 5.0, "world_size": 2, "desired": 2, "free_slots": 0, "loss": 0.4}]

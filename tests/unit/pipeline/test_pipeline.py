@@ -117,7 +117,7 @@ def test_the_argo_cron_workflow_validates_against_the_argo_schema():
             assert c["resources"]["limits"] and c["securityContext"]["runAsNonRoot"]
             assert not any("SECRET" in a for a in c.get("args", []))
     with pytest.raises(UserError, match="five fields"):
-        from edl.pipeline.retrain import argo_cron_workflow
+        from edl.pipeline.argo import argo_cron_workflow
 
         argo_cron_workflow(schedule="0 0 3 * * *")
 
