@@ -74,21 +74,21 @@ def test_every_command_block_of_getting_started_says_how_it_is_tested():
 def test_the_first_job_of_getting_started_runs_as_written(tmp_path):
     """The blocks marked run, background and "while the job runs", in order, in one shell, in a fresh
     directory with the suite's environment as ``.venv``. Before a "while the job runs" block, its first
-    command is retried until it answers (the job's master is up)."""
+    command (``edl status``) is retried until it shows the job training."""
     script = ["set -eo pipefail"]
     for how, body in _blocks((DOCS / "getting-started.md").read_text()):
         if how == "while the job runs":
             first = body.strip().splitlines()[0].split("#")[0].strip()
-            script.append(f"for _ in $(seq 600); do {first} >/dev/null 2>&1 && break; sleep 0.2; done")
+            script.append(f"for _ in $(seq 600); do {first} 2>/dev/null | grep -q 'phase running' && break; sleep 0.2; done")
         if how in ("run", "background", "while the job runs"):
             script.append(body)
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))
     r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp_path, env=_env(EDL_HOME=str(tmp_path / "home")),
                        capture_output=True, text=True, timeout=380)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    summary = json.loads((tmp_path / "out" / "digits.json").read_text())
+    summary = json.loads((tmp_path / "out" / "synth.json").read_text())
     assert summary["status"] == "succeeded", summary["error"]
     assert summary["lost_samples"] == 0 and summary["duplicate_samples"] == 0
     assert any(g["reason"] == "scale_up" and g["world_size"] == 3 for g in summary["generations"]), summary
     assert "desired trainers set to 3" in r.stdout
-    assert summary["metrics"]["accuracy"] > 0.9
+    assert summary["metrics"]["accuracy"] > 0.5  # 10 classes: a guess scores 0.1

@@ -19,7 +19,9 @@ from edl.api.cluster import MasterEndpoint, PodPhase, TrainerExit, TrainerPod
 from edl.api.master import (GenerationSummary, JobStatus, JobView, Phase, Reason, Source, TrainerState,
                             TrainerView)
 from edl.api.spec import JobSpec
-from edl.cli import main, show_simulation, show_status
+from edl.cli import main
+from edl.cli.local import show_status
+from edl.cli.simulate import show_simulation
 from edl.console import plain_console, say
 from edl.errors import KubeUnavailableError, UserError
 from edl.launcher.core import Launcher, ProgressView
