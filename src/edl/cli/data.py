@@ -22,7 +22,7 @@ def cmd_data_prepare(a: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The ``data`` command."""
+    """The ``data prepare`` command."""
     d = sub.add_parser("data", help="data set tools")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     dp = dsub.add_parser("prepare", help="write a ready-to-train data set (train/ and test/)",

@@ -65,7 +65,7 @@ def cmd_k8s_render(a: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The ``launch``, ``k8s`` commands."""
+    """The ``launch`` and ``k8s render`` commands."""
     la = sub.add_parser("launch", help="run a job on Kubernetes (the elastic-train step's entrypoint)",
                         description="Create or adopt the job's token Secret, master pod (with its autoscale sidecar) "
                                     "and Service, keep the trainer pods at the master's desired count, and remove "

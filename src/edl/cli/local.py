@@ -81,7 +81,7 @@ def cmd_scale(a: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The ``train``, ``status``, ``scale`` commands."""
+    """The ``train``, ``status`` and ``scale`` commands."""
     t = sub.add_parser("train", help="run an elastic training job on this machine",
                        description="Run master and trainers as local processes until the job is done. "
                                    "Running the same command again resumes from the newest checkpoint.")

@@ -33,7 +33,7 @@ def cmd_pipeline_compile(a: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The ``demo``, ``pipeline`` commands."""
+    """The ``demo`` and ``pipeline compile`` commands."""
     de = sub.add_parser("demo", help="run the retraining pipeline on this machine (kfp.local), about a minute",
                         description="Prepare digits, train elastically while other tenants take and return trainer "
                                     "slots, evaluate on held-out data and publish the model to a local registry if "

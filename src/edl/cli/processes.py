@@ -85,7 +85,7 @@ def cmd_sidecar(a: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The ``master``, ``trainer``, ``sidecar`` commands."""
+    """The ``master``, ``trainer`` and ``sidecar`` commands."""
     m = sub.add_parser("master", help="run the job master (token from EDL_TOKEN)",
                        description="Serve the job's task queue, membership and checkpoints over HTTP.")
     add_job_arguments(m)
