@@ -5,10 +5,10 @@ Each body only imports ``edl`` and calls one function; the work lives in the pac
 where it is tested without KFP. ``install_kfp_package=False``: the images already hold
 the pinned kfp, and a cluster without internet access must not pip-install at start.
 
-``elastic_train``'s parameters are the one list of ``edl.pipeline.params`` (``TRAIN_PARAMETERS``),
-which ``TrainParams`` (step.py) and the retraining pipeline's parameters (retrain.py) derive from.
-KFP reads the signature and runs the function's source in the image, so it is written out here
-again: this module refuses to load if the two differ.
+``elastic_train``'s signature is the one list of the step's parameters: ``edl.pipeline.params`` reads
+it from this file's source (``TRAIN_PARAMETERS``) for ``TrainParams`` (step.py) and the retraining
+pipeline's parameters (retrain.py), and this module refuses to load if that reading differs from
+what KFP sees.
 """
 
 
@@ -104,8 +104,8 @@ def elastic_train(
     run_component(**arguments)
 
 
-# The parameters (not the artifacts) of elastic_train are edl.pipeline.params' list, names, types, defaults
-# and order: what the step and the retraining pipeline derive from is what KFP reads.
+# What the step and the retraining pipeline derive from (read from this file's source) is what KFP reads:
+# the same names, types, defaults and order.
 if parameters_of(elastic_train) != TRAIN_PARAMETERS:
     raise TypeError("elastic_train's parameters differ from edl.pipeline.params.TRAIN_PARAMETERS: "
                     f"{[str(p) for p in parameters_of(elastic_train)]} != {[str(p) for p in TRAIN_PARAMETERS]}")

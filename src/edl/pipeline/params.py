@@ -1,58 +1,38 @@
-"""The elastic-train step's parameters: the one list, without KFP.
+"""The elastic-train step's parameters, read from the component's signature without importing it.
 
-``TRAIN_PARAMETERS`` (their names, types and defaults, in order) is what ``TrainParams`` (step.py)
-and the retraining pipeline's parameters (retrain.py) derive from. The component
-(``components.elastic_train``) writes the same parameters out in its signature, because KFP reads
-the signature and runs the function's source in the image; components.py refuses to load if the
-two differ. This module imports neither KFP nor the component, so the step that the component
-runs (step.py) reads its parameters here without importing the component back.
-
-No ``from __future__ import annotations``: the types are read as types (KFP's parameters).
+KFP reads ``components.elastic_train``'s signature and runs the function's source in the image, so the
+parameters are written out there, once. ``TrainParams`` (step.py) and the retraining pipeline's parameters
+(retrain.py) derive from them; the step is what that component runs, so it cannot import the component
+back. This module reads the signature from components.py's source with ``ast`` instead (names, types and
+literal defaults, in order), and components.py checks at import that what it read is what KFP sees.
 """
 
+import ast
 import inspect
+from pathlib import Path
+
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool}  # KFP's parameter types (not artifacts)
 
 
-def _elastic_train_parameters(
-    model_def: str = "edl.zoo.digits",
-    epochs: int = 10,
-    batch_size: int = 32,
-    learning_rate: float = 0.01,
-    min_trainers: int = 1,
-    max_trainers: int = 4,
-    initial_trainers: int = 0,
-    trainer_cpu: str = "2",
-    trainer_memory: str = "4Gi",
-    trainer_gpu: int = 0,
-    runtime_image: str = "",
-    trainer_image: str = "",
-    trainer_gpu_image: str = "",
-    trainer_node_selector: str = "",
-    trainer_tolerations: str = "",
-    scratch_size: str = "1Gi",
-    priority_class: str = "",
-    checkpoint_uri: str = "",
-    s3_secret: str = "",
-    warm_start_uri: str = "",
-    sidecar_policy: str = "edl",
-    sidecar_period_s: float = 10.0,
-    sidecar_jitter_s: float = 2.0,
-    capacity_slots: int = 0,
-    capacity_schedule: str = "",
-    job_name: str = "",
-    audit: bool = False,
-    data_uri: str = "",
-):
-    """The parameters (not the artifacts) of ``components.elastic_train``; what they mean is its docstring."""
-
-
-# The parameters, in their order, with their types and defaults.
-TRAIN_PARAMETERS: tuple[inspect.Parameter, ...] = tuple(inspect.signature(_elastic_train_parameters).parameters.values())
-TRAIN_DEFAULTS: dict = {p.name: p.default for p in TRAIN_PARAMETERS}
+def read_parameters(source: str, function: str) -> tuple[inspect.Parameter, ...]:
+    """The parameters (not the artifacts) of ``function`` as defined in ``source``, in their order:
+    those annotated with one of KFP's parameter types, their defaults literals."""
+    fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == function)
+    args = fn.args.args
+    defaults: list[ast.expr | None] = [None] * (len(args) - len(fn.args.defaults)) + list(fn.args.defaults)
+    return tuple(
+        inspect.Parameter(a.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_TYPES[a.annotation.id],
+                          default=inspect.Parameter.empty if d is None else ast.literal_eval(d))
+        for a, d in zip(args, defaults) if isinstance(a.annotation, ast.Name) and a.annotation.id in _TYPES)
 
 
 def parameters_of(func) -> tuple[inspect.Parameter, ...]:
     """The parameters (not the artifacts) of a component's function (of the function a component
     wraps, or of the plain function in KFP's runtime mode), in their order."""
     return tuple(p for p in inspect.signature(getattr(func, "python_func", func)).parameters.values()
-                 if p.annotation in (str, int, float, bool))
+                 if p.annotation in _TYPES.values())
+
+
+# elastic_train's parameters, in their order, with their types and defaults.
+TRAIN_PARAMETERS = read_parameters(Path(__file__).with_name("components.py").read_text(), "elastic_train")
+TRAIN_DEFAULTS: dict = {p.name: p.default for p in TRAIN_PARAMETERS}

@@ -426,3 +426,19 @@ def test_the_cron_workflows_account_gets_argos_executor_role_and_edls_launcher_r
                      ("ClusterRoleBinding", "edl-launcher-priorityclasses")}
     assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": "edl-retrain", "namespace": "default"}]
                for b in by_kind["RoleBinding"] + by_kind["ClusterRoleBinding"])
+
+
+def test_the_steps_parameters_are_read_from_the_components_own_signature():
+    """``edl.pipeline.params`` reads a component's parameters from its source: artifacts left out, types and
+    literal defaults kept, in order; for elastic_train, exactly what KFP sees."""
+    import inspect
+
+    from edl.pipeline.components import elastic_train
+    from edl.pipeline.params import TRAIN_PARAMETERS, parameters_of, read_parameters
+
+    source = ("def step(model: Output[Model], name: str, epochs: int = 3, rate: float = -0.5, on: bool = True,\n"
+              "         data: Input[Dataset] = None):\n    pass\n")
+    got = read_parameters(source, "step")
+    assert [(p.name, p.annotation, p.default) for p in got] == [
+        ("name", str, inspect.Parameter.empty), ("epochs", int, 3), ("rate", float, -0.5), ("on", bool, True)]
+    assert TRAIN_PARAMETERS == parameters_of(elastic_train)
