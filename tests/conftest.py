@@ -14,19 +14,44 @@ import pytest
 
 from edl.launcher.local import local_job_status
 
-from tests.durations import worksteal_order
+from tests import durations
 
 pytest_plugins = ["tests.plane.fixtures"]  # the real control plane: plane, plane_s3, kube, namespace
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+SECONDS = pytest.StashKey[dict]()  # the tests' seconds this run orders by (tests/durations.py)
+SECONDS_INPUT = "edl_test_seconds"  # ... as xdist's controller hands them to its workers
+
+
+def pytest_configure(config) -> None:
+    """Where every test's report arrives (xdist's controller, or a run without workers): time the tests
+    into the cache, and read the seconds the workers order by, once for all of them."""
+    if not hasattr(config, "workerinput"):
+        path = durations.cache_path()
+        config.stash[SECONDS] = durations.known(durations.load(path))
+        config.pluginmanager.register(durations.Recorder(path), "edl-test-durations")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist's controller gives each worker the same seconds: every worker must collect the same order."""
+    seconds = node.config.stash.get(SECONDS, None)
+    if seconds is not None:
+        node.workerinput[SECONDS_INPUT] = seconds
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """On xdist's workers, the known-slow tests spread over the workers' first shares, longest first
-    (why and how: ``tests/durations.py``). Every worker computes the same order, as xdist requires."""
+    """On xdist's workers, the slow tests spread over the workers' first shares, longest first, by the
+    seconds the suite measured of them (why and how: ``tests/durations.py``). Every worker computes the
+    same order from the same seconds, as xdist requires."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1:
-        order = worksteal_order([item.nodeid for item in items], workers)
+        seconds = getattr(config, "workerinput", {}).get(SECONDS_INPUT)
+        if seconds is None:  # a controller that is not ours: read the cache here
+            seconds = durations.known(durations.load(durations.cache_path()))
+        order = durations.worksteal_order([item.nodeid for item in items], workers, seconds)
         items[:] = [items[i] for i in order]
 
 
