@@ -25,17 +25,19 @@ ENDPOINT = MasterEndpoint("m:1", "tok", False)
 
 
 class Cluster:
-    """Trainer processes in memory (real time or not: it keeps no clock)."""
+    """Trainer processes in memory (real time or not: it keeps no clock); counts the launcher's rounds."""
 
     def __init__(self, running: tuple[str, ...] = ()) -> None:
         self.pods = {name: TrainerPod(name, PodPhase.RUNNING, 0.0, "node") for name in running}
         self.created: list[str] = []
         self.lock = threading.Lock()
+        self.rounds = 0
 
     def ensure_job(self) -> MasterEndpoint:
         return ENDPOINT
 
     def master_alive(self) -> bool:
+        self.rounds += 1  # the first thing each round asks
         return True
 
     def trainers(self) -> list[TrainerPod]:
@@ -63,13 +65,18 @@ class Cluster:
 
 
 class LongPollMaster:
-    """A master in memory on the real clock whose status long-polls as the real one does: a wait with
-    ``after`` ends when what the launcher acts on has changed (``set``), else after ``wait_s``."""
+    """A master in memory on a fake clock whose status long-polls as the real one does: a wait with
+    ``after`` ends when what the launcher acts on has changed (``set``), else once the clock has moved
+    ``wait_s`` on (never by itself: ``clock.sleep`` ends the waits it passes)."""
 
-    def __init__(self, desired: int) -> None:
+    def __init__(self, desired: int, clock: FakeClock | None = None) -> None:
         self.changed = threading.Condition()
+        self.clock = clock or FakeClock()
+        moved = self.clock.on_sleep
+        self.clock.on_sleep = lambda: (moved(), self.wake())
         self.desired, self.status_now, self.version = desired, JobStatus.RUNNING, 1
         self.reads = 0  # status answers given, long polls and plain reads alike
+        self.polls = 0  # long polls waiting now
 
     def set(self, desired: int | None = None, status: JobStatus | None = None) -> None:
         with self.changed:
@@ -78,12 +85,25 @@ class LongPollMaster:
             self.version += 1
             self.changed.notify_all()
 
+    def wake(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
     def status(self, after: int = 0, wait_s: float = 0.0) -> JobView:
         with self.changed:
             if after and wait_s > 0:
-                self.changed.wait_for(lambda: self.version != after, wait_s)
+                until = self.clock() + wait_s
+                self.polls += 1
+                self.changed.notify_all()
+                self.changed.wait_for(lambda: self.version != after or self.clock() >= until)
+                self.polls -= 1
             self.reads += 1
             return replace(view(self.desired, self.status_now), control_version=self.version)
+
+    def wait_polled(self, timeout_s: float = 10.0) -> bool:
+        """Until a long poll waits (real time, ``timeout_s`` at most)."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.polls > 0, timeout_s)
 
     def healthy(self) -> bool:
         return True
@@ -98,26 +118,47 @@ class LongPollMaster:
         pass
 
 
+def until(predicate, timeout_s: float = 10.0) -> bool:
+    """Until ``predicate()`` holds (real time: another thread's doing; ``timeout_s`` at most)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return predicate()
+
+
 @pytest.mark.timeout(60)
 def test_a_watching_launcher_asks_once_per_long_poll_while_nothing_changes_and_hears_a_change_at_once():
-    master, cluster = LongPollMaster(desired=2), Cluster()
-    la = Launcher(SPEC, cluster, console=Console(quiet=True), master_factory=lambda endpoint: master,
-                  trainer_prefix="j-t", status_watch=StatusWatch(lambda endpoint: master, wait_s=5.0))
+    # The launcher, its watch and the master's long poll on one fake clock, which only the test moves: a
+    # long poll ends by a change or when the test moves the clock past it; the launcher's rounds go on
+    # meanwhile (between rounds it waits for the watch's next reading, ``poll_s`` at most, in real time).
+    clock = FakeClock()
+    master, cluster = LongPollMaster(desired=2, clock=clock), Cluster()
+    la = Launcher(SPEC, cluster, console=Console(quiet=True), clock=clock, sleep=clock.sleep,
+                  master_factory=lambda endpoint: master, trainer_prefix="j-t",
+                  status_watch=StatusWatch(lambda endpoint: master, wait_s=5.0))
     la.start()
     final: list[JobView] = []
-    loop = threading.Thread(target=lambda: final.append(la.run(poll_s=0.05)), daemon=True)
+    loop = threading.Thread(target=lambda: final.append(la.run(poll_s=0.01)), daemon=True)
     loop.start()
+
+    def rounds(n: int) -> None:
+        start = cluster.rounds
+        assert until(lambda: cluster.rounds >= start + n), f"the launcher's loop stopped at round {cluster.rounds}"
+
     try:
-        time.sleep(0.5)  # the trainers are started; the rounds after that read afresh once
-        assert cluster.created == ["j-t1", "j-t2"]
+        assert until(lambda: cluster.created == ["j-t1", "j-t2"]) and master.wait_polled()
+        rounds(5)  # the trainers are started; the rounds after that read afresh once
         reads = master.reads
-        time.sleep(2.0)  # 40 rounds, nothing changes: the watch's one long poll is still waiting
-        assert master.reads - reads <= 1
-        t0 = time.monotonic()
+        rounds(40)  # nothing changes: the watch's one long poll is still waiting
+        assert master.reads == reads
+        clock.sleep(5.0)  # its wait has passed: answered, and the watch asks again
+        assert until(lambda: master.reads == reads + 1) and master.wait_polled()
+        rounds(40)
+        assert master.reads == reads + 1  # one read per long poll
+        moved = clock()
         master.set(desired=3)  # the sidecar, `edl scale`
-        while len(cluster.created) < 3 and time.monotonic() - t0 < 10:
-            time.sleep(0.01)
-        assert cluster.created == ["j-t1", "j-t2", "j-t3"] and time.monotonic() - t0 < 2.5  # not the 5 s poll
+        assert until(lambda: len(cluster.created) == 3)
+        assert cluster.created == ["j-t1", "j-t2", "j-t3"] and clock() == moved  # at once, not the 5 s poll
         master.set(status=JobStatus.SUCCEEDED)
         loop.join(10)
         assert final and final[0].status is JobStatus.SUCCEEDED

@@ -11,9 +11,10 @@ from edl.api.data import Cursor, Shard
 from edl.api.master import Assignment, JobStatus, JobView, NoAssignment, Phase, Source, TrainerState, Unassigned
 from edl.api.spec import JobSpec
 from edl.errors import StaleError, TemporaryError, UserError
-from edl.master.client import HttpMaster
+from edl.masterlink import HttpMaster
 from edl.master.job import Job
 from edl.master.server import Master, build_app
+from tests.clock import FakeClock, FakeClockLoop
 
 TOKEN = "s3cret"
 
@@ -25,18 +26,21 @@ def job() -> Job:
     return Job(spec, [Shard("a.parquet", 40)], master_uid="1", now=0.0)
 
 
-def link_to(job: Job, token: str = TOKEN) -> tuple[HttpMaster, TestClient]:
+def link_to(job: Job, token: str = TOKEN, clock: FakeClock | None = None) -> tuple[HttpMaster, TestClient]:
+    """A link to the app in-process; with ``clock``, the app's event loop runs on it (``FakeClockLoop``)."""
     async def make() -> Master:
         return Master(job, TOKEN, clock=lambda: 1.0)
 
     app = build_app(asyncio.new_event_loop().run_until_complete(make()))
     link = HttpMaster("testserver", token, give_up_s=0.0)
+    options = {} if clock is None else {"loop_factory": lambda: FakeClockLoop(clock)}
 
     def client() -> TestClient:
-        return TestClient(app, base_url=link.base, headers={"Authorization": f"Bearer {token}"})
+        return TestClient(app, base_url=link.base, headers={"Authorization": f"Bearer {token}"},
+                          backend_options=options)
 
     link._client = client  # type: ignore[method-assign]  # the app in-process instead of a socket
-    link._http = client()  # (a registration makes the link open a new one: see edl.master.client)
+    link._http = client()  # (a registration makes the link open a new one: see edl.masterlink)
     return link, client()
 
 
@@ -85,36 +89,48 @@ def test_an_unreachable_master_is_temporary():
 
 def test_a_long_poll_of_the_status_answers_when_what_the_launcher_acts_on_changes(job):
     # The launcher's status watch (``edl.launcher.watch``): a step or a loss (every heartbeat) does not end
-    # the wait; a new desired count does, at once.
+    # the wait; a new desired count does, at once. The app's event loop runs on a fake clock: a wait ends
+    # on its own only when the test moves the clock past it.
     import threading
-    import time
 
-    link, http = link_to(job)
+    clock = FakeClock()
+    link, http = link_to(job, clock=clock)
     with http:
         link._http = http  # one client, one event loop: the long poll and the calls beside it share it
+        loop = http.portal.call(asyncio.get_running_loop)
         http.post("/v1/trainers/t1/register", json={"pid": 11, "host": "127.0.0.1", "store_port": 5})
         first = link.status()
         assert first is not None and first.control_version
-        t0 = time.monotonic()
-        same = link.status(after=first.control_version, wait_s=0.3)  # nothing changes: the whole wait
-        assert time.monotonic() - t0 >= 0.3 and same.control_version == first.control_version
+
+        def poll(wait_s: float) -> tuple[threading.Thread, list]:
+            """A long poll from another thread, once the master waits on it; its answers, each with the time
+            it came."""
+            answers: list = []
+            thread = threading.Thread(target=lambda: answers.append(
+                (link.status(after=first.control_version, wait_s=wait_s), clock())))
+            thread.start()
+            assert loop.wait_deadline(clock() + wait_s), "the long poll is not waiting"
+            return thread, answers
+
+        # Nothing changes: the whole wait (the master waits wait_s, and answers once it has passed).
+        thread, answers = poll(0.3)
+        clock.sleep(0.3)
+        thread.join(10.0)
+        assert [(same.control_version, at) for same, at in answers] == [(first.control_version, 0.3)]
         # Another count (what a client of a master that restarted holds): at once.
         assert link.status(after=first.control_version + 1, wait_s=5.0).control_version == first.control_version
 
-        answers: list = []
-        poll = threading.Thread(target=lambda: answers.append(link.status(after=first.control_version, wait_s=5.0)))
-        poll.start()
-        time.sleep(0.3)
+        thread, answers = poll(5.0)
         r = http.post("/v1/trainers/t1/heartbeat", json={"generation": 1, "step": 7, "loss": 0.5, "wait_s": 0})
         assert r.status_code == 200
-        time.sleep(0.3)
-        assert not answers  # a heartbeat's step and loss: still waiting
-        t0 = time.monotonic()
+        waited = clock()
         assert http.post("/v1/scale", json={"trainers": 2}).status_code == 200
-        poll.join(5.0)
-        assert answers and time.monotonic() - t0 < 2.0
-        assert answers[0].desired_trainers == 2 and answers[0].step == 7
-        assert answers[0].control_version > first.control_version
+        thread.join(10.0)
+        # Answered with the clock standing still: by the new count, not the 5 s wait; and not by the
+        # heartbeat before it (that answer would have the old count).
+        assert [at for _, at in answers] == [waited]
+        view = answers[0][0]
+        assert view.desired_trainers == 2 and view.step == 7 and view.control_version > first.control_version
 
 
 def test_the_control_key_leaves_out_the_step_and_takes_in_what_the_launcher_acts_on(job):

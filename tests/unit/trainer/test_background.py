@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from edl.api.data import Cursor, Task
@@ -194,19 +196,41 @@ def test_tasks_are_fetched_until_two_batches_are_held():
     assert pf.buffer.remaining() == 32 and clock.slept == []  # it waited on the buffer, not the clock
 
 
-def test_a_full_buffer_is_waited_on_until_the_loop_takes_a_batch_not_polled():
-    import threading
-    import time
+class Waits(threading.Condition):
+    """The buffer's condition, telling how each wait on it ended (``True``: notified, ``False``: timed out)
+    and when one begins."""
 
+    def __init__(self, lock) -> None:
+        super().__init__(lock)
+        self.ended: list[bool] = []
+        self.waiting = threading.Event()
+
+    def wait(self, timeout=None) -> bool:
+        self.waiting.set()
+        notified = super().wait(timeout)
+        self.ended.append(notified)
+        return notified
+
+
+def test_a_full_buffer_is_waited_on_until_the_loop_takes_a_batch_not_polled():
+    # A blocking wait on the buffer's condition, not a sleep: no clock to fake. What ends the wait is
+    # told by the condition itself: the loop's take (a notification), not the full wait's 30 s running out.
     link = FakeLink(task(0), task(1), task(2))
     pf, clock = prefetcher(link, Progress(generation=1), full_wait_s=30.0)
+    waits = pf.buffer._took = Waits(pf.buffer._lock)
     pf.fetch()
     pf.fetch()
-    taker = threading.Timer(0.2, lambda: pf.buffer.take(16))  # the loop's next batch
+    taken: list = []
+
+    def take() -> None:  # the loop's next batch, while the prefetcher waits
+        waits.waiting.wait(10.0)
+        taken.append(pf.buffer.take(16))
+
+    taker = threading.Thread(target=take)
     taker.start()
-    t0 = time.monotonic()
     pf.fetch()  # full: returns when the batch is taken, not after a poll's or the full wait's time
-    assert 0.15 < time.monotonic() - t0 < 10 and clock.slept == [] and len(link.calls) == 2
+    taker.join(10.0)
+    assert taken and waits.ended == [True] and clock.slept == [] and len(link.calls) == 2
     pf.fetch()
     assert len(link.calls) == 3 and pf.buffer.remaining() == 32
 
