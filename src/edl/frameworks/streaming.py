@@ -47,6 +47,8 @@ class BucketedReplica(ABC):
     # The framework's export: (model, sample input, folder) -> why there is no ONNX model, or None.
     export_inference: Callable[[Any, Any, Path], str | None]
     sample_input: Any = None  # real rows of input, kept by warm_up for the export (kept across rebuilds)
+    model: Any  # the framework's model and optimizer, made by ``_build``
+    opt: Any
 
     def __init__(self, md: Any, seed: int, learning_rate: float, init_params: dict[str, np.ndarray] | None = None,
                  bucket_bytes: int | None = None, first_bytes: int | None = None) -> None:
@@ -62,7 +64,8 @@ class BucketedReplica(ABC):
     # ------------------------------------------------------------ what a framework implements
     @abstractmethod
     def _build(self) -> None:
-        """Seed, build ``self.model`` and ``self.opt``, set ``self.params`` and register the hooks."""
+        """Seed the framework, build ``self.model`` and ``self.opt``, set ``self.params`` and register the
+        hooks."""
 
     @abstractmethod
     def _param_layout(self) -> list[tuple[int, str]]:
@@ -100,7 +103,15 @@ class BucketedReplica(ABC):
     # ------------------------------------------------------------ the step
     def build(self) -> None:
         """A fresh model and optimizer: seeded, or from the warm start."""
-        self._build()
+        # The user's model() and optimizer() may draw from numpy's global generator: it is seeded for them,
+        # as the framework is, so that every trainer builds the same model; the process's own stream is
+        # put back afterwards.
+        saved = np.random.get_state()
+        np.random.seed(self.seed % 2**32)
+        try:
+            self._build()
+        finally:
+            np.random.set_state(saved)
         if self.init_params is not None:
             try:
                 self.set_parameters(self.init_params)
@@ -179,7 +190,7 @@ class BucketedReplica(ABC):
         """``reduce_rest`` on this thread: sum every gradient and the slots; answers the summed slots."""
         if self._sending is None:
             self._drop_unfinished_step()
-        return self.reduce_rest(group, slots).result()  # type: ignore[no-any-return]
+        return self.reduce_rest(group, slots).result()
 
     def end_step(self, samples: int) -> None:
         """Apply the summed gradients of ``samples`` rows (none: the model stays as it was)."""
@@ -220,14 +231,14 @@ class BucketedReplica(ABC):
         self.state.set_parameters(self.model, params)
 
     def parameters(self) -> dict[str, np.ndarray]:
-        return self.state.parameters(self.model)  # type: ignore[no-any-return]
+        return self.state.parameters(self.model)
 
     def broadcast(self, group: Group, step: int) -> int:
         """Take rank 0's model, optimizer state and step (rank 0 sends its own); answers the step."""
-        return self.state.broadcast_state(group, self.model, self.opt, step)  # type: ignore[no-any-return]
+        return self.state.broadcast_state(group, self.model, self.opt, step)
 
     def snapshot(self) -> Snapshot:
-        return self.state.snapshot(self.model, self.opt)  # type: ignore[no-any-return]
+        return self.state.snapshot(self.model, self.opt)
 
     def restore(self, params: dict[str, np.ndarray], opt_arrays: dict[str, np.ndarray], extra: dict) -> None:
         """Load a checkpoint's state; ``ValueError`` when it does not fit the model."""

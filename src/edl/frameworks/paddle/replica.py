@@ -30,7 +30,6 @@ class PaddleReplica(BucketedReplica):
 
     def _build(self) -> None:
         paddle.seed(self.seed)
-        np.random.seed(self.seed)
         self.model = self.md.model()
         self.opt = self.md.optimizer(self.model.parameters(), self.learning_rate)
         check_one_framework(self.md, "paddle", "optimizer()", self.opt)
@@ -80,14 +79,14 @@ class PaddleReplica(BucketedReplica):
                 place.zero_()
                 p._set_grad_ivar(paddle.zeros(p.shape, p.dtype))
             else:
-                place.copy_(g.reshape([n]), False)
+                place.copy_(g.reshape([n]), False)  # type: ignore[call-arg]  # Paddle's hints lack blocking
             place.reshape(p.shape)._share_buffer_to(p._grad_ivar())
 
     def _put_slots(self, flat: paddle.Tensor, at: int, slots: np.ndarray) -> None:
-        flat[at:].copy_(paddle.to_tensor(slots, dtype=flat.dtype), False)
+        flat[at:].copy_(paddle.to_tensor(slots, dtype=flat.dtype), False)  # type: ignore[call-arg]
 
     def _get_slots(self, flat: paddle.Tensor, at: int) -> np.ndarray:
-        return flat[at:].numpy()  # type: ignore[no-any-return]
+        return flat[at:].numpy()
 
     def _apply_mean(self, flats: list[paddle.Tensor], samples: int) -> None:
         with paddle.no_grad():

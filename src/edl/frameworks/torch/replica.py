@@ -24,7 +24,6 @@ class TorchReplica(BucketedReplica):
 
     def _build(self) -> None:
         torch.manual_seed(self.seed)
-        np.random.seed(self.seed)
         self.model = self.md.model()
         self.opt = self.md.optimizer(self.model.parameters(), self.learning_rate)
         check_one_framework(self.md, "torch", "optimizer()", self.opt)
@@ -82,7 +81,7 @@ class TorchReplica(BucketedReplica):
         flat[at:].copy_(torch.from_numpy(np.ascontiguousarray(slots, dtype=np.float32)))
 
     def _get_slots(self, flat: torch.Tensor, at: int) -> np.ndarray:
-        return flat[at:].cpu().numpy().copy()  # type: ignore[no-any-return]
+        return flat[at:].cpu().numpy().copy()
 
     def _apply_mean(self, flats: list[torch.Tensor], samples: int) -> None:
         with torch.no_grad():
