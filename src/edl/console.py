@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -59,12 +59,13 @@ def plain_console(**kwargs) -> Console:
     return Console(markup=False, emoji=False, **kwargs)
 
 
-def table(*columns: str | tuple[str, str], title: str | Text | None = None, caption: str | None = None) -> Table:
+def table(*columns: str | tuple[str, JustifyMethod], title: str | Text | None = None, caption: str | None = None) -> Table:
     """A table with these columns (a header, or a header and its justification: ``("JCT s", "right")``);
     its rows go in with ``add_row`` here (cells verbatim), and the console's ``print`` shows it."""
     t = Table(title=title, caption=caption)
     for c in columns:
-        header, justify = (c, "left") if isinstance(c, str) else c
+        left: JustifyMethod = "left"
+        header, justify = (c, left) if isinstance(c, str) else c
         t.add_column(header, justify=justify)
     return t
 

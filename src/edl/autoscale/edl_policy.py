@@ -317,11 +317,11 @@ class EdlPolicy:
                         surplus[j.name] += 1
             for j in tier_jobs:
                 want = sizes.get(j.name, 0) - forced[j.name] - len(held[j.name])
-                placed = new[j.name]
-                placed += [cap.names[i] for i in cap.place_many(j.trainer, want - len(placed), smallest, j.name)]
-                while len(placed) < want and (i := make_room(j.trainer, j.priority, j.name)) is not None:
-                    placed.append(cap.names[i])
-                out[j.name] = tuple(sorted((*held[j.name], *placed)))
+                nodes = new[j.name]  # extended in place
+                nodes += [cap.names[i] for i in cap.place_many(j.trainer, want - len(nodes), smallest, j.name)]
+                while len(nodes) < want and (i := make_room(j.trainer, j.priority, j.name)) is not None:
+                    nodes.append(cap.names[i])
+                out[j.name] = tuple(sorted((*held[j.name], *nodes)))
         return out
 
     def _sizes(self, snapshot: Snapshot, cap: Capacity, pending: list[Pod],

@@ -174,7 +174,7 @@ class Sidecar:
         self.master.scale(target, nodes)
         return target
 
-    def run(self, stop: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> None:
+    def run(self, stop: Callable[[], bool], sleep: Callable[[float], object] = time.sleep) -> None:
         sleep(job_offset(self.cfg.job, self.cfg.jitter_s))
         while not stop():
             started = self.clock()

@@ -109,8 +109,8 @@ class KubeCluster:
         if self.master_via == "pod-ip":
             deadline = self.clock() + 300
             while self.clock() < deadline:
-                pod = self.kube.get("pods", self.names["master"])
-                ip = ((pod or {}).get("status") or {}).get("podIP")
+                pod = self.kube.get("pods", self.names["master"]) or {}
+                ip = (pod.get("status") or {}).get("podIP")
                 if ip and (uid is None or pod["metadata"]["uid"] == uid):
                     return f"{ip}:{m.MASTER_PORT}"
                 self.sleep(0.2)

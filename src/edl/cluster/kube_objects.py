@@ -38,7 +38,7 @@ def _requests(spec: dict) -> Resources:
                      total[2])
 
 
-_PHASES = {"Pending": PodPhase.PENDING, "Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED,
+_PHASES: dict[str | None, PodPhase] = {"Pending": PodPhase.PENDING, "Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED,
            "Failed": PodPhase.FAILED, "Unknown": PodPhase.RUNNING}  # Unknown: still holds its node
 
 

@@ -95,7 +95,7 @@ def _pod_meta(name: str, job: str, role: str, opts: K8sOptions, owner: dict | No
 
 
 def _meta(name: str, job: str, role: str, opts: K8sOptions, owner: dict | None) -> dict:
-    meta = {"name": name, "namespace": opts.namespace, "labels": {**labels(job, role), **opts.extra_labels}}
+    meta: dict = {"name": name, "namespace": opts.namespace, "labels": {**labels(job, role), **opts.extra_labels}}
     if owner is not None:
         # Garbage-collected with the launcher pod, hence with the workflow step.
         meta["ownerReferences"] = owner_references(owner)

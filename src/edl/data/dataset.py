@@ -17,6 +17,7 @@ import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -67,6 +68,7 @@ class Dataset:
     def _open(self, name: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
         """A reader of shard ``name``; with ``metadata`` (its footer, read before) nothing is read yet.
         ``pre_buffer`` turns the column chunks of a row group into one ranged read."""
+        source: str | BinaryIO
         if isinstance(self.store, FileStore):
             source = str(self.store.root / name)
         else:

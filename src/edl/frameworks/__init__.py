@@ -29,7 +29,7 @@ def load(name: str) -> Framework:
     if name not in FRAMEWORKS:
         raise UserError(f"unknown framework {name!r} (one of {', '.join(FRAMEWORKS)})")
     require_framework(name, "the trainer needs it")
-    return importlib.import_module(f"edl.frameworks.{name}").FRAMEWORK  # type: ignore[no-any-return]
+    return importlib.import_module(f"edl.frameworks.{name}").FRAMEWORK
 
 
 def framework_of(md: ModelDef) -> str:

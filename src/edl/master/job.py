@@ -415,7 +415,11 @@ class Job:
         return formation
 
     def _release(self, trainer: str, cursor: Cursor | None, failed: bool, now: float) -> bool:
-        return self._guard(lambda: self.queue.release(trainer, cursor, failed) or True, now) is True
+        def release() -> bool:
+            self.queue.release(trainer, cursor, failed)
+            return True
+
+        return self._guard(release, now) is True
 
     # ------------------------------------------------------------------ views
     def assignment(self, trainer: str) -> Assignment | None:

@@ -82,14 +82,14 @@ class Body(msgspec.Struct, frozen=True):
             raise UserError(f"{where}: {e}") from e
 
 
-class RegisterBody(Body):
+class RegisterBody(Body, frozen=True):
     pid: int
     host: str
     store_port: int
     resume: dict | None = None  # ``ResumeReport``: where the trainer stopped under the master that restarted
 
 
-class HeartbeatBody(Body):
+class HeartbeatBody(Body, frozen=True):
     generation: int = 0
     step: int = 0
     safe_cursor: CursorJSON = None
@@ -101,17 +101,17 @@ class HeartbeatBody(Body):
     go: bool = False  # ... and whether it had the go: an answer that says otherwise comes at once
 
 
-class TaskBody(Body):
+class TaskBody(Body, frozen=True):
     request_id: str
     safe_cursor: CursorJSON = None
 
 
-class TaskFailedBody(Body):
+class TaskFailedBody(Body, frozen=True):
     task_id: int
     reason: str
 
 
-class SyncBody(Body):
+class SyncBody(Body, frozen=True):
     generation: int
     step: int
     cursors: dict[str, CursorJSON]
@@ -120,29 +120,29 @@ class SyncBody(Body):
     switched_to: int = 0  # the prepared generation the trainer went on into (0: it waits for the next)
 
 
-class StepBody(Body):
+class StepBody(Body, frozen=True):
     generation: int
 
 
-class ScaleBody(Body):
+class ScaleBody(Body, frozen=True):
     trainers: int
     nodes: list[str] = msgspec.field(default_factory=list)  # the plan's node per trainer (at most MAX_PLANNED_NODES)
 
 
-class UnschedulableBody(Body):
+class UnschedulableBody(Body, frozen=True):
     count: int
 
 
-class ExitBody(Body):
+class ExitBody(Body, frozen=True):
     code: int
 
 
-class FatalBody(Body):
+class FatalBody(Body, frozen=True):
     message: str
     user: bool = False  # because of the user's input: the launcher exits 2
 
 
-class UserCodeFailedBody(Body):
+class UserCodeFailedBody(Body, frozen=True):
     step: int
     part: str
     fingerprint: str
@@ -150,20 +150,20 @@ class UserCodeFailedBody(Body):
     rows: list[tuple[str, int, int]] = msgspec.field(default_factory=list)
 
 
-class CutBody(Body):
+class CutBody(Body, frozen=True):
     generation: int
     step: int
     cursors: dict[str, CursorJSON]
 
 
-class CommittedBody(Body):
+class CommittedBody(Body, frozen=True):
     generation: int
     step: int
     uri: str
     write_s: float
 
 
-class FinishBody(Body):
+class FinishBody(Body, frozen=True):
     step: int
     final_model_uri: str | None = None
     metrics: dict[str, float] = msgspec.field(default_factory=dict)
@@ -197,8 +197,8 @@ class _JobCollector:
         yield done
         gens = CounterMetricFamily("edl_generation_changes", "Generations formed, by reason", labels=["job", "reason"])
         counts: dict[str, int] = {}
-        for g in v.generations:
-            counts[g.reason.value] = counts.get(g.reason.value, 0) + 1
+        for gen in v.generations:
+            counts[gen.reason.value] = counts.get(gen.reason.value, 0) + 1
         for reason, n in counts.items():
             gens.add_metric([job.spec.job, reason], n)
         yield gens
@@ -260,6 +260,7 @@ class Master:
         if self.job.abandoned and not self._logged_abandoned:
             self._logged_abandoned = True
             d = self.job.deadman
+            assert d.abandoned_at is not None  # abandoned: since then
             log.warning("launcher silent for %.0f s: ending job %s (trainers leave; the master exits in %.0f s)",
                         d.abandoned_at - d.last_beat, self.job.spec.job, d.linger_s)
         if self.job.status is not self._logged_status:
@@ -462,7 +463,7 @@ def _trainer_routes(master: Master) -> list[BaseRoute]:
         trainer = r.path_params["trainer"]
         body = await UserCodeFailedBody.read(r)
         failure = UserCodeFailure(trainer, body.step, body.part, body.fingerprint, body.log,
-                                  tuple(tuple(row) for row in body.rows))
+                                  tuple(body.rows))  # (shard, first row, end row): tuples already
         log.warning("trainer %s: %s raised %s (step %d)", trainer, body.part, body.fingerprint, body.step)
         user_error = job.user_code_failed(failure, master.clock())
         await master.notify()

@@ -33,10 +33,10 @@ try:
 finally:
     sys.argv = _argv
 
-from edl.errors import EdlError, UserError
-from edl.serving.signature import RequestTensor, TensorSpec, request_problem
-from edl.storage.checkpoint import ONNX_FILE
-from edl.storage.store import open_store
+from edl.errors import EdlError, UserError  # noqa: E402
+from edl.serving.signature import RequestTensor, TensorSpec, request_problem  # noqa: E402
+from edl.storage.checkpoint import ONNX_FILE  # noqa: E402
+from edl.storage.store import open_store  # noqa: E402
 
 log = logging.getLogger("edl.serving")
 

@@ -111,7 +111,7 @@ def _family(rng: random.Random, index: int, gpu_nodes: bool, room_cpu: float, no
     trainer = {"cpu": cpu, "memory_gi": cpu * rng.choice((1, 2)), **({"gpu": 1} if gpu else {})}
     lo = rng.choice((1, 2, 2, 4))
     hi = lo + rng.randint(6, 40)
-    fixed = []
+    fixed: list[dict[str, Any]] = []
     if rng.random() < 0.7:
         fixed = [{"role": "pserver", "count": rng.randint(1, 6), "cpu": float(rng.choice((2, 4))), "memory_gi": 4}]
     fixed_cpu = sum(f["count"] * f["cpu"] for f in fixed)

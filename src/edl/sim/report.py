@@ -81,6 +81,7 @@ def simulate(scenario: Scenario, policy: str, runs: int = 1, seed: int = 0,
         "rescale_events": _mean([r["rescale_events"] for r in reports]),
         "wall_s": sum(r["wall_s"] for r in reports),
     }
+    assert first is not None  # runs >= 1
     return out, first
 
 
@@ -174,12 +175,13 @@ def generated_benchmark(seeds: list[int], policies: list[str], runs: int = 1, bo
                     bounds[kind] = utilization_bound(sc, p, relaxed=True, step_s=30.0)["mean"]
                 except UserError:
                     bounds[kind] = None
-            b = bounds.get(kind)
+            kind_bound = bounds.get(kind)
             util = rep["utilization"]["mean"]
             row["policies"][p] = {
                 "jct_s_mean": _jct_censored(rep, sc),
                 "unfinished": sum(1 for j in rep["jobs"] if j["jct_s"] is None),
-                "utilization": util, "bound": b, "util_to_bound": None if not b else util / b,
+                "utilization": util, "bound": kind_bound,
+                "util_to_bound": None if not kind_bound else util / kind_bound,
                 "lag_periods_max": max((s["lag_s_max"] for s in rep["services"]), default=0.0) / sc.period_s,
                 "pending_s_max": _pending_max(rep, sc),
                 "rescale_events": rep["rescale_events"]}

@@ -104,8 +104,8 @@ def audit_lines(lines: Iterable[str], expected_ids: list[int], epochs: int) -> A
             counts.setdefault(int(e), Counter()).update(ids)
     lost = dup = 0
     expected = set(expected_ids)
-    for e in range(epochs):
-        c = counts.get(e, Counter())
+    for epoch in range(epochs):
+        c = counts.get(epoch, Counter())
         lost += sum(1 for i in expected if c.get(i, 0) == 0)
         dup += sum(n - 1 for i, n in c.items() if n > 1)
         dup += sum(n for i, n in c.items() if i not in expected)

@@ -53,7 +53,7 @@ def encode_arrays(arrays: dict[str, np.ndarray]) -> bytes:
     import numpy as np  # here: a master reads checkpoints' master.json only, and need not import numpy
 
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub: ** might name allow_pickle
     return buf.getvalue()
 
 

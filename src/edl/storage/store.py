@@ -9,6 +9,7 @@ surfaces as ``StorageError``.
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import hashlib
 import io
@@ -16,7 +17,7 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
 from urllib.parse import urlparse
 
 import logging
@@ -49,7 +50,7 @@ class ObjectStore(ABC):
         folder ``a``, ``ckpt-`` every key whose name starts so), recursively, sorted."""
 
     @abstractmethod
-    def delete(self, keys: list[str]) -> None: ...
+    def delete(self, keys: builtins.list[str]) -> None: ...
 
     @abstractmethod
     def exists(self, key: str) -> bool: ...
@@ -113,7 +114,7 @@ class FileStore(ObjectStore):
         return sorted(str(p.relative_to(self.root)).replace(os.sep, "/") for p in found
                       if p.is_file() and not p.name.startswith(".tmp-"))
 
-    def delete(self, keys: list[str]) -> None:
+    def delete(self, keys: builtins.list[str]) -> None:
         for k in keys:
             self._path(k).unlink(missing_ok=True)
         # Remove directories left empty.
@@ -208,7 +209,7 @@ class RangedObject(io.RawIOBase):
         self._pos = base + offset
         return self._pos
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         n = min(len(buffer), self._size - self._pos)
         if n <= 0:
             return 0
@@ -281,9 +282,9 @@ class S3Store(ObjectStore):
             lambda: self.client.put_object(self.bucket, self._key(key), io.BytesIO(data), len(data)),
         )
 
-    def _read(self, key: str, **window: int) -> bytes:
+    def _read(self, key: str, offset: int = 0, length: int = 0) -> bytes:
         """The object's bytes (``offset``/``length``: a ranged GET), the connection released either way."""
-        resp = self.client.get_object(self.bucket, self._key(key), **window)
+        resp = self.client.get_object(self.bucket, self._key(key), offset=offset, length=length)
         try:
             return resp.read()
         finally:
@@ -340,7 +341,7 @@ class S3Store(ObjectStore):
         return self._call(f"listing {self.child(prefix)}", run)
 
     @_transient
-    def delete(self, keys: list[str]) -> None:
+    def delete(self, keys: builtins.list[str]) -> None:
         for k in keys:
             self._call(self.child(k), lambda k=k: self.client.remove_object(self.bucket, self._key(k)))
 
@@ -374,7 +375,7 @@ class S3Store(ObjectStore):
         # S3 conditional writes (If-None-Match: * to create, If-Match to replace), which S3 and MinIO
         # honour. minio-py's put_object turns extra headers into x-amz-meta-*, so this goes through
         # its PutObject call underneath, which sends headers as they are.
-        condition = {"If-None-Match": "*"} if version is None else {"If-Match": f'"{version}"'}
+        condition: dict[str, Any] = {"If-None-Match": "*"} if version is None else {"If-Match": f'"{version}"'}
 
         def write() -> str | None:
             try:

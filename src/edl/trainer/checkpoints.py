@@ -78,6 +78,7 @@ class Checkpointer:
             self._writer = AsyncCheckpointWriter(self.ckpts, on_error=lambda m: log.warning("%s", m))
             self._link = self.connect()
         link = self._link
+        assert link is not None  # made with the writer
         params, opt_arrays, extra = snapshot()
 
         def build() -> dict[str, bytes]:

@@ -39,14 +39,14 @@ class Runner:
             except BaseException as e:  # noqa: BLE001 - handed to the waiting loop as is
                 fut.set_exception(e)
 
-    def submit(self, fn: Callable[[], T]) -> Future:
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
         """Queue ``fn`` on the collectives' thread without waiting: calls run one at a time, in the order
         submitted (so a call that finished means every call submitted before it finished too)."""
         if self._jobs is None:
             self._jobs = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(self._jobs,), name="edl-collective", daemon=True).start()
         self._queued = [f for f in self._queued if not f.done()]
-        fut: Future = Future()
+        fut: Future[T] = Future()
         self._queued.append(fut)
         self._jobs.put((fn, fut))
         return fut
@@ -59,13 +59,13 @@ class Runner:
             raise Abandoned("the generation was aborted")
         return self.wait(self.submit(fn), abort, group)
 
-    def wait(self, fut: Future, abort: Callable[[], bool], group: Group | None = None) -> T:
+    def wait(self, fut: Future[T], abort: Callable[[], bool], group: Group | None = None) -> T:
         """The result of a submitted call, or ``Abandoned`` as soon as ``abort()`` holds while the thread
         works on it or on a call before it: the calls not started are cancelled, and a call already
         running is left to its thread (the next call gets a fresh one)."""
         while True:
             try:
-                return fut.result(timeout=self.poll_s)  # type: ignore[no-any-return]
+                return fut.result(timeout=self.poll_s)
             except TimeoutError:
                 pass
             if abort():

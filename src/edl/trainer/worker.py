@@ -287,6 +287,7 @@ class Trainer:
             if plan.rebuild:
                 self.replica.build()
             if plan.load_checkpoint:
+                assert a.checkpoint_uri is not None  # Source.CHECKPOINT names it
                 p.step = self._load_checkpoint(a.checkpoint_uri)
             elif plan.step is not None:
                 p.step = plan.step
@@ -453,6 +454,7 @@ class Trainer:
         """The step's update (none when nobody had data); a loss that is not finite ends the job."""
         if d.then is Then.ABORT:
             if d.lead:
+                assert d.error is not None  # an abort says why
                 self.client.fail_job(d.error)
             raise SystemExit(EXIT_FAILED)
         if d.update:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from edl.frameworks.paddle.onnx_export import _reason
 
 ABORTED = """[Paddle2ONNX] Start parsing the Paddle model file...
-[Paddle2ONNX] 
+[Paddle2ONNX]\x20
 [ERROR][Paddle2ONNX] Due to the unsupported operators, the conversion is aborted.
 
 --------------------------------------

@@ -20,7 +20,7 @@ def export_inference(model: paddle.nn.Layer, sample_input: Any, out: Path) -> st
     prefix = out / "inference"
     model.eval()
     try:
-        spec = [InputSpec([None, *sample_input.shape[1:]], str(sample_input.dtype), "x")]
+        spec = [InputSpec([None, *sample_input.shape[1:]], str(sample_input.dtype), "x")]  # type: ignore[arg-type]
         paddle.jit.save(model, str(prefix), input_spec=spec)
     finally:
         model.train()

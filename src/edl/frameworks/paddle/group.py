@@ -48,7 +48,8 @@ class PaddleGroup(CollectiveGroup):
             if backend == "gloo":
                 self._pg = core.ProcessGroupGloo.create(self._store, rank, world, gid)
             elif backend == "nccl":
-                self._pg = core.ProcessGroupNCCL.create(self._store, rank, world, gid, timeout_s * 1000, 0, None)
+                self._pg = core.ProcessGroupNCCL.create(  # type: ignore[attr-defined]  # GPU builds only
+                    self._store, rank, world, gid, timeout_s * 1000, 0, None)
             else:
                 raise ValueError(f"unknown collective backend {backend!r}")
         except CollectiveError:

@@ -90,13 +90,13 @@ class _Ops:
         return list(t.shape), _dtype_name(t.dtype), int(t.size) * t.element_size()
 
     def empty(self, shape: list[int], dtype: str) -> paddle.Tensor:
-        return paddle.empty(shape, dtype)
+        return paddle.empty(shape, dtype)  # type: ignore[arg-type]  # Paddle's hints name the dtypes as literals
 
     def from_bytes(self, raw: bytes) -> paddle.Tensor:
         return paddle.to_tensor(np.frombuffer(raw, dtype=np.uint8))
 
     def to_bytes(self, t: paddle.Tensor) -> bytes:
-        return t.numpy().tobytes()  # type: ignore[no-any-return]
+        return t.numpy().tobytes()
 
     def cat(self, ts: list[paddle.Tensor]) -> paddle.Tensor:
         return paddle.concat([t.reshape([-1]) for t in ts])
@@ -105,7 +105,7 @@ class _Ops:
         off = 0
         for t in targets:
             n = int(t.size)
-            t.copy_(flat[off : off + n].reshape(t.shape), False)
+            t.copy_(flat[off : off + n].reshape(t.shape), False)  # type: ignore[call-arg]  # (src, blocking)
             off += n
 
     def no_grad(self) -> AbstractContextManager:
