@@ -20,7 +20,8 @@ import sys
 from typing import Any
 
 from rich.console import Console, JustifyMethod
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TaskProgressColumn, TextColumn,
+                           TimeElapsedColumn)
 from rich.table import Table
 from rich.text import Text
 
@@ -68,6 +69,9 @@ def table(*columns: str | tuple[str, JustifyMethod], title: str | Text | None = 
         header, justify = (c, left) if isinstance(c, str) else c
         t.add_column(header, justify=justify)
     return t
+
+
+Bar = TaskID  # one bar of ``progress_bars``: what its ``add_task`` answers and its ``update`` takes
 
 
 def progress_bars(console: Console, *, done: str = "count", info: bool = False, **options: Any) -> Progress:

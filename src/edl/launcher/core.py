@@ -22,7 +22,7 @@ from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit, TrainerPod
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.policy import free_hints
 from edl.api.spec import JobSpec
-from edl.console import Console, clip, plain_console, progress_bars, say
+from edl.console import Bar, Console, clip, plain_console, progress_bars, say
 from edl.errors import EdlError, KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.budget import Budget, BudgetPolicy
@@ -52,7 +52,7 @@ class ProgressView:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.progress = progress_bars(console, done="count", info=True, transient=False)
-        self.bars: dict[int, int] = {}
+        self.bars: dict[int, Bar] = {}
         self.shown_generations = 0
         self.last_line = 0.0
 
@@ -192,6 +192,12 @@ class Launcher:
         return self.trainer_budget.total
 
     @property
+    def link(self) -> ControlLink:
+        """The link to the job's master, once ``start`` made it."""
+        assert self.master is not None, "the launcher has not started"
+        return self.master
+
+    @property
     def master_restarts(self) -> int:
         return self.master_budget.total
 
@@ -226,7 +232,7 @@ class Launcher:
         deadline = self.clock() + self.master_start_timeout_s
         while self.clock() < deadline:
             self.loop_at = self.clock()
-            if self.master.healthy():
+            if self.link.healthy():
                 return
             if not self.cluster.master_alive():
                 self._master_lost()
@@ -321,7 +327,7 @@ class Launcher:
                 return self._use(st)
         self._read_now = False
         self._used_serial = self.status_watch.latest_serial() if self.status_watch is not None else 0
-        return self._use(self.master.status())
+        return self._use(self.link.status())
 
     def _newer_or_same(self, st: JobView) -> bool:
         """``st`` is no older than the status the last round used (or comes from another master)."""
@@ -361,10 +367,11 @@ class Launcher:
         self._trainers_seen = seen
         by_name = {t.name: t for t in trainers}
         for name, code in plan.exited:
-            self._tell(lambda: self.master.report_exit(name, code))
+            self._tell(lambda: self.link.report_exit(name, code))
         for name in plan.relaunched:
             self.relaunches += 1
             t = by_name[name]
+            assert t.exit is not None  # relaunched for how it exited
             self.cluster.record("TrainerReplaced", f"trainer {name} {t.exit.value}: {t.message}; replacing it")
             say(self.console, f"trainer {name} {t.exit.value} ({t.message}); replacing it")
         for name, message in plan.failures:
@@ -378,7 +385,7 @@ class Launcher:
             why, message = plan.fatal
             self.cluster.record("TrainerFatal", message, warning=True)
             user = why in (TrainerExit.USER_ERROR, TrainerExit.CANNOT_START)  # a bad image, a missing key
-            self._tell(lambda: self.master.fail_job(message, user))
+            self._tell(lambda: self.link.fail_job(message, user))
             raise UserError(message) if user else PermanentError(message)
         if plan.unschedulable:
             self.unschedulable += len(plan.unschedulable)
@@ -386,14 +393,14 @@ class Launcher:
                    "removed and reported unschedulable")
             self.cluster.record("TrainersUnschedulable", msg, warning=True)
             say(self.console, msg)
-            self._tell(lambda: self.master.report_unschedulable(len(plan.unschedulable)))
+            self._tell(lambda: self.link.report_unschedulable(len(plan.unschedulable)))
         for name in plan.delete:
             self.cluster.delete_trainer(name)
             self.draining.pop(name, None)
         if plan.drain and st.phase is Phase.RUNNING:
             for name in plan.drain:
                 try:
-                    known = self.master.drain(name)
+                    known = self.link.drain(name)
                 except TemporaryError:
                     continue  # the master is away: the next round drains it
                 if known:
@@ -513,16 +520,16 @@ class Launcher:
         """Ask for a checkpoint now and wait (within ``budget_s``) until one more is committed."""
         if self.master is None:
             return False
-        st = self.master.status()
+        st = self.link.status()
         if st is None or st.status is not JobStatus.RUNNING:
             return False
         before = len(st.checkpoints)
-        if not self._tell(self.master.request_checkpoint):
+        if not self._tell(self.link.request_checkpoint):
             return False
         deadline = self.clock() + budget_s
         while self.clock() < deadline:
             self.beat()
-            st = self.master.status()
+            st = self.link.status()
             if st is not None and len(st.checkpoints) > before:
                 return True
             self.sleep(0.2)
@@ -534,7 +541,7 @@ class Launcher:
         if self.status_watch is not None:
             self.status_watch.stop()
         if self.master is not None:
-            self._tell(self.master.shutdown)
+            self._tell(self.link.shutdown)
         if delete:
             self.cluster.delete_job()
 

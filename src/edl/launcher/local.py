@@ -98,8 +98,7 @@ class LocalLauncher:
         self.started_at = time.time()
         self.view: LocalClusterView | None = None
 
-    def _start_sidecar(self, cluster: LocalCluster, stop: threading.Event) -> threading.Thread:
-        a = self.autoscale
+    def _start_sidecar(self, cluster: LocalCluster, a: LocalAutoscale, stop: threading.Event) -> threading.Thread:
         self.view = LocalClusterView(self.spec.job, a.slots, a.schedule, self.started_at, time.time)
         sidecar = Sidecar(SidecarConfig(self.spec.job, SLOT, self.spec.min_trainers, self.spec.max_trainers,
                                         a.period_s, 0.0),
@@ -138,11 +137,12 @@ class LocalLauncher:
                 f": master at {cluster.address}, trainers {self.spec.min_trainers}..{self.spec.max_trainers}, "
                 f"logs in {self.dir / 'logs'}" + (" (resuming from checkpoint)" if resuming else ""))
             if self.autoscale is not None:
-                self._start_sidecar(cluster, stop_sidecar)
+                self._start_sidecar(cluster, self.autoscale, stop_sidecar)
                 say(self.console, f"autoscale sidecar: {self.autoscale.slots} trainer slots on this machine, "
                                   f"policy {self.autoscale.policy}, every {self.autoscale.period_s:g} s")
-            record = self._record if self.on_status is not None else None
-            view = RecordingView(self.console, record) if record else ProgressView(self.console)
+            on_status = self.on_status
+            view = (RecordingView(self.console, lambda st: self._record(st, on_status)) if on_status is not None
+                    else ProgressView(self.console))
             with view:
                 final = launcher.run(view)
                 view.show(final)
@@ -152,9 +152,9 @@ class LocalLauncher:
             stop_sidecar.set()
             launcher.shutdown()
 
-    def _record(self, st: JobView) -> None:
+    def _record(self, st: JobView, on_status: Callable[[dict], None]) -> None:
         free = self.view.free_slots() if self.view is not None else None
-        self.on_status({"t": time.time() - self.started_at, "world_size": st.world_size,
+        on_status({"t": time.time() - self.started_at, "world_size": st.world_size,
                         "desired": st.desired_trainers, "loss": st.loss, "free_slots": free,
                         "status": st.status.value})
 

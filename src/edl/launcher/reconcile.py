@@ -47,7 +47,7 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
     relaunched: list[str] = []
     failures: list[tuple[str, str]] = []
     exited: list[tuple[str, int]] = []
-    fatal = None
+    fatal: tuple[TrainerExit, str] | None = None
     live: list[TrainerPod] = []
     unschedulable: list[str] = []
     for t in trainers:

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from edl.console import Console, add_row, plain_console, progress_bars, say, table, text
 from edl.errors import PermanentError
@@ -216,7 +216,7 @@ def run_demo(out: Path, epochs: int = 60, console: Console | None = None, framew
     run = _latest_run(root)
     train_dir = run / "elastic-train"
     summary = json.loads((train_dir / "summary").read_text())
-    evaluation = {}
+    evaluation: dict[str, Any] = {}
     for art in (_executor_output(run / "evaluate").get("artifacts") or {}).get("metrics", {}).get("artifacts", []):
         evaluation.update(art.get("metadata") or {})
     published = (registry / "current.json").exists()
@@ -242,6 +242,7 @@ def _serve_published(model_dir: Path, data: Path, out: Path, console: Console) -
     from edl.serving.client import running_server, served_accuracy
 
     _, test = resolve_splits(str(data))
+    assert test is not None  # the prepared digits hold their held-out part
     x, y = load_model_def("edl.zoo.digits").collate(Dataset(test, "held-out data").read_all())
     say(console, f"serving {model_dir} with edl serve (ONNX Runtime, KServe's model server) ...")
     with running_server(str(model_dir), "digits", out / "serve.log") as served:

@@ -97,7 +97,7 @@ def _with_retrain_signature(body: Callable[..., None], signature: inspect.Signat
         bound.apply_defaults()
         return body(**bound.arguments)
 
-    pipeline.__signature__ = signature
+    pipeline.__signature__ = signature  # type: ignore[attr-defined]  # what inspect.signature reads (KFP)
     pipeline.__name__ = pipeline.__qualname__ = body.__name__
     return pipeline
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -366,7 +367,9 @@ class Simulation:
             if p.terminating_until is not None:
                 if t >= p.terminating_until:
                     self._delete(p)
-            elif t >= p.bound_at + p.startup:
+                continue
+            assert p.bound_at is not None  # a starting pod is bound
+            if t >= p.bound_at + p.startup:
                 p.running = True
                 self.running_cpu += p.req[0]
                 self.changed = True
@@ -533,7 +536,7 @@ class Simulation:
             v = np.array(list(x["trainers"].values()), dtype=float)
             if len(v) >= 2:
                 jains.append(float(v.sum() ** 2 / (len(v) * (v ** 2).sum())))
-        jobs = []
+        jobs: list[dict[str, Any]] = []
         for js in self.jobs.values():
             if not js.submitted:
                 continue
