@@ -283,6 +283,10 @@ def build_one(spec: Spec, key: str, steps: Steps) -> None:
     if HOST_CA.exists():  # the RUN steps' downloads go through this machine's CA
         bud += ["-v", f"{HOST_CA}:{HOST_CA}:ro"]
     argv = [*bud, "-t", spec.local, "--label", f"{KEY_LABEL}={key}", str(spec.context)]
+    # The image this build replaces goes first: its copy of the dependencies (GBs for the CUDA builds) would
+    # otherwise sit beside the new one's until ``prune``, and fill a small disk. The layers that make the
+    # build fast stay, under the dependencies' stage's own tag.
+    subprocess.run(["buildah", "rmi", spec.local], capture_output=True)
     tail: list[str] = []
     with steps.step(f"image {spec.repo}:{spec.tag}") as note:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
