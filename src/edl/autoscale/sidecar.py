@@ -31,22 +31,37 @@ UNSCHEDULABLE_BACKOFF_PERIODS = 6
 # ------------------------------------------------------ measured figures
 @dataclass
 class ThroughputMeter:
-    """Samples per second at each world size, from the master's progress counters (EWMA)."""
+    """Samples per second at each world size, from the master's progress counters (EWMA).
+
+    An interval counts only when one generation trained through it and it is not that generation's
+    first: the first holds the change's pause and the joiners' warm-up, and would make the size look
+    slower than it trains (once the job leaves that size, nothing would correct it)."""
 
     alpha: float = 0.3
     by_world: dict[int, float] = field(default_factory=dict)
-    _last: tuple[float, int, int] | None = None  # (time, rows done, world size)
+    _last: tuple[float, int, int, int] | None = None  # (time, rows done, world size, generation)
+    _warmed: int | None = None  # the generation whose first interval has passed
 
-    def observe(self, now: float, rows_done: int, world: int) -> None:
+    def observe(self, now: float, rows_done: int, world: int, generation: int = 0) -> None:
         last = self._last
-        self._last = (now, rows_done, world)
-        if last is None or world <= 0 or last[2] != world or now <= last[0] or rows_done < last[1]:
-            return  # the first sample, or the size changed in between: no clean figure
+        self._last = (now, rows_done, world, generation)
+        if (last is None or world <= 0 or last[2] != world or last[3] != generation or now <= last[0]
+                or rows_done < last[1]):
+            return  # the first sample, or the generation changed in between: no clean figure
+        if self._warmed != generation:
+            self._warmed = generation  # its first whole interval: the switch's pause and warm-up
+            return
         rate = (rows_done - last[1]) / (now - last[0])
         if rate <= 0:
             return
         old = self.by_world.get(world)
         self.by_world[world] = rate if old is None else (1 - self.alpha) * old + self.alpha * rate
+
+    def forget_above(self, world: int) -> None:
+        """Drop the figures of sizes above ``world``: the job left them, and a figure it can no longer
+        correct (measured on a busier cluster, or in a preemption's last seconds) must not keep it from
+        growing back; an unmeasured size is judged by the policy's prior until it is measured again."""
+        self.by_world = {n: v for n, v in self.by_world.items() if n <= world}
 
     def curve(self) -> tuple[float, ...]:
         """Index n: samples/s with n trainers, measured or interpolated; () until something is measured."""
@@ -106,6 +121,8 @@ class Sidecar:
         self.master_away = False
         self.decisions = 0
         self.priority: int | None = None
+        self._blocked_report: float | None = None  # the master's last unschedulable report, as it gave it
+        self._blocked_since: float | None = None  # when this sidecar first saw it (its own clock)
 
     def _priority(self, pods: list[Pod]) -> int:
         """The priority the scheduler resolved for this job's trainers (fixed for the job's life:
@@ -139,7 +156,7 @@ class Sidecar:
         self.master_away = False
         if status.status is not JobStatus.RUNNING:
             return None  # the job is over: nothing to negotiate
-        self.meter.observe(now, sum(status.done_rows), status.world_size)
+        self.meter.observe(now, sum(status.done_rows), status.world_size, status.generation)
         if not self.view.healthy():
             if not self.holding:
                 log.warning("cluster view is not current (API unreachable?): holding %d trainers",
@@ -157,7 +174,10 @@ class Sidecar:
         plan = self.policy.plan(snapshot)
         self.decisions += 1
         target = max(self.cfg.min, min(self.cfg.max, plan.sizes.get(mine.name, mine.current)))
-        blocked_at = status.unschedulable_at
+        if status.unschedulable_at is not None and status.unschedulable_at != self._blocked_report:
+            # A new report, timed on this sidecar's clock: the master's is its own (monotonic) one.
+            self._blocked_report, self._blocked_since = status.unschedulable_at, now
+        blocked_at = self._blocked_since
         if blocked_at is not None and now - blocked_at < UNSCHEDULABLE_BACKOFF_PERIODS * self.cfg.period_s:
             # The launcher just gave up on Pending trainers: the snapshot overstates what fits
             # (taints, affinity, fragmentation the policy does not see). Do not grow for a while.
@@ -172,6 +192,8 @@ class Sidecar:
         log.info("scale %s: %d -> %d trainers (policy %s, %d jobs, %d nodes)", self.cfg.job, mine.current, target,
                  self.policy.name, len(peers), len(snapshot.nodes))
         self.master.scale(target, nodes)
+        if target < mine.current:
+            self.meter.forget_above(target)
         return target
 
     def run(self, stop: Callable[[], bool], sleep: Callable[[float], object] = time.sleep) -> None:

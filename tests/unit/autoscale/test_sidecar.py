@@ -124,12 +124,19 @@ def test_demand_lease_round_trip_and_expiry():
 
 def test_throughput_meter_measures_per_world_size():
     m = ThroughputMeter(alpha=1.0)
-    m.observe(0, 0, 2)
-    m.observe(10, 2000, 2)  # 200/s with 2
-    m.observe(20, 3000, 4)  # size changed in between: no figure
-    m.observe(30, 6600, 4)  # 360/s with 4
+    m.observe(0, 0, 2, 1)
+    m.observe(10, 500, 2, 1)  # generation 1's first interval: its start and warm-up, left out
+    m.observe(20, 2500, 2, 1)  # 200/s with 2
+    m.observe(30, 3000, 4, 2)  # the size changed in between: no figure
+    m.observe(40, 4000, 4, 2)  # generation 2's first interval: left out
+    m.observe(50, 7600, 4, 2)  # 360/s with 4
     assert m.by_world == {2: 200.0, 4: 360.0}
     assert m.curve() == (0.0, 100.0, 200.0, 280.0, 360.0)
+    m.observe(60, 8000, 4, 3)  # a new generation of the same size (a trainer replaced): no figure
+    m.observe(70, 8100, 4, 3)  # its first interval: left out
+    assert m.by_world[4] == 360.0
+    m.forget_above(2)  # the job was shrunk to 2: the figure of 4 it can no longer correct goes
+    assert m.by_world == {2: 200.0}
 
 
 def test_rescale_cost_is_the_median_measured_pause():
@@ -158,6 +165,19 @@ def test_no_growth_for_a_while_after_trainers_were_unschedulable():
     assert s.step() == 8
 
 
+def test_the_back_off_after_unschedulable_trainers_runs_on_the_sidecars_clock():
+    # The master times its report on its own monotonic clock: 5.0 means nothing to a sidecar on wall time.
+    master = MemoryMaster(1)
+    base = master.status
+    master.status = lambda: dataclasses.replace(base(), unschedulable_at=5.0)
+    s = sidecar("ns/a", MemoryView(nodes(4), [], {}), master, clock=lambda: 1_800_000_000.0)
+    assert s.step() is None and master.calls == []  # first seen now: no growth for six periods
+    s.clock = lambda: 1_800_000_000.0 + 10 * 5
+    assert s.step() is None and master.calls == []
+    s.clock = lambda: 1_800_000_000.0 + 10 * 6
+    assert s.step() == 8
+
+
 def test_the_plan_s_nodes_go_to_the_master_with_the_size_and_again_only_when_they_change():
     # One 2-core trainer held on n0; a 6-core service pod bound to n1.
     pods = [Pod("ns/a-t1", TR, PodPhase.RUNNING, 0, "n0", "ns/a", "trainer"),
@@ -171,3 +191,20 @@ def test_the_plan_s_nodes_go_to_the_master_with_the_size_and_again_only_when_the
     before = list(master.calls)
     master.hints = ()  # a restarted master knows no nodes: the sidecar sends them again, size unchanged
     assert s.step() is None and master.calls == before and len(master.hints) == 5
+
+
+def test_a_job_shrunk_for_higher_priority_work_grows_back_when_the_work_leaves():
+    # Its figure at 2 trainers was measured low (a busier cluster, a preemption's last seconds): dropped with
+    # the shrink, so that the job grows back when the capacity returns instead of keeping a figure it can
+    # never correct at 1 trainer.
+    master = MemoryMaster(2)
+    base = master.status
+    paused = GenerationSummary(2, 2, 1, ("t",), Reason.SCALE_UP, Source.PEER, 0, 0.3, 0.0, None, 0)
+    # 35,000 rows left (15 s at 1 trainer), changes measured at 0.3 s: growth must pay for its pause.
+    master.status = lambda: replace(base(), rows_per_epoch=1000, epochs=40, done_rows=(5000,), generations=(paused,))
+    view = MemoryView(nodes(1), [Pod("web-0", Resources(6, 8, 0), PodPhase.RUNNING, 1000, "n0")], {})
+    s = sidecar("ns/a", view, master, hi=2)
+    s.meter.by_world = {1: 2300.0, 2: 2162.0}
+    assert s.step() == 1  # one 2-core trainer fits beside the service
+    view._pods = []  # the service is gone
+    assert s.step() == 2 and master.calls == [1, 2]
