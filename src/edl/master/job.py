@@ -358,11 +358,18 @@ class Job:
         if self.status is not JobStatus.RUNNING:
             return None
         m = self.membership
-        if self.queue.finished:
+        failed = m.phase is Phase.SYNCING and m.pending_reason is Reason.FAILURE
+        if self.queue.finished and not failed:
             # Finishing: rank 0 writes the last checkpoint; nothing may re-form. Except a prepared generation
             # the members switched into at the step that finished the data: they are in it, and its rank 0's
             # last checkpoint and finish name it (stale for ever if it were never formed).
             if not m.switched_in(now):
+                return None
+        elif self.queue.finished:
+            # A member lost while finishing (rank 0 in its last checkpoint, or a last step that failed): the
+            # survivors form a generation, get back the rows the lost member had not committed, and finish.
+            m.expire(now)
+            if not m.ready_to_form(now):
                 return None
         else:
             m.expire(now)

@@ -125,3 +125,26 @@ def test_a_joiner_that_stops_responding_in_a_graceful_change_costs_no_rollback(d
     assert s["audited_samples_per_epoch"] == [1438] * epochs
     assert all(g["rolled_back_steps"] == 0 for g in s["generations"]), s["generations"]
     assert s["trainer_failures"] == 1, s  # the joiner; no member of the job was lost
+
+
+def test_rank_0_killed_once_the_data_is_consumed_the_job_still_finishes(digits, tmp_path, job_runner):
+    """Every row trained, the job finishing (rank 0's last checkpoint and export): rank 0 SIGKILLed
+    there. The survivors must form a generation and finish, every record counted once."""
+    epochs = 6
+    model = slow_model_def(tmp_path, "edl.zoo.digits", 0.03)
+    job = job_runner("endkill", job_args(digits, tmp_path, epochs=epochs, max_t=3, trainers=3, model=model,
+                                         interval=0.5)).start()
+    total = None
+
+    def data_consumed(s: dict) -> bool:
+        nonlocal total
+        total = s["rows_per_epoch"] * s["epochs"]
+        return s["world_size"] == 3 and sum(s["done_rows"]) >= total
+
+    st = job.wait_for(data_consumed, timeout=180, what="every row trained")
+    rank0 = next(t for t in st["trainers"] if t["rank"] == 0)
+    os.kill(rank0["pid"], signal.SIGKILL)
+    assert job.wait(120) == 0, job.output()[-3000:]
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["status"] == "succeeded" and s["epochs_completed"] == epochs, s["error"]
+    assert s["lost_samples"] == 0 and s["duplicate_samples"] == 0
