@@ -15,11 +15,15 @@ import time
 import pytest
 
 from tests.conftest import run_edl
+from tests.integration.launcher.test_elastic_jobs import slow_model_def
 
 pytestmark = pytest.mark.timeout(900)
 # The suite's short run; EDL_CHAOS_FULL=1 runs the size the issue states (40,000 rows of 256 features,
 # 5 epochs: about five minutes a seed on two cores).
 ROWS, EPOCHS = (40000, 5) if os.environ.get("EDL_CHAOS_FULL") else (12000, 3)
+# The short run's steps take at least this long, so that it lives through its actions on any machine
+# (about 250 steps: 50 s or more; a fast machine trained it in 18 s, through two actions).
+STEP_FLOOR_S = 0.2
 
 
 def disrupt(job, rng: random.Random, log: list[str]) -> None:
@@ -54,8 +58,9 @@ def test_a_job_under_an_action_every_3_to_6_s_succeeds_exactly_once(seed, tmp_pa
     r = run_edl("data", "prepare", "synthetic", "--rows", str(ROWS), "--features", "256", "--classes", "10",
                 "--out", str(data), timeout=300)
     assert r.returncode == 0, r.stderr
+    model = "edl.zoo.mlp" if os.environ.get("EDL_CHAOS_FULL") else slow_model_def(tmp_path, "edl.zoo.mlp", STEP_FLOOR_S)
     job = job_runner(f"chaos{seed}", [
-        "--model-def", "edl.zoo.mlp", "--data", str(data / "train"), "--epochs", str(EPOCHS), "--batch-size", "64",
+        "--model-def", model, "--data", str(data / "train"), "--epochs", str(EPOCHS), "--batch-size", "64",
         "--min-trainers", "1", "--max-trainers", "3", "--trainers", "2", "--checkpoint-uri", str(tmp_path / "ckpt"),
         "--checkpoint-interval", "4", "--audit", "--summary-out", str(tmp_path / "summary.json")]).start()
     job.wait_for(lambda s: s["step"] > 0, 120, "training")
