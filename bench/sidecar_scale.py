@@ -73,7 +73,7 @@ class CacheView:
     def peer_demands(self, now):
         return self.demands
 
-    def publish(self, demand, now):
+    def publish(self, demand, now, reason=None):
         pass
 
 
@@ -91,7 +91,7 @@ class Master:
                        done_rows=(0,), step=0, loss=None, trainers=(), generations=(), checkpoints=(), elapsed_s=0.0,
                        node_hints=self.hints)
 
-    def scale(self, n: int, nodes: tuple[str, ...] = ()) -> None:
+    def scale(self, n: int, nodes: tuple[str, ...] = (), reason=None) -> None:
         self.desired, self.hints = n, tuple(nodes)
 
 

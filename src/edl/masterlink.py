@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from edl.api.cluster import SizeReason
 from edl.api.data import Cursor, Task, cursor_to_json
 from edl.api.master import (
     Assignment,
@@ -150,8 +151,12 @@ class HttpMaster:
     def summary(self) -> dict[str, Any] | None:
         return self._poll("/v1/summary")
 
-    def scale(self, trainers: int, nodes: tuple[str, ...] = ()) -> int:
-        body = {"trainers": trainers, "nodes": list(nodes)} if nodes else {"trainers": trainers}
+    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None) -> int:
+        body: dict[str, object] = {"trainers": trainers}
+        if nodes:
+            body["nodes"] = list(nodes)
+        if reason is not None:
+            body["reason"] = reason.to_json()
         return int(self._call("POST", "/v1/scale", body)["desired_trainers"])
 
     def report_unschedulable(self, count: int) -> int:

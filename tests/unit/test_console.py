@@ -10,12 +10,13 @@ must not matter.
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from edl.api.cluster import MasterEndpoint, PodPhase, TrainerExit, TrainerPod
+from edl.api.cluster import MasterEndpoint, PodPhase, SizeCause, SizeReason, TrainerExit, TrainerPod
 from edl.api.master import (GenerationSummary, JobStatus, JobView, Phase, Reason, Source, TrainerState,
                             TrainerView)
 from edl.api.spec import JobSpec
@@ -162,6 +163,15 @@ def test_status_table_shows_trainer_ids_and_the_job_name_verbatim():
     assert_lines(out.getvalue(), "[bold]job running · phase running", *UNTRUSTED)
 
 
+def test_status_ends_with_the_reason_for_the_job_s_size():
+    c, out = console(width=250)
+    show_status(c, job_view())
+    assert out.getvalue().splitlines()[-1].startswith("reason: none given yet (no autoscaler runs for this job")
+    c, out = console(width=250)
+    show_status(c, replace(job_view(), reason=SizeReason(SizeCause.HANDED_BACK, UNTRUSTED[1])))
+    assert out.getvalue().splitlines()[-1] == f"reason: {UNTRUSTED[1]}"
+
+
 def test_simulation_table_shows_the_scenario_name_verbatim():
     report = {"policy": "edl", "utilization": {"mean": 0.5, "bound_mean": 0.6, "offpeak_mean": None,
                                                "bound_offpeak_mean": None},
@@ -180,6 +190,22 @@ def test_demo_table_shows_job_reasons_and_paths_verbatim():
     demo._table(c, summary, Path("/tmp/[link=x]out"))
     assert_lines(out.getvalue(), "edl demo: [bold]demo succeeded", "generation 2: 2 trainers ([/])",
                  "written: /tmp/[link=x]out/summary.json")
+    assert "not grown back" not in out.getvalue()
+
+
+def test_demo_table_says_why_the_job_did_not_grow_back():
+    summary = {"job": "demo", "status": "succeeded", "pipeline_wall_s": 30.0, "epochs_completed": 2,
+               "generations": [{"id": 1, "world_size": 2, "reason": "start", "pause_s": None},
+                               {"id": 2, "world_size": 1, "reason": "scale_down", "pause_s": 0.2}],
+               "size_reasons": [{"t": 12.0, "cause": "handed_back", "text": "handed 1 trainer(s) back"},
+                                {"t": 25.0, "cause": "not_worth_pause", "text": "growth 1 -> 2 not worth its pause"}],
+               "evaluation": {"accuracy": 0.9}, "lost_samples": 0, "duplicate_samples": 0, "published": True}
+    c, out = console(width=200)
+    demo._table(c, summary, Path("/tmp/out"))
+    assert_lines(out.getvalue(), "why this size, from 12 s: handed back", "why this size, from 25 s: not worth pause",
+                 "not grown back after the capacity returned")
+    row = next(ln for ln in out.getvalue().splitlines() if "not grown back" in ln)
+    assert "growth 1 -> 2 not worth its pause" in row
 
 
 @pytest.mark.parametrize("job", ["[bold]x[/]", GLOO.replace(" ", "")])

@@ -193,6 +193,36 @@ class Cluster(Protocol):
         ...
 
 
+class SizeCause(str, Enum):
+    """Why a job is at the size it is: the kind of a ``SizeReason``."""
+
+    AT_MAX = "at_max"  # it has every trainer it may have
+    WAITING = "waiting"  # its minimum does not fit: it waits, as a pending pod does
+    GROWING = "growing"  # the plan grows it into room that is free
+    NOT_WORTH_PAUSE = "not_worth_pause"  # there is room, but the growth would not pay for its pause
+    SHARED = "shared"  # the room there is goes to other jobs that gain more from it
+    NO_ROOM = "no_room"  # the nodes it may run on are full
+    HANDED_BACK = "handed_back"  # it gave trainers up to pods of a higher priority
+    HELD_API_AWAY = "held_api_away"  # the sidecar holds the size: its view of the cluster is not current
+    HELD_UNSCHEDULABLE = "held_unschedulable"  # trainers could not be scheduled lately: no growth for a while
+    FIXED = "fixed"  # set by hand (``edl scale``), or no autoscaler runs
+
+
+@dataclass(frozen=True)
+class SizeReason:
+    """Why a job is at its size, for a person: the kind, and one line with the numbers behind it."""
+
+    cause: SizeCause
+    text: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"cause": self.cause.value, "text": self.text}
+
+    @classmethod
+    def from_json(cls, d: dict) -> SizeReason:
+        return cls(SizeCause(d["cause"]), str(d["text"]))
+
+
 class ClusterView(Protocol):
     """What the sidecar reads and writes of the cluster; one implementation per backend."""
 
@@ -208,7 +238,8 @@ class ClusterView(Protocol):
         """Every live published demand, this job's included once published."""
         ...
 
-    def publish(self, demand: JobDemand, now: float) -> None: ...
+    def publish(self, demand: JobDemand, now: float, reason: SizeReason | None = None) -> None:
+        """Renew this job's demand, and why it is at its size (``None``: not decided yet)."""
 
 
 # ------------------------------------------------------------ the demand, as text

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum
 from typing import Any, Protocol
 
+from edl.api.cluster import SizeReason
 from edl.api.data import Cursor, CursorJSON, Task, cursor_from_json, cursor_to_json
 from edl.api.spec import JobSpec
 
@@ -207,6 +208,9 @@ class JobView:
     # poll). It only grows, so of two answers of one master the one with the higher count is the newer. 0:
     # a master that does not count.
     control_version: int = 0
+    # Why the job is at its size: the autoscale sidecar's latest reason, or the master's own (set by hand,
+    # trainers that could not be scheduled); ``None`` while nobody has said.
+    reason: SizeReason | None = None
 
     def to_json(self) -> dict:
         return to_json(self)
@@ -225,6 +229,7 @@ class JobView:
             checkpoints=tuple(CheckpointRecord.from_json(c) for c in d["checkpoints"]),
             elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False), user_error=d.get("user_error", False),
             node_hints=tuple(d.get("node_hints") or ()), control_version=d.get("control_version", 0),
+            reason=SizeReason.from_json(d["reason"]) if d.get("reason") else None,
         )
 
 
@@ -448,9 +453,10 @@ class ControlLink(Protocol):
         """The run summary, a JSON document that launchers extend and write as is."""
         ...
 
-    def scale(self, trainers: int, nodes: tuple[str, ...] = ()) -> int:
-        """Set the desired trainer count, and where the trainers should go (``JobView.node_hints``;
-        empty: anywhere); answers the count. Outside the job's min..max: ``UserError``."""
+    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None) -> int:
+        """Set the desired trainer count, where the trainers should go (``JobView.node_hints``; empty:
+        anywhere) and why (``JobView.reason``; ``None``: set by hand); answers the count. Outside the job's
+        min..max: ``UserError``."""
         ...
 
     def report_unschedulable(self, count: int) -> int:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol, Sequence
 
-from edl.api.cluster import Snapshot
+from edl.api.cluster import SizeReason, Snapshot
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,10 @@ class Policy(Protocol):
 
     def plan(self, snapshot: Snapshot) -> Plan:
         """``decide``'s sizes and the planned node of every trainer (``Plan.nodes``)."""
+        ...
+
+    def explain(self, snapshot: Snapshot, plan: Plan, job: str) -> SizeReason:
+        """Why ``plan`` gives ``job`` its size (the plan's own, not one the caller clipped)."""
         ...
 
     def remaining_key(self, jobs: tuple) -> tuple:

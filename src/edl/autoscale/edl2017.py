@@ -16,8 +16,9 @@ There are no priorities: other pods only count as load.
 from __future__ import annotations
 
 from edl.autoscale.accounting import capacity, pods_by_job
-from edl.api.cluster import JobDemand, PodPhase, Snapshot
+from edl.api.cluster import JobDemand, PodPhase, SizeCause, SizeReason, Snapshot
 from edl.api.policy import Plan
+from edl.autoscale.reasons import job_of, plain, shrunk_or_full
 
 MAX_LOAD = 0.97
 
@@ -51,6 +52,21 @@ class Edl2017:
 
     def plan(self, snapshot: Snapshot) -> Plan:
         return Plan(self.decide(snapshot))  # the 2017 autoscaler set counts only; the scheduler placed
+
+    def explain(self, snapshot: Snapshot, plan: Plan, job: str) -> SizeReason:
+        """Why ``plan`` gives ``job`` its size: the 2017 rules (97 % of the CPU, one more trainer at a time)."""
+        j = job_of(snapshot, job)
+        size = plan.sizes.get(job, j.current)
+        cap = capacity(snapshot)
+        load = cap.requested.cpu / cap.total.cpu if cap.total.cpu > 0 else 1.0
+        if j not in self.considered(snapshot) and size == j.current:
+            return SizeReason(SizeCause.WAITING, "waits until every one of its pods runs (the 2017 rule)")
+        reason = plain(j, size, snapshot)
+        if reason is None and size == j.current and load + j.trainer.cpu / max(cap.total.cpu, 1e-9) > self.max_load:
+            reason = SizeReason(SizeCause.NO_ROOM, f"CPU requests are {100 * load:.0f} % of the cluster's; one more "
+                                                   f"trainer would pass {100 * self.max_load:.0f} %")
+        return reason or shrunk_or_full(j, size, snapshot, plan) or SizeReason(
+            SizeCause.SHARED, f"stays at {size}: jobs less fulfilled grow first")
 
     def decide(self, snapshot: Snapshot) -> dict[str, int]:
         cap = capacity(snapshot)

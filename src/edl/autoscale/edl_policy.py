@@ -40,8 +40,9 @@ import math
 from collections import Counter
 
 from edl.autoscale.accounting import EPS, Capacity, capacity
-from edl.api.cluster import JobDemand, Pod, Resources, Snapshot
+from edl.api.cluster import JobDemand, Pod, Resources, SizeCause, SizeReason, Snapshot
 from edl.api.policy import Plan
+from edl.autoscale.reasons import fits, job_of, plain, shrunk_or_full
 
 
 def log_gain(j: JobDemand, n: int) -> float:
@@ -135,6 +136,37 @@ class EdlPolicy:
         nodes = self._placement(snapshot.jobs, sizes, base, pending, bound, shapes, fixed, keep, startable)
         sizes = self._as_placed(snapshot.jobs, sizes, keep, nodes)
         return Plan(sizes, self._trimmed(nodes, sizes, bound), fixed)
+
+    def explain(self, snapshot: Snapshot, plan: Plan, job: str) -> SizeReason:
+        """Why ``plan`` gives ``job`` its size, with the numbers this policy weighed."""
+        j = job_of(snapshot, job)
+        size = plan.sizes.get(job, j.current)
+        reason = plain(j, size, snapshot)
+        if reason is None and size == j.current and fits(snapshot, j, size + 1) and not self._grows(j, size + 1):
+            reason = self._not_worth(j, size + 1)
+        reason = reason or shrunk_or_full(j, size, snapshot, plan)
+        if reason is not None:
+            return reason
+        # Room, a growth that pays, and no other taker: the decision keeps the job until the next one.
+        return SizeReason(SizeCause.SHARED, f"stays at {size}: the room goes to the jobs placed first")
+
+    def _grows(self, j: JobDemand, n: int) -> bool:
+        """Whether growing ``j`` to ``n`` pays for its pause by both of this policy's tests: the share's
+        (``_grow``: the gain in log throughput net of the pause over the horizon) and the settling's."""
+        if j.rescale_cost_s <= 0 or j.current < 1:
+            return True
+        frac = j.rescale_cost_s / self.horizon_s
+        if frac >= 1 or j.speed(j.current) <= 0 or j.speed(n) <= 0:
+            return False
+        net = math.log(j.speed(n)) - math.log(j.speed(j.current)) + math.log(1 - frac)
+        return net > 0 and self._pays_to_grow(j, n)
+
+    def _not_worth(self, j: JobDemand, n: int) -> SizeReason:
+        now, then, horizon = j.speed(j.current), j.speed(n), self._horizon(j)
+        return SizeReason(SizeCause.NOT_WORTH_PAUSE,
+                          f"growth {j.current} -> {n} not worth its pause: {then - now:+.0f} rows/s "
+                          f"({now:.0f} -> {then:.0f}) over the {horizon:.0f} s that count "
+                          f"against {now * j.rescale_cost_s:.0f} rows lost in a {j.rescale_cost_s:.1f} s pause")
 
     @staticmethod
     def _trimmed(nodes: dict[str, tuple[str, ...]], sizes: dict[str, int],

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, SizeReason
 from edl.errors import UserError
 
 SLOT = Resources(1.0, 1.0, 0.0)
@@ -74,5 +74,5 @@ class LocalClusterView:
     def peer_demands(self, now: float) -> list[JobDemand]:
         return [self.demand] if self.demand is not None else []
 
-    def publish(self, demand: JobDemand, now: float) -> None:
+    def publish(self, demand: JobDemand, now: float, reason: SizeReason | None = None) -> None:
         self.demand = demand

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from edl.api.cluster import ClusterView, JobDemand, Pod, Resources, Snapshot
+from edl.api.cluster import ClusterView, JobDemand, Pod, Resources, SizeCause, SizeReason, Snapshot
 from edl.api.master import ControlLink, JobStatus, JobView, Reason
 from edl.api.policy import Policy
 
@@ -121,6 +121,7 @@ class Sidecar:
         self.master_away = False
         self.decisions = 0
         self.priority: int | None = None
+        self.reason: SizeReason | None = None  # why the job is at its size, as last decided
         self._blocked_report: float | None = None  # the master's last unschedulable report, as it gave it
         self._blocked_since: float | None = None  # when this sidecar first saw it (its own clock)
 
@@ -161,12 +162,21 @@ class Sidecar:
             if not self.holding:
                 log.warning("cluster view is not current (API unreachable?): holding %d trainers",
                             status.desired_trainers)
+                self.reason = SizeReason(SizeCause.HELD_API_AWAY, f"held at {status.desired_trainers}: the "
+                                         "sidecar's view of the cluster is not current (the API is away)")
+                self.master.scale(status.desired_trainers, status.node_hints, self.reason)
             self.holding = True
             return None
         self.holding = False
         pods = self.view.pods()
         mine = self.demand(status, pods)
-        self.view.publish(mine, now)
+        try:
+            return self._decide(now, status, mine, pods)
+        finally:
+            # After the decision, so that the Lease carries its reason; whatever the decision raised.
+            self.view.publish(mine, now, self.reason)
+
+    def _decide(self, now: float, status: JobView, mine: JobDemand, pods: list[Pod]) -> int | None:
         peers = {d.name: d for d in self.view.peer_demands(now)}
         peers[mine.name] = mine  # our freshest figures, whatever the cache holds
         snapshot = Snapshot(tuple(self.view.nodes()), tuple(pods), tuple(sorted(peers.values(), key=lambda d: d.name)),
@@ -174,24 +184,30 @@ class Sidecar:
         plan = self.policy.plan(snapshot)
         self.decisions += 1
         target = max(self.cfg.min, min(self.cfg.max, plan.sizes.get(mine.name, mine.current)))
+        reason = self.policy.explain(snapshot, plan, mine.name)
         if status.unschedulable_at is not None and status.unschedulable_at != self._blocked_report:
             # A new report, timed on this sidecar's clock: the master's is its own (monotonic) one.
             self._blocked_report, self._blocked_since = status.unschedulable_at, now
         blocked_at = self._blocked_since
-        if blocked_at is not None and now - blocked_at < UNSCHEDULABLE_BACKOFF_PERIODS * self.cfg.period_s:
+        hold_s = UNSCHEDULABLE_BACKOFF_PERIODS * self.cfg.period_s
+        if blocked_at is not None and now - blocked_at < hold_s and target > mine.current:
             # The launcher just gave up on Pending trainers: the snapshot overstates what fits
             # (taints, affinity, fragmentation the policy does not see). Do not grow for a while.
-            target = min(target, mine.current)
+            target = mine.current
+            reason = SizeReason(SizeCause.HELD_UNSCHEDULABLE,
+                                f"held at {target} for {blocked_at + hold_s - now:.0f} s more: trainers could not be "
+                                f"scheduled lately (the plan wanted more: {reason.text})")
+        self.reason = reason
         # Where the plan puts our trainers: the launcher turns the nodes none of them holds yet into
         # preferred node affinities of the trainers it creates next.
         nodes = plan.nodes.get(mine.name, ())[:target]
         if target == mine.current:
-            if nodes != status.node_hints:
-                self.master.scale(target, nodes)
+            if nodes != status.node_hints or reason != status.reason:
+                self.master.scale(target, nodes, reason)
             return None
-        log.info("scale %s: %d -> %d trainers (policy %s, %d jobs, %d nodes)", self.cfg.job, mine.current, target,
-                 self.policy.name, len(peers), len(snapshot.nodes))
-        self.master.scale(target, nodes)
+        log.info("scale %s: %d -> %d trainers (policy %s, %d jobs, %d nodes): %s", self.cfg.job, mine.current, target,
+                 self.policy.name, len(peers), len(snapshot.nodes), reason.text)
+        self.master.scale(target, nodes, reason)
         if target < mine.current:
             self.meter.forget_above(target)
         return target

@@ -3,13 +3,15 @@ Kubernetes what they want, renewed every period so a dead sidecar stops counting
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timezone
 
-from edl.api.cluster import JobDemand, decode_demand, encode_demand
+from edl.api.cluster import JobDemand, SizeReason, decode_demand, encode_demand
 
 log = logging.getLogger("edl.sidecar")
 DEMAND_ANNOTATION = "edl.dev/demand"
+REASON_ANNOTATION = "edl.dev/size-reason"  # why the job is at its size: {"cause", "text"} as JSON
 
 
 def _rfc3339_micro(t: float) -> str:
@@ -21,12 +23,14 @@ def _parse_time(s: str) -> float:
 
 
 def demand_lease(d: JobDemand, name: str, namespace: str, holder: str, now: float, duration_s: int,
-                 labels: dict[str, str]) -> dict:
-    """A ``coordination.k8s.io/v1`` Lease that carries the demand: renewed every period, so a
-    sidecar that dies stops counting once ``leaseDurationSeconds`` pass."""
+                 labels: dict[str, str], reason: SizeReason | None = None) -> dict:
+    """A ``coordination.k8s.io/v1`` Lease that carries the demand, and why the job is at its size:
+    renewed every period, so a sidecar that dies stops counting once ``leaseDurationSeconds`` pass."""
+    annotations = {DEMAND_ANNOTATION: encode_demand(d)}
+    if reason is not None:
+        annotations[REASON_ANNOTATION] = json.dumps(reason.to_json(), separators=(",", ":"))
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels,
-                         "annotations": {DEMAND_ANNOTATION: encode_demand(d)}},
+            "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
             "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_s,
                      "renewTime": _rfc3339_micro(now)}}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edl.api.cluster import JobDemand, Node, Pod
+from edl.api.cluster import JobDemand, Node, Pod, SizeReason
 from edl.cluster.demand_lease import demand_from_lease, demand_lease
 from edl.cluster.informer import Informer
 from edl.cluster.kube_api import KubeApi
@@ -70,9 +70,9 @@ class KubeClusterView:
                 out.append(d)
         return out
 
-    def publish(self, demand: JobDemand, now: float) -> None:
+    def publish(self, demand: JobDemand, now: float, reason: SizeReason | None = None) -> None:
         lease = demand_lease(demand, self.lease_name, self.kube.namespace, self.holder, now, self.lease_duration_s,
-                             self.lease_labels)
+                             self.lease_labels, reason)
         if self.owner is not None:
             lease["metadata"]["ownerReferences"] = owner_references(self.owner, controller=False)
         cached = self.lease_cache.get(f"{self.kube.namespace}/{self.lease_name}")

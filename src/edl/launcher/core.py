@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from edl.api.cluster import Cluster, MasterEndpoint, TrainerExit, TrainerPod
+from edl.api.cluster import Cluster, MasterEndpoint, SizeCause, TrainerExit, TrainerPod
 from edl.api.master import ControlLink, JobStatus, JobView, Phase
 from edl.api.policy import free_hints
 from edl.api.spec import JobSpec
@@ -39,6 +39,12 @@ BEAT_EVERY_S = 1.0  # at most one beat a second (the local launcher polls ten ti
 # wedged for good must not keep its job alive. Longer than any bounded wait of one round (a master's
 # graceful delete and its successor's start, API calls retried while the API is away).
 LOOP_STALL_S = 600.0
+
+
+def size_event(cause: SizeCause) -> str:
+    """The Event reason of a change of why the job is at its size: ``Size`` and the cause, CamelCase
+    (``SizeHandedBack``, ``SizeNotWorthPause``)."""
+    return "Size" + "".join(w.capitalize() for w in cause.value.split("_"))
 
 
 def http_master(endpoint: MasterEndpoint) -> HttpMaster:
@@ -183,6 +189,7 @@ class Launcher:
         self.status_watch = status_watch
         self._read_now = True
         self._trainers_seen: tuple | None = None  # the trainers as the last round saw them
+        self._cause_seen: SizeCause | None = None  # the cause of the job's size the last Event gave
         self._used: tuple[str, int] = ("", 0)  # master uid and control version of the status the last round used
         self._used_serial = 0  # the watch's reading that status came from (0: read directly)
 
@@ -387,6 +394,9 @@ class Launcher:
             user = why in (TrainerExit.USER_ERROR, TrainerExit.CANNOT_START)  # a bad image, a missing key
             self._tell(lambda: self.link.fail_job(message, user))
             raise UserError(message) if user else PermanentError(message)
+        if st.reason is not None and st.reason.cause is not self._cause_seen:
+            self._cause_seen = st.reason.cause
+            self.cluster.record(size_event(st.reason.cause), st.reason.text)
         if plan.unschedulable:
             self.unschedulable += len(plan.unschedulable)
             msg = (f"{len(plan.unschedulable)} trainer pod(s) Pending for over {self.pending_timeout_s:.0f} s: "

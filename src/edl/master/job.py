@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from edl.api.cluster import SizeCause, SizeReason
 from edl.api.data import Cursor, Shard, Task
 from edl.api.master import (
     Assignment,
@@ -44,6 +45,8 @@ from edl.master.resume import CutRecord, Restored, plan_resume
 from edl.master.tasks import TaskQueue
 from edl.master.transitions import Transitions
 from edl.master.usercode import UserCodeFailures
+
+MAX_REASONS = 100  # the changes of a job's size reason kept for its summary
 
 STATUS_TRANSITIONS = Transitions("job status", {
     JobStatus.RUNNING: {JobStatus.SUCCEEDED, JobStatus.FAILED},
@@ -95,6 +98,9 @@ class Job:
         self.pending_cuts: dict[tuple[int, int], dict[str, Any]] = {}
         self.unschedulable_at: float | None = None  # last time the launcher gave up on Pending trainers
         self.node_hints: tuple[str, ...] = ()  # the sidecar's planned node per trainer (not checkpointed)
+        self.size_reason: SizeReason | None = None  # why the job is at its size (``JobView.reason``)
+        # Each change of the reason's cause, with the job's elapsed time then: the run's story (``summary``).
+        self.reasons: list[tuple[float, SizeReason]] = []
         # The launcher's beats; its silence abandons the job (from this master's start: a full timeout).
         self.deadman = DeadMan(spec.launcher_timeout_s, now)
         self._control_key: tuple | None = None  # the last ``control_key`` answered, and its count of changes
@@ -166,7 +172,8 @@ class Job:
     def abandoned(self) -> bool:
         return self.deadman.abandoned
 
-    def scale(self, n: int, nodes: tuple[str, ...] = ()) -> None:
+    def scale(self, n: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None, now: float = 0.0) -> None:
+        """Set the desired count and the planned nodes, and why (``None``: by hand, ``edl scale``)."""
         lo, hi = self.spec.min_trainers, self.spec.max_trainers
         if not lo <= n <= hi:
             raise UserError(f"--trainers {n} is outside this job's range {lo}..{hi}")
@@ -174,6 +181,12 @@ class Job:
             raise UserError(f"{len(nodes)} node hints for {n} trainers")
         self.membership.config.desired = n
         self.node_hints = tuple(nodes)
+        self._explained(reason or SizeReason(SizeCause.FIXED, f"set to {n} by hand (edl scale)"), now)
+
+    def _explained(self, reason: SizeReason, now: float) -> None:
+        if self.size_reason is None or self.size_reason.cause is not reason.cause:
+            self.reasons = [*self.reasons[-(MAX_REASONS - 1):], (round(self.elapsed_s(now), 3), reason)]
+        self.size_reason = reason
 
     def register(self, trainer: str, pid: int, host: str, store_port: int, now: float,
                  resume: ResumeReport | None = None) -> None:
@@ -334,6 +347,8 @@ class Job:
         if count > 0:
             self.membership.config.desired = max(self.spec.min_trainers, self.desired - count)
             self.unschedulable_at = now
+            self._explained(SizeReason(SizeCause.NO_ROOM, f"{count} trainer(s) could not be scheduled: lowered to "
+                                                          f"{self.desired}"), now)
 
     def checkpoint_committed(self, record: CheckpointRecord) -> bool:
         """Rank 0 wrote the checkpoint of a cut. ``False``: no such cut is pending."""
@@ -507,6 +522,7 @@ class Job:
         gen = m.current
         return (self.master_uid, self.status, self.error, self.user_error, self.abandoned, m.phase,
                 gen.id if gen else 0, gen.world_size if gen else 0, self.desired, self.node_hints,
+                self.size_reason.cause if self.size_reason else None,
                 self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints), len(m.history),
                 bool(m.history) and m.history[-1].pause_s is not None,
                 tuple((t.id, t.state) for t in m.trainers.values() if not t.state.gone))
@@ -554,6 +570,7 @@ class Job:
             abandoned=self.abandoned,
             user_error=self.user_error,
             control_version=self.control_version(),
+            reason=self.size_reason,
         )
 
     def summary(self, now: float) -> dict[str, Any]:
@@ -579,6 +596,8 @@ class Job:
                 for g in self.generation_summaries()
             ],
             "checkpoints": [{"step": c.step, "uri": c.uri, "write_s": round(c.write_s, 3)} for c in self.checkpoints],
+            # Why the job was at its size, each change of cause at the job's elapsed time ``t``.
+            "size_reasons": [{"t": t, **r.to_json()} for t, r in self.reasons],
             "resumed_from": self.resumed_from,
             "final_model_uri": self.final_model_uri,
             "metrics": self.metrics,

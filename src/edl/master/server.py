@@ -33,6 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from edl.api.cluster import SizeCause, SizeReason
 from edl.api.data import CursorJSON, cursor_from_json
 from edl.api.master import (
     CheckpointRecord,
@@ -58,6 +59,7 @@ log = logging.getLogger("edl.master")
 
 B = TypeVar("B", bound="Body")
 MAX_PLANNED_NODES = 10_000  # a plan names one node per trainer
+MAX_REASON_CHARS = 1_000  # a reason is one line for a person
 MAX_STATUS_WAIT_S = 10.0  # the longest long poll of the status
 T = TypeVar("T")
 
@@ -124,9 +126,15 @@ class StepBody(Body, frozen=True):
     generation: int
 
 
+class ReasonBody(Body, frozen=True):
+    cause: str
+    text: str
+
+
 class ScaleBody(Body, frozen=True):
     trainers: int
     nodes: list[str] = msgspec.field(default_factory=list)  # the plan's node per trainer (at most MAX_PLANNED_NODES)
+    reason: ReasonBody | None = None  # why (the sidecar's); none: set by hand
 
 
 class UnschedulableBody(Body, frozen=True):
@@ -545,9 +553,19 @@ def _control_routes(master: Master) -> list[BaseRoute]:
         body = await ScaleBody.read(r)
         if len(body.nodes) > MAX_PLANNED_NODES:
             raise UserError(f"/v1/scale: 'nodes' has {len(body.nodes)} entries, at most {MAX_PLANNED_NODES}")
-        job.scale(body.trainers, tuple(body.nodes))
-        log.info("desired trainers set to %d%s", body.trainers,
-                 f" (planned on {len(set(body.nodes))} node(s))" if body.nodes else "")
+        reason = None
+        if body.reason is not None:
+            try:
+                reason = SizeReason(SizeCause(body.reason.cause), body.reason.text[:MAX_REASON_CHARS])
+            except ValueError:
+                raise UserError(f"/v1/scale: unknown reason cause {body.reason.cause!r}") from None
+        before = (job.desired, job.node_hints, job.size_reason)
+        job.scale(body.trainers, tuple(body.nodes), reason, master.clock())
+        if before[:2] != (job.desired, job.node_hints):
+            log.info("desired trainers set to %d%s", body.trainers,
+                     f" (planned on {len(set(body.nodes))} node(s))" if body.nodes else "")
+        if job.size_reason is not None and (before[2] is None or before[2].cause is not job.size_reason.cause):
+            log.info("size %d: %s", job.desired, job.size_reason.text)
         await master.notify()
         return {"desired_trainers": job.desired}
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from edl.console import Console, add_row, plain_console, progress_bars, say, table, text
+from edl.console import Console, add_row, clip, plain_console, progress_bars, say, table, text
 from edl.errors import PermanentError
 from edl.pipeline.tasks import CURRENT
 
@@ -264,6 +264,13 @@ def _table(console: Console, s: dict, out: Path) -> None:
     for g in gens[1:]:
         add_row(t, f"  generation {g['id']}: {g['world_size']} trainers ({g['reason']})",
                   "-" if g["pause_s"] is None else f"pause {g['pause_s']:.2f} s")
+    reasons = s.get("size_reasons") or []
+    for r in reasons:
+        add_row(t, f"  why this size, from {r['t']:.0f} s: {r['cause'].replace('_', ' ')}", clip(r["text"], 70))
+    kinds = [g["reason"] for g in gens]
+    if "scale_down" in kinds and "scale_up" not in kinds[len(kinds) - kinds[::-1].index("scale_down"):]:
+        last = reasons[-1]["text"] if reasons else "the sidecar gave none"
+        add_row(t, "not grown back after the capacity returned", clip(last, 70))
     lost, dup = s.get("lost_samples"), s.get("duplicate_samples")
     add_row(t, "exactly-once (lost / duplicated samples)", f"{lost} / {dup}")
     add_row(t, "published as the current model", "yes" if s.get("published") else "no (not better)")

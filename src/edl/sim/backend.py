@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edl.api.cluster import JobDemand, MasterEndpoint, Node, Pod, PodPhase, Resources, TrainerPod
+from edl.api.cluster import JobDemand, MasterEndpoint, Node, Pod, PodPhase, Resources, SizeReason, TrainerPod
 from edl.api.master import CheckpointRecord, JobStatus, JobView, Phase
 from edl.autoscale.sidecar import Sidecar
 from edl.errors import TemporaryError, UserError
@@ -132,7 +132,7 @@ class SimMaster:
         st = self.status()  # the simulated job keeps no run summary beyond its status
         return None if st is None else st.to_json()
 
-    def scale(self, trainers: int, nodes: tuple[str, ...] = ()) -> int:
+    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None) -> int:
         self._reachable()
         spec = self._js().spec
         if not spec.min <= trainers <= spec.max:
@@ -191,7 +191,7 @@ class SimClusterView:
     def peer_demands(self, now: float) -> list[JobDemand]:
         return [d for d, at in self.board.values() if now - at <= self.lease_s]
 
-    def publish(self, demand: JobDemand, now: float) -> None:
+    def publish(self, demand: JobDemand, now: float, reason: SizeReason | None = None) -> None:
         self.board[demand.name] = (demand, now)
 
 

@@ -8,6 +8,7 @@ master's desired count, which the local launcher follows.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -19,9 +20,9 @@ import yaml
 
 from kubernetes import client
 
-from edl.cluster.demand_lease import demand_from_lease
+from edl.cluster.demand_lease import REASON_ANNOTATION, demand_from_lease
 from edl.cluster import manifests
-from tests.conftest import edl_cmd
+from tests.conftest import edl_cmd, run_edl
 from tests.integration.cluster.test_kube_adapter import sa_token
 
 pytestmark = pytest.mark.timeout(240)
@@ -78,6 +79,11 @@ def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, jo
         raw = kube.sanitize_for_serialization(leases[0])
         d = demand_from_lease(raw, time.time())
         assert (d.name, d.min, d.max, d.trainer.cpu) == (f"{namespace}/sc", 1, 3, 2.0)
+        # Why it is at 3, on the Lease and in the status; `edl status` prints it under its table.
+        assert json.loads(raw["metadata"]["annotations"][REASON_ANNOTATION])["cause"] in ("growing", "at_max")
+        job.wait_for(lambda s: (s["reason"] or {}).get("cause") == "at_max", timeout=10, what="the reason at max")
+        shown = run_edl("status", "sc", env={"EDL_HOME": str(job.home)})
+        assert shown.returncode == 0 and shown.stdout.splitlines()[-1] == "reason: at its maximum of 3 trainers", shown
         # A higher-priority service takes 3 of the 4 cores on each node: the job shrinks within a period.
         core = client.CoreV1Api(kube)
         for i in range(2):
@@ -93,10 +99,18 @@ def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, jo
         job.wait_for(lambda s: s["desired_trainers"] == 1, timeout=30, what="hand-back to 1 trainer")
         assert time.monotonic() - t0 < 10  # one 0.5 s period plus scheduling and the watch, with margin
         job.wait_for(lambda s: s["world_size"] == 1, timeout=60, what="the drain to finish")
+        # Handed back to the service, which the reason names; once shrunk, no room for more, the same pods named.
+        said = job.wait_for(lambda s: (s["reason"] or {}).get("cause") == "no_room", timeout=10, what="no room")
+        assert "web-0 (1 pod, 3 CPU)" in said["reason"]["text"] and "web-1 (1 pod, 3 CPU)" in said["reason"]["text"]
+        raw = kube.sanitize_for_serialization(client.CoordinationV1Api(kube).read_namespaced_lease("edl-sc-demand",
+                                                                                                  namespace))
+        assert json.loads(raw["metadata"]["annotations"][REASON_ANNOTATION])["cause"] == "no_room"
     finally:
         code = stop(sidecar)
     out = (tmp_path / "sidecar.log").read_text()
     assert code == 0, out
+    assert "handed 2 trainer(s) back to pods of a higher priority: web-" in out or \
+        "handed 1 trainer(s) back to pods of a higher priority: web-" in out, out
     assert "scale sc" not in out and f"scale {namespace}/sc: 1 -> 3 trainers" in out
     # The hand-back: down to 1, in one decision or, when the informer shows the two service pods one
     # period apart, in two (3 -> 2 -> 1); never up again in between.
@@ -113,7 +127,9 @@ def test_sidecar_holds_the_size_when_the_api_is_unreachable(digits, tmp_path, jo
     try:
         time.sleep(4)
         assert sidecar.poll() is None  # still running, retrying
-        assert job.status()["desired_trainers"] == 1
+        st = job.status()
+        assert st["desired_trainers"] == 1
+        assert st["reason"]["cause"] == "held_api_away" and st["reason"]["text"].startswith("held at 1: "), st
     finally:
         code = stop(sidecar)
     out = (tmp_path / "sidecar.log").read_text()

@@ -38,8 +38,9 @@ class MemoryView:
     def peer_demands(self, now):
         return [d for d, at in self.board.values() if now - at < 30]
 
-    def publish(self, demand, now):
+    def publish(self, demand, now, reason=None):
         self.board[demand.name] = (demand, now)
+        self.reason = reason
 
 
 def job_view(status: JobStatus, desired: int, generations=()) -> JobView:
@@ -51,15 +52,15 @@ def job_view(status: JobStatus, desired: int, generations=()) -> JobView:
 
 class MemoryMaster:
     def __init__(self, desired: int, status: JobStatus = JobStatus.RUNNING) -> None:
-        self.desired, self.st, self.calls, self.hints = desired, status, [], ()
+        self.desired, self.st, self.calls, self.hints, self.reason = desired, status, [], (), None
 
     def status(self):
-        return replace(job_view(self.st, self.desired), node_hints=self.hints)
+        return replace(job_view(self.st, self.desired), node_hints=self.hints, reason=self.reason)
 
-    def scale(self, n, nodes=()):
+    def scale(self, n, nodes=(), reason=None):
         if n != self.desired:
-            self.calls.append(n)  # size changes; a new placement alone is in ``hints``
-        self.desired, self.hints = n, tuple(nodes)
+            self.calls.append(n)  # size changes; a new placement or reason alone is in ``hints``, ``reason``
+        self.desired, self.hints, self.reason = n, tuple(nodes), reason
 
 
 def nodes(n, cpu=8.0):

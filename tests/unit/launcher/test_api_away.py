@@ -5,11 +5,12 @@ pending time is counted from first sight on the launcher's own clock."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
 
-from edl.api.cluster import MasterEndpoint, PodPhase, TrainerPod
+from edl.api.cluster import MasterEndpoint, PodPhase, SizeCause, SizeReason, TrainerPod
 from edl.api.master import JobStatus, JobView, Phase, TrainerState, TrainerView
 from edl.api.spec import JobSpec
 from edl.errors import KubeForbiddenError, KubeUnavailableError, PermanentError
@@ -204,3 +205,19 @@ def test_the_launcher_beats_the_master_every_round_even_while_the_api_is_away():
     assert master.beats and master.beats[-1] >= 1058
     gaps = [b - a for a, b in zip([1000.0, *master.beats], master.beats)]
     assert max(gaps) <= 2.0, gaps  # one beat per 2 s round, the API away from 1010 to 1040 included
+
+
+def test_each_change_of_why_the_job_is_at_its_size_is_one_event_on_the_launcher():
+    clock = FakeClock(1000.0)
+    cluster = FlakyCluster(clock)
+    events: list[tuple[str, str]] = []
+    cluster.record = lambda reason, message, warning=False: events.append((reason, message))  # type: ignore[method-assign]
+    master = Master(clock, desired=2)
+    said = iter([None, SizeReason(SizeCause.NO_ROOM, "full"), SizeReason(SizeCause.NO_ROOM, "still full"),
+                 SizeReason(SizeCause.HANDED_BACK, "to web-0"), SizeReason(SizeCause.HANDED_BACK, "to web-0")])
+    base = master.status
+    master.status = lambda: replace(base(), reason=next(said))  # type: ignore[method-assign]
+    la, _ = launcher(cluster, master, clock)
+    for _ in range(4):
+        la.tick()
+    assert [e for e in events if e[0].startswith("Size")] == [("SizeNoRoom", "full"), ("SizeHandedBack", "to web-0")]

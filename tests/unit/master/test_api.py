@@ -73,6 +73,28 @@ def test_unschedulable_reports_lower_the_desired_count_and_checkpoints_can_be_re
     assert job.checkpoint_requested and job.heartbeat_answer("t1").checkpoint is True
 
 
+def test_scale_carries_the_reason_to_the_status_and_its_changes_to_the_summary():
+    client, job = make_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.get("/v1/status", headers=auth).json()["reason"] is None  # nobody has said yet
+    client.post("/v1/scale", json={"trainers": 1, "reason": {"cause": "no_room", "text": "full"}}, headers=auth)
+    assert client.get("/v1/status", headers=auth).json()["reason"] == {"cause": "no_room", "text": "full"}
+    client.post("/v1/scale", json={"trainers": 1, "reason": {"cause": "no_room", "text": "still full"}}, headers=auth)
+    client.post("/v1/scale", json={"trainers": 2}, headers=auth)  # by hand
+    st = client.get("/v1/status", headers=auth).json()
+    assert st["reason"] == {"cause": "fixed", "text": "set to 2 by hand (edl scale)"}
+    client.post("/v1/unschedulable", json={"count": 1}, headers=auth)
+    reasons = client.get("/v1/summary", headers=auth).json()["size_reasons"]
+    # Each change of cause once, with its first text: a new text of the same cause is not a new event.
+    assert [(r["cause"], r["text"]) for r in reasons] == [
+        ("no_room", "full"), ("fixed", "set to 2 by hand (edl scale)"),
+        ("no_room", "1 trainer(s) could not be scheduled: lowered to 1")]
+    assert all(r["t"] >= 0 for r in reasons)
+    r = client.post("/v1/scale", json={"trainers": 1, "reason": {"cause": "bored", "text": "x"}}, headers=auth)
+    assert r.status_code == 400 and "unknown reason cause 'bored'" in r.json()["detail"]
+    assert job.desired == 1
+
+
 def test_status_and_metrics():
     client, job = make_client()
     auth = {"Authorization": f"Bearer {TOKEN}"}

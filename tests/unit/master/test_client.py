@@ -8,6 +8,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from edl.api.data import Cursor, Shard
+from edl.api.cluster import SizeCause, SizeReason
 from edl.api.master import Assignment, JobStatus, JobView, NoAssignment, Phase, Source, TrainerState, Unassigned
 from edl.api.spec import JobSpec
 from edl.errors import StaleError, TemporaryError, UserError
@@ -61,6 +62,8 @@ def test_typed_answers_round_trip_their_json(job):
         assert isinstance(st, JobView) and st.to_json() == wire
         assert st.phase is Phase.RUNNING and st.trainers[0].state is TrainerState.ACTIVE
         assert link.scale(2) == 2 and link.report_unschedulable(1) == 1
+        why = SizeReason(SizeCause.AT_MAX, "at its maximum of 3 trainers")
+        assert link.scale(3, ("n0",), why) == 3 and link.status().reason == why
 
 
 def test_errors_map_to_one_line_kinds(job):
