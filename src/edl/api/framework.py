@@ -73,7 +73,10 @@ class Replica(Protocol):
     def backward(self, x: Any, y: np.ndarray) -> float:
         """Accumulate the batch's summed per-sample gradients; answers its loss sum."""
 
-    def begin_step(self, group: Group, slots: int, submit: Submit) -> None: ...
+    def begin_step(self, group: Group, slots: int, submit: Submit, abort: Callable[[], bool] | None = None) -> None:
+        """Arm the next ``backward`` to stream its buckets; ``abort`` (the generation failed) is asked as
+        backward goes, and where the framework's backward can be interrupted (PyTorch's) it stops there with
+        ``Abandoned`` rather than finish a step that cannot complete."""
 
     def reduce_rest(self, group: Group, slots: np.ndarray, submit: Submit) -> Future:
         """Sum every gradient not summed yet and the slots; answers the future of the summed slots."""

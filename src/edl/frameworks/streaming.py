@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from edl.api.framework import Group, Snapshot, Submit
-from edl.errors import UserError
+from edl.errors import Abandoned, UserError
 from edl.frameworks.buckets import BUCKET_BYTES, FIRST_BYTES, Bucket, plan_buckets
 
 
@@ -42,6 +42,9 @@ class BucketedReplica(ABC):
     step is complete."""
 
     default_bucket_bytes = BUCKET_BYTES  # a bucket's size when the caller names none
+    # Whether an exception raised in a gradient hook comes out of backward as itself (PyTorch's does; Paddle's
+    # C++ turns it into a SystemError with the interpreter's error state set): only then does ``abort`` stop it.
+    interruptible = False
     # The framework's state module: parameters, set_parameters, snapshot, restore, broadcast_state.
     state: ModuleType
     # The framework's export: (model, sample input, folder) -> why there is no ONNX model, or None.
@@ -125,16 +128,20 @@ class BucketedReplica(ABC):
         # The step in progress (``begin_step`` to ``reduce_rest``): where buckets are summed, how many
         # gradients each still waits for, and the sums sent so far (always in the plan's order).
         self._sending: tuple[Group, Submit] | None = None
+        self._abort: Callable[[], bool] | None = None
         self._left: list[int] = []
         self._sent: list[Future] = []
 
-    def begin_step(self, group: Group, slots: int, submit: Submit) -> None:
+    def begin_step(self, group: Group, slots: int, submit: Submit, abort: Callable[[], bool] | None = None) -> None:
         """The next ``backward`` sums each bucket on ``submit``'s thread as soon as backward has made all
         its gradients, while it computes the earlier layers' (the slots' bucket waits for
         ``reduce_rest``). Buckets are sent in the plan's order on every rank, whatever order they
-        complete in (one rank's unused parameter must not reorder its collectives)."""
+        complete in (one rank's unused parameter must not reorder its collectives). With ``abort``, an
+        interruptible backward stops with ``Abandoned`` at the first gradient after it holds: a failed
+        generation's step is redone elsewhere, and finishing it here only delays the next generation."""
         self._drop_unfinished_step()
         self._arm(group, slots, submit)
+        self._abort = abort if self.interruptible else None
 
     def _arm(self, group: Group, slots: int, submit: Submit) -> None:
         flats = self._buckets(slots)
@@ -146,6 +153,8 @@ class BucketedReplica(ABC):
         """Backward's hook: parameter ``i``'s gradient of this step is complete."""
         if self._sending is None:
             return  # not a training step's backward (the warm-up)
+        if self._abort is not None and self._abort():
+            raise Abandoned("the generation was aborted during backward")
         self._left[self._bucket_of[i]] -= 1
         while len(self._sent) < len(self._flats) - 1 and self._left[len(self._sent)] == 0:
             self._send(len(self._sent))
@@ -223,6 +232,7 @@ class BucketedReplica(ABC):
         self._flats = []
         self._step_open = False
         self._sending = None
+        self._abort = None
         self._release_grads()
 
     # ------------------------------------------------------------ state and the model out

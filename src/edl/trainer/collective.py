@@ -69,11 +69,16 @@ class Runner:
             except TimeoutError:
                 pass
             if abort():
-                if group is not None:
-                    group.abandon()
-                running = [f for f in self._queued if not f.cancel() and not f.done()]
-                self._queued = []
-                if running:  # its thread stays with it
-                    self._jobs = None
-                    self.abandoned += 1
+                self.abandon(group)
                 raise Abandoned("the generation was aborted while in its collective")
+
+    def abandon(self, group: Group | None = None) -> None:
+        """Leave the calls submitted so far: those not started are cancelled, one already running is left to
+        its thread (the next call gets a fresh one); ``group`` is abandoned too."""
+        if group is not None:
+            group.abandon()
+        running = [f for f in self._queued if not f.cancel() and not f.done()]
+        self._queued = []
+        if running:  # its thread stays with it
+            self._jobs = None
+            self.abandoned += 1

@@ -426,20 +426,25 @@ class Trainer:
         buffer = self.prefetch.buffer
         slices = buffer.take(self.spec.batch_size)
         out_of_data = not slices and self.prefetch.out_of_data()
-        # Backward hands each finished gradient bucket to the collectives' thread as it goes.
-        self.replica.begin_step(group, a.world_size * SLOT, self.runner.submit)
+        # Backward hands each finished gradient bucket to the collectives' thread as it goes, and stops
+        # early (where the framework can) once the generation failed: its step is redone in the next one.
+        abort = lambda: self.control.aborts(a.generation)  # noqa: E731
+        self.replica.begin_step(group, a.world_size * SLOT, self.runner.submit, abort)
         try:
             count, loss_sum = self._backward(slices, key) if slices else (0, 0.0)
         except UserCodeError as e:
             e.step = self.progress.step + 1  # the step it was computing, and its rows: what a replacement redoes
             e.rows = tuple((s.task.shard, s.start, s.end) for s in slices)
             raise
+        except Abandoned as e:
+            self.runner.abandon(group)  # the buckets sent so far: their sums can no longer complete
+            log.warning("trainer %s: step %d failed: %s", self.id, self.progress.step + 1, e)
+            return None
         # Read the stop request as late as possible: it rides in this step's all-reduce.
         slots = own_slots(a.world_size, a.rank, buffer.cursor, count, loss_sum, self.control.stops(a.generation),
                           out_of_data, self.preparation.switch_to())
         self.progress.in_collective_since = self.clock()
         try:
-            abort = lambda: self.control.aborts(a.generation)  # noqa: E731
             if abort():
                 group.abandon()  # the buckets sent during backward are left to their thread
             summed = self.runner.wait(self.replica.reduce_rest(group, slots, self.runner.submit), abort, group)

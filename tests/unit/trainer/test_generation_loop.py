@@ -33,7 +33,7 @@ from edl.api.master import (
 from edl.api.spec import JobSpec
 from edl.data.dataset import Dataset
 from edl.data.prepare import prepare_synthetic
-from edl.errors import CollectiveError
+from edl.errors import Abandoned, CollectiveError
 from edl.modeldef import ModelDef
 from edl.storage.checkpoint import FINAL
 from edl.storage.store import open_store
@@ -131,6 +131,8 @@ class FakeReplica:
     trained: bool = False
     steps: int = 0
     fail_at_batch: int | None = None  # the all-reduce of this batch (counting from 1) fails
+    abort_at_batch: int | None = None  # the generation is aborted while this batch's backward runs
+    abort: Any = None  # what begin_step was given to ask
 
     def build(self) -> None:
         pass
@@ -140,10 +142,12 @@ class FakeReplica:
 
     def backward(self, x, y) -> float:
         self.batches.append(x)
+        if len(self.batches) == self.abort_at_batch and self.abort is not None and self.abort():
+            raise Abandoned("the generation was aborted during backward")  # as an interruptible backward does
         return float(len(y))
 
-    def begin_step(self, group, slots, submit) -> None:
-        pass
+    def begin_step(self, group, slots, submit, abort=None) -> None:
+        self.abort = abort
 
     def reduce_rest(self, group, slots, submit) -> Future:
         group.fail = len(self.batches) == self.fail_at_batch  # this step's batch is that one
@@ -201,14 +205,14 @@ class FakeFramework:
         return self.group_
 
 
-def _trainer(tmp_path: Path, master: FakeMaster, fail_at_batch: int | None = None
+def _trainer(tmp_path: Path, master: FakeMaster, fail_at_batch: int | None = None, abort_at_batch: int | None = None
              ) -> tuple[Trainer, FakeReplica, list[int]]:
     data = tmp_path / "data"
     prepare_synthetic(str(data), ROWS + ROWS // 9, 4, 2, shards=1)  # a tenth held out: ROWS for training
     spec = JobSpec("loop", "fake", str(data / "train"), 1, BATCH, 1, 1, 1, str(tmp_path / "ckpt"),
                    eval_data=str(data / "test"), checkpoint_interval_s=1e9)
     md = ModelDef("fake", None, lambda: None, lambda o, y: None, lambda p, lr: None, collate, None)  # type: ignore[arg-type]
-    replica = FakeReplica(fail_at_batch=fail_at_batch)
+    replica = FakeReplica(fail_at_batch=fail_at_batch, abort_at_batch=abort_at_batch)
     exits: list[int] = []
     links = Links(master, master, master, master, master, master, lambda: master)  # type: ignore[arg-type]
     trainer = Trainer("t1", "127.0.0.1", spec, md, FakeFramework(replica, FakeGroup()), links,  # type: ignore[arg-type]
@@ -253,3 +257,15 @@ def test_a_failed_all_reduce_drops_the_step_and_reports_where_it_stopped(tmp_pat
     assert report.failed and report.generation == 1 and report.step == 3
     assert report.cursors == {"t1": Cursor(1, BATCH)}  # 3 batches of 8 in tasks of 16: task 1, 8 rows in
     assert master.finished is None
+
+
+def test_a_generation_aborted_during_backward_stops_the_step_there_and_reports_where_it_stopped(tmp_path):
+    master = FakeMaster([], end=JobStatus.FAILED)
+    trainer, replica, exits = _trainer(tmp_path, master, abort_at_batch=4)
+    master.tasks = _tasks(trainer.dataset)
+    aborted = trainer.control.aborts
+    trainer.control.aborts = lambda gen: len(replica.batches) >= 4 or aborted(gen)  # type: ignore[method-assign]
+    assert trainer.run() == EXIT_FAILED
+    assert replica.steps == 3 and replica.dropped == 1  # the fourth step left mid-backward, its sums dropped
+    (report,) = master.syncs
+    assert report.failed and report.step == 3 and report.cursors == {"t1": Cursor(1, BATCH)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edl.errors import Abandoned
 from edl.frameworks import load
 from edl.modeldef import load_model_def
 from edl.trainer.collective import Runner
@@ -182,3 +183,34 @@ def test_a_replica_seeds_numpy_for_the_models_build_and_leaves_the_process_strea
     np.testing.assert_array_equal(np.random.random(3), untouched)  # the process's stream is as it was
     np.random.seed(99)  # whatever the process drew from numpy: the same model from the same seed
     _assert_same(_replica(framework).parameters(), r.parameters())
+
+
+def test_a_generation_aborted_during_backward_stops_pytorch_s_backward_and_leaves_nothing_behind(framework):
+    batches = _batches(3)
+    r = _replica(framework, bucket_bytes=16384, first_bytes=1024)
+    r.warm_up(*_batches(1, rows=4)[0])
+    group = load(framework).group("127.0.0.1", 0, 0, 1, 0, "gloo")
+    runner = Runner()
+    asked: list[int] = []
+
+    def step(batch, abort=lambda: False) -> None:
+        slots = own_slots(1, 0, None, len(batch[1]), 1.5, False, False)
+        r.begin_step(group, len(slots), runner.submit, abort)
+        r.backward(*batch)
+        runner.wait(r.reduce_rest(group, slots, runner.submit), lambda: False)
+        r.end_step(len(batch[1]))
+
+    step(batches[0])
+    if framework == "torch":  # its hooks' exceptions leave backward as themselves: it stops at the first gradient
+        with pytest.raises(Abandoned):
+            step(batches[1], lambda: asked.append(1) or True)
+        assert len(asked) == 1
+        r.drop_grads()  # as the trainer does, which then forms the next generation's group
+        runner.abandon(group)
+        group = load(framework).group("127.0.0.1", 0, 0, 1, 1, "gloo")
+    else:  # Paddle's backward cannot be interrupted: the abort is not asked, the step completes
+        step(batches[1], lambda: asked.append(1) or True)
+        assert asked == []
+    step(batches[2])
+    want = [batches[0], batches[2]] if framework == "torch" else batches
+    _assert_same(r.parameters(), PLAIN[framework](want))

@@ -18,6 +18,7 @@ class TorchReplica(BucketedReplica):
     # DDP's own default (``bucket_cap_mb=25``; the first bucket 1 MB as DDP's, edl.frameworks.buckets):
     # on CPUs, fewer and larger all-reduces leave backward more of the core (bench/throughput.py).
     default_bucket_bytes = 25 * 1024 * 1024
+    interruptible = True  # a hook's exception leaves backward as itself
     _count = 0  # the rows of the step's batch
     state = state
     export_inference = staticmethod(export_inference)
