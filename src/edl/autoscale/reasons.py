@@ -80,7 +80,7 @@ def holders(snapshot: Snapshot, j: JobDemand) -> str:
 
 def plain(j: JobDemand, size: int, snapshot: Snapshot) -> SizeReason | None:
     """The reasons every policy shares: waiting for its minimum, growing, at its maximum."""
-    if size <= j.min and not fits(snapshot, j, j.min):
+    if j.current <= size <= j.min and not fits(snapshot, j, j.min):  # a shrink says whom it was for
         return SizeReason(SizeCause.WAITING, f"waiting for room for its minimum of {j.min} trainer"
                                              f"{'s' if j.min != 1 else ''}; the nodes hold {holders(snapshot, j)}")
     if size > j.current:

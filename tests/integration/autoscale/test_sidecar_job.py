@@ -99,18 +99,19 @@ def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, jo
         job.wait_for(lambda s: s["desired_trainers"] == 1, timeout=30, what="hand-back to 1 trainer")
         assert time.monotonic() - t0 < 10  # one 0.5 s period plus scheduling and the watch, with margin
         job.wait_for(lambda s: s["world_size"] == 1, timeout=60, what="the drain to finish")
-        # Handed back to the service, which the reason names; once shrunk, no room for more, the same pods named.
-        said = job.wait_for(lambda s: (s["reason"] or {}).get("cause") == "no_room", timeout=10, what="no room")
+        # Handed back to the service, which the reason names. Once shrunk, the nodes have no room even for the
+        # job's minimum as the cluster shows it (this job's trainers run beside the plane, not in its pods):
+        # it waits for room, naming the same pods.
+        said = job.wait_for(lambda s: (s["reason"] or {}).get("cause") == "waiting", timeout=10, what="waiting")
         assert "web-0 (1 pod, 3 CPU)" in said["reason"]["text"] and "web-1 (1 pod, 3 CPU)" in said["reason"]["text"]
         raw = kube.sanitize_for_serialization(client.CoordinationV1Api(kube).read_namespaced_lease("edl-sc-demand",
                                                                                                   namespace))
-        assert json.loads(raw["metadata"]["annotations"][REASON_ANNOTATION])["cause"] == "no_room"
+        assert json.loads(raw["metadata"]["annotations"][REASON_ANNOTATION])["cause"] == "waiting"
     finally:
         code = stop(sidecar)
     out = (tmp_path / "sidecar.log").read_text()
     assert code == 0, out
-    assert "handed 2 trainer(s) back to pods of a higher priority: web-" in out or \
-        "handed 1 trainer(s) back to pods of a higher priority: web-" in out, out
+    assert re.search(r"handed [12] trainer\(s\) back to pods of a higher priority: \S*/web-[01] \(1 pod, 3 CPU\)", out), out
     assert "scale sc" not in out and f"scale {namespace}/sc: 1 -> 3 trainers" in out
     # The hand-back: down to 1, in one decision or, when the informer shows the two service pods one
     # period apart, in two (3 -> 2 -> 1); never up again in between.
