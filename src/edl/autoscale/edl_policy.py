@@ -142,9 +142,12 @@ class EdlPolicy:
         j = job_of(snapshot, job)
         size = plan.sizes.get(job, j.current)
         reason = plain(j, size, snapshot)
-        if reason is None and size == j.current and fits(snapshot, j, size + 1) and not self._grows(j, size + 1):
-            reason = self._not_worth(j, size + 1)
-        reason = reason or shrunk_or_full(j, size, snapshot, plan)
+        room = None
+        if reason is None and size == j.current:
+            room = fits(snapshot, j, size + 1)  # one capacity pass, read again below
+            if room and not self._grows(j, size + 1):
+                reason = self._not_worth(j, size + 1)
+        reason = reason or shrunk_or_full(j, size, snapshot, plan, room)
         if reason is not None:
             return reason
         # Room, a growth that pays, and no other taker: the decision keeps the job until the next one.

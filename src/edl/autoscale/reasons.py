@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from edl.api.cluster import JobDemand, Pod, PodPhase, SizeCause, SizeReason, Snapshot, may_run_on
+from edl.api.cluster import JobDemand, Pod, SizeCause, SizeReason, Snapshot, may_run_on
 from edl.api.policy import Plan
 from edl.autoscale.accounting import capacity
 
-_TERMINATED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
 # A pod's generated suffixes (a ReplicaSet's hash, the pod's own): what is left names its owner.
 _SUFFIX = re.compile(r"(-[a-z0-9]{5})$|(-[a-f0-9]{6,10})$")
 SHOWN = 3  # owners named in a reason; the others are counted
@@ -64,7 +63,7 @@ def describe(pods: list[Pod]) -> str:
 def higher_priority(snapshot: Snapshot, j: JobDemand) -> list[Pod]:
     """The live pods of a higher priority than ``j``'s that wait for a node or hold one it may use."""
     usable = {n.name for n in snapshot.nodes if may_run_on(j, n)}
-    return [p for p in snapshot.pods if p.priority > j.priority and p.phase not in _TERMINATED
+    return [p for p in snapshot.pods if p.priority > j.priority and not p.phase.terminated
             and (p.node is None or p.node in usable)]
 
 
@@ -73,7 +72,7 @@ def holders(snapshot: Snapshot, j: JobDemand) -> str:
     usable = {n.name for n in snapshot.nodes if may_run_on(j, n)}
     if not usable:
         return "no node it may run on (node selector, taints)"
-    held = [p for p in snapshot.pods if p.node in usable and p.phase not in _TERMINATED
+    held = [p for p in snapshot.pods if p.node in usable and not p.phase.terminated
             and not (p.job == j.name and p.role == "trainer")]
     return describe(held) if held else "nothing but its own trainers"
 
@@ -91,10 +90,12 @@ def plain(j: JobDemand, size: int, snapshot: Snapshot) -> SizeReason | None:
     return None
 
 
-def shrunk_or_full(j: JobDemand, size: int, snapshot: Snapshot, plan: Plan) -> SizeReason | None:
-    """A shrink (to higher-priority pods, or to jobs that gain more), or no room for one more trainer."""
-    gainers = sorted(name for name, n in plan.sizes.items()
-                     if name != j.name and n > next((d.current for d in snapshot.jobs if d.name == name), n))
+def shrunk_or_full(j: JobDemand, size: int, snapshot: Snapshot, plan: Plan, room: bool | None = None
+                   ) -> SizeReason | None:
+    """A shrink (to higher-priority pods, or to jobs that gain more), or no room for one more trainer
+    (``room``: whether one more fits, when the caller asked already)."""
+    current = {d.name: d.current for d in snapshot.jobs}
+    gainers = sorted(name for name, n in plan.sizes.items() if name != j.name and n > current.get(name, n))
     if size < j.current:
         above = higher_priority(snapshot, j)
         if above:
@@ -102,7 +103,7 @@ def shrunk_or_full(j: JobDemand, size: int, snapshot: Snapshot, plan: Plan) -> S
                                                      f"priority: {describe(above)}")
         return SizeReason(SizeCause.SHARED, f"gives {j.current - size} trainer(s) to jobs that gain more from them"
                                             + (f": {', '.join(gainers)}" if gainers else ""))
-    if not fits(snapshot, j, size + 1):
+    if not (fits(snapshot, j, size + 1) if room is None else room):
         return SizeReason(SizeCause.NO_ROOM, f"no room for another trainer ({j.trainer.cpu:g} CPU); the nodes it "
                                              f"may run on hold {holders(snapshot, j)}")
     if gainers:
