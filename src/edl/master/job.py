@@ -215,7 +215,9 @@ class Job:
             if loss is not None and step >= self.last_step_seen:
                 self.loss = loss
             self.last_step_seen = max(self.last_step_seen, step)
-        self.tick(now)
+        # Silence and hangs are the ticker's to find (``tick``): scanning every trainer at every heartbeat
+        # would cost the master N x N a second.
+        self.tick(now, expire=False)
         return self.heartbeat_answer(trainer)
 
     def heartbeat_answer(self, trainer: str) -> HeartbeatAnswer:
@@ -277,11 +279,11 @@ class Job:
     def trainer_exited(self, trainer: str, code: int, now: float) -> None:
         m = self.membership
         t = m.trainers.get(trainer)
-        if t is None:
-            return
+        if t is None or t.state.gone:
+            return  # already failed or left (silent, dropped): its exit changes nothing
         if t.state is TrainerState.WAITING or (code == 0 and self.queue.finished):
             # Not in a generation, or done with all the data: leaving changes nothing.
-            t.move(TrainerState.LEFT if code == 0 else TrainerState.FAILED)
+            m.move(t, TrainerState.LEFT if code == 0 else TrainerState.FAILED)
             return
         if t.state in (TrainerState.ACTIVE, TrainerState.DRAINING):
             m.fail(trainer, now)
@@ -367,7 +369,9 @@ class Job:
         return True
 
     # --------------------------------------------------------------- the clock
-    def tick(self, now: float) -> Formation | None:
+    def tick(self, now: float, expire: bool = True) -> Formation | None:
+        """Move the job on at ``now``: prepare, form, and with ``expire`` fail the trainers that are silent
+        or hold the others up (the master's ticker does that every 0.1 s)."""
         if self.launcher(now) is not LauncherState.WATCHING:
             return None  # abandoned: nothing may re-form while everyone leaves
         if self.status is not JobStatus.RUNNING:
@@ -383,11 +387,13 @@ class Job:
         elif self.queue.finished:
             # A member lost while finishing (rank 0 in its last checkpoint, or a last step that failed): the
             # survivors form a generation, get back the rows the lost member had not committed, and finish.
-            m.expire(now)
+            if expire:
+                m.expire(now)
             if not m.ready_to_form(now):
                 return None
         else:
-            m.expire(now)
+            if expire:
+                m.expire(now)
             if m.phase is Phase.FORMING and self.resume_reports:
                 return self._resume(now)
             m.prepare(now)
@@ -526,6 +532,15 @@ class Job:
                 self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints), len(m.history),
                 bool(m.history) and m.history[-1].pause_s is not None,
                 tuple((t.id, t.state) for t in m.trainers.values() if not t.state.gone))
+
+    def revision(self) -> tuple:
+        """Changes whenever anything a long poll waits on changes (a trainer's heartbeat news, its
+        assignment, ``control_key``), and not on a heartbeat that only moves steps, cursors and the loss.
+        O(1), unlike ``control_key``: the master compares it after every request and tick."""
+        cause = self.size_reason.cause if self.size_reason else None
+        return (self.status, self.abandoned, self.desired, self.node_hints, cause,
+                self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints),
+                self.membership.revision())
 
     def control_version(self) -> int:
         """How often ``control_key`` has changed, as far as anyone asked (``JobView.control_version``):

@@ -202,10 +202,28 @@ class Membership:
         self.go = False  # every member of ``prepared`` is ready: the switch may come at any step
         self.early_first_step: float | None = None  # its first step, heard before it was formed
         self.dropped: set[int] = set()  # prepared generations dropped, never formed: whoever switched in leaves
+        self.moves = 0  # trainers' state changes so far (``revision``)
 
     # ---------------------------------------------------------------- helpers
     def _move(self, to: Phase) -> None:
         self.phase = PHASE_TRANSITIONS.move(self.phase, to)
+
+    def move(self, t: Trainer, to: TrainerState) -> None:
+        """A trainer's state changes only here: ``revision`` counts the changes."""
+        if to is not t.state:
+            t.move(to)
+            self.moves += 1
+
+    def revision(self) -> tuple:
+        """Changes whenever anything a trainer's or the launcher's long poll waits on changes (phase,
+        generations, the prepared one and its go, trainers' states, reports, exclusions), and not on a
+        heartbeat that only moves a trainer's step or clock. O(1): the master compares it after every
+        request and tick, and wakes its long polls only when it moved."""
+        cur, p = self.current, self.prepared
+        return (self.phase, self.pending_reason, len(self.trainers), self.moves, len(self.reports),
+                len(self.history), cur.id if cur else 0, cur is not None and cur.first_step_at is not None,
+                p.id if p else 0, self.go, len(self.ready), len(self.dropped), len(self.excluded), self.wanted,
+                self.early_first_step is not None)
 
     def _trigger(self, reason: Reason, now: float) -> None:
         if self.phase is Phase.RUNNING:
@@ -279,11 +297,11 @@ class Membership:
     def drain(self, trainer_id: str, now: float) -> None:
         t = self.trainers[trainer_id]
         if t.state is TrainerState.WAITING:
-            t.move(TrainerState.LEFT)
+            self.move(t, TrainerState.LEFT)
             return
         if t.state is not TrainerState.ACTIVE:
             return
-        t.move(TrainerState.DRAINING)
+        self.move(t, TrainerState.DRAINING)
         self._trigger(Reason.SCALE_DOWN, now)
 
     def fail(self, trainer_id: str, now: float) -> None:
@@ -291,7 +309,7 @@ class Membership:
         if t is None or t.state.gone:
             return
         was_member = trainer_id in self.members()
-        t.move(TrainerState.FAILED)
+        self.move(t, TrainerState.FAILED)
         if self.prepared is not None and trainer_id in self.prepared.members and self.phase is Phase.RUNNING:
             self._drop_prepared()  # a joiner of it died: re-planned without it
         if was_member:
@@ -393,10 +411,10 @@ class Membership:
             t = self.trainers[m]
             departed[m] = t.state is TrainerState.FAILED
             if t.state is TrainerState.DRAINING:
-                t.move(TrainerState.LEFT)
+                self.move(t, TrainerState.LEFT)
         for m in p.members:
             if self.trainers[m].state is TrainerState.WAITING:
-                self.trainers[m].move(TrainerState.ACTIVE)
+                self.move(self.trainers[m], TrainerState.ACTIVE)
         self._clear_prepared()
         return self._install(gen, departed, rollback=False)
 
@@ -534,9 +552,9 @@ class Membership:
         for m in departed:
             t = self.trainers[m]
             if t.state is TrainerState.DRAINING:
-                t.move(TrainerState.LEFT)
+                self.move(t, TrainerState.LEFT)
         for j in joiners:
-            self.trainers[j].move(TrainerState.ACTIVE)
+            self.move(self.trainers[j], TrainerState.ACTIVE)
         return self._install(gen, departed, rollback)
 
     def _install(self, gen: Generation, departed: dict[str, bool], rollback: bool) -> Formation:

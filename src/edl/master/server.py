@@ -232,9 +232,17 @@ class Master:
         self._logged_status = JobStatus.RUNNING
         self._logged_abandoned = False
         self._logged_excluded = 0
+        self._woken_at: tuple | None = None  # ``Job.revision`` when the long polls were last woken
 
     async def notify(self) -> None:
+        """After a change: log what happened, and wake the long polls when anything they wait on moved
+        (``Job.revision``). A heartbeat that only reports progress wakes nobody: at N trainers a beat
+        each per second, waking every poll each time would cost N x N predicate checks a second."""
         self._log_events()
+        revision = self.job.revision()
+        if revision == self._woken_at:
+            return
+        self._woken_at = revision
         async with self.changed:
             self.changed.notify_all()
 
@@ -281,10 +289,8 @@ class Master:
     async def ticker(self, period: float = 0.1) -> None:
         while True:
             await asyncio.sleep(period)
-            before = self.job.control_key()
             self.job.tick(self.clock())
-            if self.job.control_key() != before:  # a trainer expired, a generation formed, the job ended
-                await self.notify()
+            await self.notify()  # wakes the polls if a trainer expired, a generation formed, the job ended
             if self.job.launcher(self.clock()) is LauncherState.OVER and not self.shutdown_requested.is_set():
                 log.warning("job %s abandoned by its launcher: master exiting", self.job.spec.job)
                 self.shutdown_requested.set()

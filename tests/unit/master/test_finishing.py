@@ -61,3 +61,16 @@ def test_nothing_else_forms_once_the_data_is_done():
     job.register("t1", 2, "h", 9001, now=1.6)
     job.sync(SyncReport("t0", 1, 10, {"t0": end}, 9010), 1.7)
     assert job.tick(2.0) is None and job.membership.current.id == 1
+
+
+def test_a_trainer_already_dropped_that_exits_after_the_data_is_done_changes_nothing():
+    # Its exit reaches the master after it was declared failed (silent too long): it neither leaves nor
+    # fails a second time (before, the move failed -> left raised and the launcher's report got a 500).
+    job = started()
+    job.launcher_beat(99.0)
+    job.tick(100.0)  # t0 silent past its lease: failed
+    assert job.membership.trainers["t0"].state.value == "failed"
+    job.queue.done_rows = {0: job.queue.rows_per_epoch}
+    assert job.queue.finished
+    job.trainer_exited("t0", 0, 101.0)
+    assert job.membership.trainers["t0"].state.value == "failed"
