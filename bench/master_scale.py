@@ -28,6 +28,9 @@ seconds of steady state are measured:
 - the master's CPU (user + system from /proc/PID/stat over the window, in cores) and peak RSS (VmHWM),
   and how long a ``GET /healthz`` (no work) waits for its event loop, probed four times a second from
   this process (which has little else to do);
+- the master's own time per heartbeat and task request, long-poll waits left out, from its
+  ``edl_master_request_seconds`` histogram over the window (p50/p99 as the bucket bounds that hold them):
+  the part of the latency that is the master's, whatever the clients' own delays;
 - the client processes' CPU and their event loops' lag (a 50 Hz probe): whether the clients, not the
   master, were the bottleneck. All trainers step in lockstep, so every fourth step (a task is four
   batches) all N ask for a task at once, as real data-parallel ranks do: a burst the client
@@ -879,6 +882,7 @@ async def run_one(rc: RunConfig, data: Path, epochs: int, tmp: Path, started: St
         pids = {"master": master_pid, **{f"client-{i}": p.pid for i, p in enumerate(started.workers)}}
         cpu0 = {k: cpu_s(p) for k, p in pids.items()}
         self0 = sum(os.times()[:2])
+        times0 = await request_times(http)
         w0, m0 = time.time(), time.monotonic()
         if rc.py_spy:
             spy_out = run_dir / "master.pyspy.txt"
@@ -894,6 +898,7 @@ async def run_one(rc: RunConfig, data: Path, epochs: int, tmp: Path, started: St
         w1, m1 = time.time(), time.monotonic()
         cpu1 = {k: cpu_s(p) for k, p in pids.items()}
         self1 = sum(os.times()[:2])
+        result["master_side"] = master_side(times0, await request_times(http))
         window = m1 - m0
         result.update(window=[w0, w1], window_s=round(window, 3),
                       cpu_cores={k: round((cpu1[k] - cpu0[k]) / window, 3) for k in pids},
@@ -952,6 +957,48 @@ async def final_status(http: httpx.AsyncClient) -> dict[str, Any]:
         "generations": [{"id": g.id, "world_size": g.world_size, "reason": g.reason.value} for g in v.generations],
         "checkpoints": len(v.checkpoints),
     }
+
+
+ROUTES = {"heartbeat": "/v1/trainers/{trainer}/heartbeat", "next_task": "/v1/trainers/{trainer}/task",
+          "status": "/v1/status"}
+
+
+async def request_times(http: httpx.AsyncClient) -> dict[str, dict[str, float]]:
+    """The master's own histogram of its time per request, long-poll waits left out
+    (``edl_master_request_seconds``): per route, the cumulative count under each bound, the count and sum."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = await http.get("/metrics", timeout=30.0)
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for family in text_string_to_metric_families(r.text):
+        if family.name != "edl_master_request_seconds":
+            continue
+        for sample in family.samples:
+            route = sample.labels["route"]
+            if sample.name.endswith("_bucket"):
+                out[route][sample.labels["le"]] = sample.value
+            else:
+                out[route][sample.name.rsplit("_", 1)[1]] = sample.value  # count, sum
+    return out
+
+
+def master_side(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Over the window, per call kind: requests, the master's mean time, and the bucket bounds that hold
+    its p50 and p99 (an upper bound: the histogram's resolution)."""
+    out: dict[str, Any] = {}
+    for kind, route in ROUTES.items():
+        a, b = after.get(route, {}), before.get(route, {})
+        n = a.get("count", 0.0) - b.get("count", 0.0)
+        if n <= 0:
+            continue
+        bounds = sorted((float(le), a[le] - b.get(le, 0.0)) for le in a if le not in ("count", "sum"))
+
+        def under(q: float) -> float:
+            return next(bound for bound, c in bounds if c >= q * n)
+
+        out[kind] = {"calls": int(n), "mean_ms": round(1000 * (a["sum"] - b.get("sum", 0.0)) / n, 2),
+                     "p50_le_ms": 1000 * under(0.5), "p99_le_ms": 1000 * under(0.99)}
+    return out
 
 
 def summarize_py_spy(path: Path, top: int = 15) -> dict[str, Any]:
@@ -1144,6 +1191,7 @@ def summary_rows(r: dict[str, Any]) -> list[str]:
         f"{n_dropped}" + (f" ({changes} changes)" if changes else "") + f" {mark(tg['none_dropped'])}",
         f"{r['tasks_per_s']:.0f} ({r['tasks_per_s_needed']:.0f})",
         f"{calls.get('heartbeat', {}).get('steady', {}).get('per_s', 0):.0f}",
+        " / ".join("≤ " + ms(r.get("master_side", {}).get(k, {}).get("p99_le_ms")) for k in ("heartbeat", "next_task")),
         ms(calls.get("healthz_probe", {}).get("steady", {}).get("p99_ms")),
         f"{r.get('master_peak_rss_mib', 0):.0f}",
         f"{client:.2f} ({r['clients']})",
@@ -1158,7 +1206,7 @@ def summary_rows(r: dict[str, Any]) -> list[str]:
 
 SUMMARY = (("heartbeat p99 past its wait, ms", "<= 100"), ("task p99, ms", "<= 100"), ("master CPU, cores", "<= 1"),
            ("trainers dropped", "0"), ("tasks/s (needed)", ""), ("heartbeats/s", ""),
-           ("healthz probe p99 (loop wait), ms", ""), ("master peak RSS, MiB", ""),
+           ("the master's own time p99, heartbeat / task, ms", ""), ("healthz probe p99 (loop wait), ms", ""), ("master peak RSS, MiB", ""),
            ("client CPU, cores (processes)", ""), ("client event loop lag p99 / max, ms", ""),
            ("task p99 spent in the client before sending, ms", ""),
            ("steps short of data", ""), ("launcher (this process) CPU, cores", ""), ("targets", ""))

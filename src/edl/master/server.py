@@ -20,11 +20,13 @@ a body that does not fit is a 400 naming the field.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hmac
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import msgspec
@@ -62,6 +64,42 @@ MAX_PLANNED_NODES = 10_000  # a plan names one node per trainer
 MAX_REASON_CHARS = 1_000  # a reason is one line for a person
 MAX_STATUS_WAIT_S = 10.0  # the longest long poll of the status
 T = TypeVar("T")
+
+# The seconds the request being handled spent waiting in long polls (``Master.wait_for``), summed.
+_WAITED: ContextVar[list[float] | None] = ContextVar("edl_waited", default=None)
+
+
+class RequestTimes:
+    """How long the master took over each route's requests, their long polls' waits left out: what a
+    trainer waits on besides the network. Counted here in a histogram's buckets and exported at scrape
+    time as ``edl_master_request_seconds{route}``, so that nothing is imported for it before a scrape."""
+
+    BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}  # per route: per bucket (the last: above every bound)
+        self.sums: dict[str, float] = {}
+
+    def observe(self, route: str, seconds: float) -> None:
+        counts = self.counts.get(route)
+        if counts is None:
+            counts = self.counts[route] = [0] * (len(self.BUCKETS) + 1)
+        counts[bisect.bisect_left(self.BUCKETS, seconds)] += 1
+        self.sums[route] = self.sums.get(route, 0.0) + seconds
+
+    def family(self):
+        from prometheus_client.core import HistogramMetricFamily
+
+        h = HistogramMetricFamily("edl_master_request_seconds",
+                                  "Time the master took over a request, its long polls' waits left out",
+                                  labels=["route"])
+        for route, counts in sorted(self.counts.items()):
+            cumulative, total = [], 0
+            for bound, n in zip((*map(str, self.BUCKETS), "+Inf"), counts):
+                total += n
+                cumulative.append((bound, total))
+            h.add_metric([route], cumulative, self.sums[route])
+        return h
 
 
 class Body(msgspec.Struct, frozen=True):
@@ -217,6 +255,7 @@ class _JobCollector:
         ck = CounterMetricFamily("edl_checkpoints", "Checkpoints committed", labels=labels)
         ck.add_metric([job.spec.job], len(v.checkpoints))
         yield ck
+        yield self.master.request_times.family()
 
 
 class Master:
@@ -233,6 +272,7 @@ class Master:
         self._logged_abandoned = False
         self._logged_excluded = 0
         self._woken_at: tuple | None = None  # ``Job.revision`` when the long polls were last woken
+        self.request_times = RequestTimes()
 
     async def notify(self) -> None:
         """After a change: log what happened, and wake the long polls when anything they wait on moved
@@ -248,6 +288,7 @@ class Master:
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Until ``predicate()`` holds after a change, or ``timeout`` seconds (the event loop's clock)."""
+        began = time.perf_counter()
         try:
             async with asyncio.timeout(timeout):
                 async with self.changed:
@@ -255,6 +296,10 @@ class Master:
             return True
         except TimeoutError:
             return predicate()
+        finally:
+            waited = _WAITED.get()
+            if waited is not None:
+                waited[0] += time.perf_counter() - began
 
     def _log_events(self) -> None:
         excluded = self.job.membership.excluded
@@ -304,9 +349,10 @@ class _Routes:
     A handler takes the request and returns a JSON-able answer (or a ``Response``). With ``token``
     every route of the group needs ``Authorization: Bearer TOKEN`` (401 otherwise, nothing done)."""
 
-    def __init__(self, prefix: str = "", token: str | None = None) -> None:
+    def __init__(self, prefix: str = "", token: str | None = None, times: RequestTimes | None = None) -> None:
         self.prefix = prefix
         self.token = token
+        self.times = times  # where each request's time is counted (none: not counted)
         self.routes: list[BaseRoute] = []
 
     def get(self, path: str) -> Callable[[Handler], Handler]:
@@ -316,19 +362,33 @@ class _Routes:
         return self._add(path, "POST")
 
     def _add(self, path: str, method: str) -> Callable[[Handler], Handler]:
+        route = self.prefix + path
+
         def add(handler: Handler) -> Handler:
             async def endpoint(request: Request) -> Response:
                 if self.token is not None and not _authorized(request, self.token):
                     return JSONResponse({"detail": "missing or wrong job token"}, status_code=401)
+                waited = [0.0]
+                token = _WAITED.set(waited)
                 try:
-                    answer = await handler(request)
+                    # The whole body first (the handler reads it again from Starlette's cache): the time
+                    # counted below is the master's, not a slow sender's.
+                    await request.body()
+                    began = time.perf_counter()
+                    try:
+                        answer = await handler(request)
+                    finally:
+                        if self.times is not None:
+                            self.times.observe(route, time.perf_counter() - began - waited[0])
                 except ClientDisconnect:
                     # The caller went away mid-request (a trainer killed while it sent a heartbeat): nobody
                     # reads the answer, and it is no error of ours to log.
                     return Response(status_code=400)
+                finally:
+                    _WAITED.reset(token)
                 return answer if isinstance(answer, Response) else JSONResponse(answer)
 
-            self.routes.append(Route(self.prefix + path, endpoint, methods=[method]))
+            self.routes.append(Route(route, endpoint, methods=[method]))
             return handler
 
         return add
@@ -385,7 +445,7 @@ def _open_routes(master: Master) -> list[BaseRoute]:
 
 def _trainer_routes(master: Master) -> list[BaseRoute]:
     """What trainers call to join, stay in and leave generations, and to get their data."""
-    routes = _Routes("/v1/trainers/{trainer}", master.token)
+    routes = _Routes("/v1/trainers/{trainer}", master.token, master.request_times)
     job = master.job
 
     @routes.post("/register")
@@ -497,7 +557,7 @@ def _trainer_routes(master: Master) -> list[BaseRoute]:
 
 def _checkpoint_routes(master: Master) -> list[BaseRoute]:
     """Rank 0's checkpoints (a fenced cut, then its commit) and the job's outcome."""
-    routes = _Routes(token=master.token)
+    routes = _Routes(token=master.token, times=master.request_times)
     job = master.job
 
     @routes.get("/v1/spec")
@@ -537,7 +597,7 @@ def _checkpoint_routes(master: Master) -> list[BaseRoute]:
 
 def _control_routes(master: Master) -> list[BaseRoute]:
     """What the launcher, the sidecar and the CLI call: status, size, trainer exits, shutdown."""
-    routes = _Routes(token=master.token)
+    routes = _Routes(token=master.token, times=master.request_times)
     job = master.job
 
     @routes.get("/v1/status")

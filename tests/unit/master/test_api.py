@@ -110,6 +110,21 @@ def test_status_and_metrics():
     assert 'edl_generation_changes_total{job="api",reason="start"} 1.0' in text
 
 
+def test_the_metrics_time_each_route_leaving_out_the_long_polls_wait():
+    client, _ = make_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    client.post("/v1/trainers/t1/register", json={"pid": 11, "host": "127.0.0.1", "store_port": 5}, headers=auth)
+    # Nothing to tell t1: its heartbeat waits its whole 0.4 s, which its time leaves out.
+    r = client.post("/v1/trainers/t1/heartbeat", json={"step": 1, "wait_s": 0.4}, headers=auth)
+    assert r.status_code == 200 and r.elapsed.total_seconds() >= 0.4
+    text = client.get("/metrics").text
+    beat = 'route="/v1/trainers/{trainer}/heartbeat"'
+    assert f"edl_master_request_seconds_count{{{beat}}} 1.0" in text
+    assert f'edl_master_request_seconds_bucket{{le="0.25",{beat}}} 1.0' in text
+    assert 'edl_master_request_seconds_count{route="/v1/trainers/{trainer}/register"} 1.0' in text
+    assert "/healthz" not in text  # probes are not the job's traffic
+
+
 def test_a_body_that_does_not_fit_is_a_400_naming_the_field_and_changes_nothing():
     client, job = make_client()
     auth = {"Authorization": f"Bearer {TOKEN}"}

@@ -42,7 +42,7 @@ class JobRun(RuleBasedStateMachine):
     def generations(self) -> range:
         m = self.job.membership
         top = max([g.id for g in m.history] + [m.prepared.id if m.prepared else 0, m.next_generation])
-        return range(0, top + 1)
+        return range(top + 1)
 
     def observe(self) -> tuple:
         job = self.job
