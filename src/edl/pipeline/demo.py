@@ -28,9 +28,10 @@ from edl.console import Console, add_row, clip, plain_console, progress_bars, sa
 from edl.errors import PermanentError
 from edl.pipeline.tasks import CURRENT
 
-# Other tenants on this 2-core machine: both trainer slots free, then one taken, then free again.
+# Other tenants on this 2-core machine: both trainer slots free, then one taken, then free again (early in
+# the job, so that a fast machine still shows the job shrink and grow back before the data is done).
 DEMO_SLOTS = 2
-DEMO_SCHEDULE = "0:0,12:1,24:0"
+DEMO_SCHEDULE = "0:0,6:1,14:0"
 SERVED_REQUESTS = 4  # the held-out split, sent to the served model in this many requests
 
 
@@ -183,7 +184,7 @@ def _root_logging_to(stream: io.TextIOBase):
 DIGITS = {"paddle": "edl.zoo.digits", "torch": "edl.zoo.torch.digits"}  # the model by framework
 
 
-def run_demo(out: Path, epochs: int = 60, console: Console | None = None, framework: str = "paddle") -> int:
+def run_demo(out: Path, epochs: int = 150, console: Console | None = None, framework: str = "paddle") -> int:
     from kfp import local
 
     from edl.pipeline.retrain import retrain

@@ -34,7 +34,7 @@ def plot_timeline(points: list[dict], title: str, reasons: list[dict] | None = N
         a.annotate(r["cause"].replace("_", " "), (r["t"], top), rotation=90, fontsize=7, color="tab:purple",
                    va="top", ha="right")
     a.set_ylabel("trainers")
-    a.legend(loc="upper right")
+    a.legend(loc="lower right")  # the reasons are marked along the top
     losses = [(x["t"], x["loss"]) for x in points if x.get("loss") is not None]
     if losses:
         b.plot([u for u, _ in losses], [v for _, v in losses], color="tab:red")

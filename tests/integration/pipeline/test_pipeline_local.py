@@ -16,10 +16,16 @@ pytestmark = pytest.mark.timeout(400)
 
 def test_edl_demo_runs_the_pipeline_and_writes_summary_and_timeline(tmp_path):
     out = tmp_path / "demo"
-    r = run_edl("demo", "--out", str(out), "--epochs", "12", timeout=360)
+    r = run_edl("demo", "--out", str(out), timeout=360)  # as ./dev demo runs it
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
-    assert s["status"] == "succeeded" and s["epochs_completed"] == 12
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 150
+    # The story the README tells: the tenants take a slot and the job hands it back, then grows back once
+    # they return it, or the demo's table says why it did not.
+    reasons = [g["reason"] for g in s["generations"]]
+    assert "scale_down" in reasons, s["generations"]
+    assert "scale_up" in reasons[reasons.index("scale_down"):] or "not grown back" in r.stdout, r.stdout
+    assert [x["cause"] for x in s["size_reasons"]][:3] == ["growing", "at_max", "handed_back"], s["size_reasons"]
     assert s["lost_samples"] == 0 and s["duplicate_samples"] == 0
     assert s["evaluation"]["accuracy"] > 0.9 and s["published"] is True
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
