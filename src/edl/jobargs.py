@@ -51,8 +51,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--keep-checkpoints", "keep_checkpoints", int, "committed checkpoints to keep (default 3)", 3),
     Flag("--rows-per-task", "rows_per_task", int, "rows per data task; 0: 4 x --batch-size (default 0)", 0),
     Flag("--max-task-failures", "max_task_failures", int,
-         "fail the job when one data task fails more often than this, at least 1; a trainer that dies counts "
-         "one failure of the task it held (default 3)", 3),
+         "fail the job when one data task fails more often than this with none of its rows done between, at "
+         "least 1; a trainer that dies counts one failure of the task it was in (default 3)", 3),
     Flag("--seed", "seed", int, "seed for model initialisation and task order, 0..2**32-1 (default 0)", 0),
     Flag("--init-model", "init_model", str,
          "warm start from this model (a previous run's CHECKPOINT_URI/model, with params.npz); default: seeded init"),

@@ -33,6 +33,13 @@ class _Held:
     last_answer: list[Task] = field(default_factory=list)
 
 
+def _since_progress(task: Task, start: int) -> int:
+    """The task's failures that count: none once some of its rows were done since it was handed out (it
+    returns from ``start``). A task that fails again and again where it stands is bad data; one whose holders
+    keep being preempted part way through is not, however often that happens in a long job."""
+    return 0 if start > task.start else task.failures
+
+
 class TaskQueue:
     """todo / held / done accounting for all epochs of one job."""
 
@@ -164,11 +171,11 @@ class TaskQueue:
         for i, t in enumerate(h.tasks):
             start = t.start + (h.offset if i == 0 else 0)
             in_progress = i == 0 and cursor is not None and cursor.task_id == t.id
-            failures = t.failures + (1 if failed and in_progress else 0)
+            failures = _since_progress(t, start) + (1 if failed and in_progress else 0)
             if failures > self.max_task_failures:
                 raise TaskFailedError(
-                    f"{t.describe()} failed {failures} times (limit {self.max_task_failures}); "
-                    f"check shard {t.shard}"
+                    f"{t.describe()} failed {failures} times with none of its rows done between "
+                    f"(limit {self.max_task_failures}); check shard {t.shard}"
                 )
             if start == t.start and failures == t.failures:
                 returned.append(t)
@@ -186,10 +193,11 @@ class TaskQueue:
         if i < 0:
             return
         t = h.tasks[i]
-        failures = t.failures + 1
-        if failures > self.max_task_failures:
-            raise TaskFailedError(f"{t.describe()} failed {failures} times: {reason}")
         start = t.start + (h.offset if i == 0 else 0)
+        failures = _since_progress(t, start) + 1
+        if failures > self.max_task_failures:
+            raise TaskFailedError(f"{t.describe()} failed {failures} times with none of its rows done between: "
+                                  f"{reason}")
         if i == 0:
             h.offset = 0
         del h.tasks[i]

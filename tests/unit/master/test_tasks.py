@@ -77,6 +77,21 @@ def test_failures_past_the_limit_name_the_shard():
         q.release("w", Cursor(t.id, 0), failed=True)
 
 
+def test_a_tasks_failures_are_forgiven_once_some_of_its_rows_are_done():
+    # Its holders are preempted part way through, again and again: no bad data, the job goes on.
+    q = TaskQueue([Shard("ok.parquet", 100)], 1, rows_per_task=100, max_task_failures=2)
+    for _ in range(10):
+        t = q.next_task("w")
+        q.release("w", Cursor(t.id, 5), failed=True)
+    assert q.todo[0].failures == 1 and q.todo[0].start == 50
+    # Then it fails where it stands, with no row done: bad rows there; counted from that last failure.
+    t = q.next_task("w")
+    q.release("w", Cursor(t.id, 0), failed=True)
+    t = q.next_task("w")
+    with pytest.raises(TaskFailedError, match="failed 3 times with none of its rows done between"):
+        q.release("w", Cursor(t.id, 0), failed=True)
+
+
 def test_cut_is_non_destructive_and_restorable():
     q = make_queue(epochs=1)
     t = q.next_task("w")
