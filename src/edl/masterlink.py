@@ -28,6 +28,7 @@ from edl.api.cluster import SizeReason
 from edl.api.data import Cursor, Task, cursor_to_json
 from edl.api.master import (
     Assignment,
+    BudgetView,
     HeartbeatAnswer,
     JobView,
     Next,
@@ -40,6 +41,7 @@ from edl.api.master import (
     assignment_from_json,
     cursors_to_json,
     next_task_from_json,
+    to_json,
 )
 from edl.api.spec import JobSpec
 from edl.errors import PermanentError, StaleError, TemporaryError, UserError
@@ -182,8 +184,8 @@ class HttpMaster:
     def shutdown(self) -> None:
         self._call("POST", "/v1/shutdown")
 
-    def launcher_beat(self) -> None:
-        self._call("POST", "/v1/launcher/beat")
+    def launcher_beat(self, budgets: dict[str, BudgetView] | None = None) -> None:
+        self._call("POST", "/v1/launcher/beat", {"budgets": to_json(budgets or {})})
 
     # ------------------------------------------------------------------ TrainerLink
     def spec(self) -> JobSpec:

@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from edl.api.cluster import MasterEndpoint, PodPhase, SizeCause, SizeReason, TrainerExit, TrainerPod
-from edl.api.master import (GenerationSummary, JobStatus, JobView, Phase, Reason, Source, TrainerState,
+from edl.api.master import (BudgetView, GenerationSummary, JobStatus, JobView, Phase, Reason, Source, TrainerState,
                             TrainerView)
 from edl.api.spec import JobSpec
 from edl.cli import main
@@ -112,7 +112,7 @@ class Master:
     def __init__(self) -> None:
         self.failed: list[str] = []
 
-    def launcher_beat(self) -> None:
+    def launcher_beat(self, budgets=None) -> None:
         pass
 
     def healthy(self) -> bool:
@@ -170,6 +170,16 @@ def test_status_ends_with_the_reason_for_the_job_s_size():
     c, out = console(width=250)
     show_status(c, replace(job_view(), reason=SizeReason(SizeCause.HANDED_BACK, UNTRUSTED[1])))
     assert out.getvalue().splitlines()[-1] == f"reason: {UNTRUSTED[1]}"
+
+
+def test_status_shows_the_launchers_failure_budgets_above_the_reason():
+    c, out = console(width=250)
+    show_status(c, replace(job_view(), budgets={"master_restarts": BudgetView(1, 10, 4, 3),
+                                                "trainer_failures": BudgetView(0, 5, 2, 2)}))
+    lines = out.getvalue().splitlines()
+    assert lines[-3:-1] == ["master restarts: 1 of 10 without progress (4 in all, 3 forgiven)",
+                            "trainer failures: 0 of 5 without progress (2 in all, 2 forgiven)"]
+    assert lines[-1].startswith("reason: ")
 
 
 def test_simulation_table_shows_the_scenario_name_verbatim():

@@ -9,7 +9,7 @@ which the master's server writes and the HTTP client reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, Protocol
 
@@ -117,6 +117,26 @@ def task_from_json(d: dict) -> Task:
 
 # ------------------------------------------------------------------ GET /v1/status
 @dataclass(frozen=True)
+class BudgetView:
+    """One of the launcher's failure budgets (``edl.launcher.budget``), as it last told the master: the
+    failures since the job's last progress (``spent``, the job fails past ``limit``), over its life, and
+    those that progress or time forgave."""
+
+    spent: int
+    limit: int
+    total: int
+    refunded: int
+
+    def describe(self) -> str:
+        """``3 of 10 without progress (12 in all, 9 forgiven)``."""
+        return f"{self.spent} of {self.limit} without progress ({self.total} in all, {self.refunded} forgiven)"
+
+    @classmethod
+    def from_json(cls, d: dict) -> BudgetView:
+        return cls(spent=int(d["spent"]), limit=int(d["limit"]), total=int(d["total"]), refunded=int(d["refunded"]))
+
+
+@dataclass(frozen=True)
 class TrainerView:
     """One trainer of the job (those still in it: not left, not failed)."""
 
@@ -211,6 +231,9 @@ class JobView:
     # Why the job is at its size: the autoscale sidecar's latest reason, or the master's own (set by hand,
     # trainers that could not be scheduled); ``None`` while nobody has said.
     reason: SizeReason | None = None
+    # The launcher's failure budgets by kind (``master_restarts``, ``trainer_failures``), from its latest
+    # beat; empty before it sent one.
+    budgets: dict[str, BudgetView] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return to_json(self)
@@ -230,6 +253,7 @@ class JobView:
             elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False), user_error=d.get("user_error", False),
             node_hints=tuple(d.get("node_hints") or ()), control_version=d.get("control_version", 0),
             reason=SizeReason.from_json(d["reason"]) if d.get("reason") else None,
+            budgets={k: BudgetView.from_json(v) for k, v in (d.get("budgets") or {}).items()},
         )
 
 
@@ -479,8 +503,9 @@ class ControlLink(Protocol):
 
     def shutdown(self) -> None: ...
 
-    def launcher_beat(self) -> None:
-        """The job's launcher is alive (its dead-man switch, ``edl.master.deadman``): once a poll."""
+    def launcher_beat(self, budgets: dict[str, BudgetView] | None = None) -> None:
+        """The job's launcher is alive (its dead-man switch, ``edl.master.deadman``): once a poll. With its
+        failure budgets as they stand, for the status to show."""
         ...
 
 

@@ -67,6 +67,8 @@ def show_status(console: Console, st: JobView) -> None:
     for tr in st.trainers:
         add_row(t, tr.id, str(tr.rank), str(tr.pid), tr.state.value, str(tr.step))
     console.print(t)
+    for kind, budget in st.budgets.items():
+        say(console, f"{kind.replace('_', ' ')}: ", budget.describe())
     say(console, "reason: ", st.reason.text if st.reason is not None else
         "none given yet (no autoscaler runs for this job, or it has not decided)")
 

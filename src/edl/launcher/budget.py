@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from edl.api.master import BudgetView
+
 
 @dataclass(frozen=True)
 class BudgetPolicy:
@@ -57,10 +59,12 @@ class Budget:
             return 0.0
         return min(self.policy.backoff_max_s, self.policy.backoff_start_s * 2 ** (self.spent - 2))
 
+    def view(self) -> BudgetView:
+        return BudgetView(self.spent, self.policy.limit, self.total, self.refunded)
+
     def describe(self) -> str:
         """``3 of 10 without progress (12 in all, 9 forgiven)``."""
-        return (f"{self.spent} of {self.policy.limit} without progress "
-                f"({self.total} in all, {self.refunded} forgiven)")
+        return self.view().describe()
 
     def to_json(self) -> dict:
         return {"spent": self.spent, "limit": self.policy.limit, "total": self.total, "refunded": self.refunded,

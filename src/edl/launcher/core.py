@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from edl.api.cluster import Cluster, MasterEndpoint, SizeCause, TrainerExit, TrainerPod
-from edl.api.master import ControlLink, JobStatus, JobView, Phase
+from edl.api.master import BudgetView, ControlLink, JobStatus, JobView, Phase
 from edl.api.policy import free_hints
 from edl.api.spec import JobSpec
 from edl.console import Bar, Console, clip, plain_console, progress_bars, say
@@ -208,6 +208,10 @@ class Launcher:
     def master_restarts(self) -> int:
         return self.master_budget.total
 
+    def budget_views(self) -> dict[str, BudgetView]:
+        """The failure budgets as the status shows them (sent with each beat)."""
+        return {"master_restarts": self.master_budget.view(), "trainer_failures": self.trainer_budget.view()}
+
     # --------------------------------------------------------------- start
     def start(self) -> MasterEndpoint:
         self.endpoint = self.cluster.ensure_job()
@@ -288,7 +292,7 @@ class Launcher:
     def _beat(self) -> None:
         now, master = self.clock(), self.master  # the link may be replaced meanwhile (a new master)
         if master is not None and (self.last_beat is None or now - self.last_beat >= self.beat_every_s):
-            if self._tell(master.launcher_beat):
+            if self._tell(lambda: master.launcher_beat(self.budget_views())):
                 self.last_beat = now
 
     def _beat_in_background(self) -> None:

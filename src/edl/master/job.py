@@ -18,6 +18,7 @@ from edl.api.cluster import SizeCause, SizeReason
 from edl.api.data import Cursor, Shard, Task
 from edl.api.master import (
     Assignment,
+    BudgetView,
     CheckpointRecord,
     GenerationSummary,
     HeartbeatAnswer,
@@ -103,6 +104,7 @@ class Job:
         self.reasons: list[tuple[float, SizeReason]] = []
         # The launcher's beats; its silence abandons the job (from this master's start: a full timeout).
         self.deadman = DeadMan(spec.launcher_timeout_s, now)
+        self.budgets: dict[str, BudgetView] = {}  # the launcher's failure budgets, from its latest beat
         self._control_key: tuple | None = None  # the last ``control_key`` answered, and its count of changes
         self._control_changes = 0
         desired = spec.trainers
@@ -161,8 +163,10 @@ class Job:
             return None
 
     # ----------------------------------------------------------- operations
-    def launcher_beat(self, now: float) -> None:
+    def launcher_beat(self, now: float, budgets: dict[str, BudgetView] | None = None) -> None:
         self.deadman.beat(now)
+        if budgets:
+            self.budgets = dict(budgets)
 
     def launcher(self, now: float) -> LauncherState:
         """The dead-man switch at ``now`` (the first look past the timeout abandons the job)."""
@@ -586,6 +590,7 @@ class Job:
             user_error=self.user_error,
             control_version=self.control_version(),
             reason=self.size_reason,
+            budgets=dict(self.budgets),
         )
 
     def summary(self, now: float) -> dict[str, Any]:

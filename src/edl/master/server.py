@@ -38,6 +38,7 @@ from starlette.routing import BaseRoute, Route
 from edl.api.cluster import SizeCause, SizeReason
 from edl.api.data import CursorJSON, cursor_from_json
 from edl.api.master import (
+    BudgetView,
     CheckpointRecord,
     HeartbeatAnswer,
     JobStatus,
@@ -173,6 +174,17 @@ class ScaleBody(Body, frozen=True):
     trainers: int
     nodes: list[str] = msgspec.field(default_factory=list)  # the plan's node per trainer (at most MAX_PLANNED_NODES)
     reason: ReasonBody | None = None  # why (the sidecar's); none: set by hand
+
+
+class BudgetBody(Body, frozen=True):
+    spent: int
+    limit: int
+    total: int
+    refunded: int
+
+
+class LauncherBeatBody(Body, frozen=True):
+    budgets: dict[str, BudgetBody] = msgspec.field(default_factory=dict)
 
 
 class UnschedulableBody(Body, frozen=True):
@@ -668,8 +680,10 @@ def _control_routes(master: Master) -> list[BaseRoute]:
         return {"ok": True}
 
     @routes.post("/v1/launcher/beat")
-    async def launcher_beat(_: Request) -> dict:
-        job.launcher_beat(master.clock())
+    async def launcher_beat(r: Request) -> dict:
+        body = await LauncherBeatBody.read(r) if await r.body() else LauncherBeatBody()  # a bare beat too
+        budgets = {k: BudgetView(b.spent, b.limit, b.total, b.refunded) for k, b in body.budgets.items()}
+        job.launcher_beat(master.clock(), budgets)
         return {"ok": True, "abandoned": job.abandoned}
 
     @routes.post("/v1/shutdown")

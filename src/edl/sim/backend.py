@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from edl.api.cluster import JobDemand, MasterEndpoint, Node, Pod, PodPhase, Resources, SizeReason, TrainerPod
-from edl.api.master import CheckpointRecord, JobStatus, JobView, Phase
+from edl.api.master import BudgetView, CheckpointRecord, JobStatus, JobView, Phase
 from edl.autoscale.sidecar import Sidecar
 from edl.errors import TemporaryError, UserError
 from edl.sim.engine import SimPod, Simulation
@@ -165,7 +165,7 @@ class SimMaster:
     def shutdown(self) -> None:
         self._reachable()
 
-    def launcher_beat(self) -> None:
+    def launcher_beat(self, budgets: dict[str, BudgetView] | None = None) -> None:
         self._reachable()  # the simulated job has no dead-man switch: its launcher never dies unheard
 
 

@@ -87,8 +87,9 @@ class Master:
         self.known: tuple[str, ...] = ()
         self.beats: list[float] = []  # when the launcher said it is alive (the dead-man switch)
 
-    def launcher_beat(self) -> None:
+    def launcher_beat(self, budgets=None) -> None:
         self.beats.append(self.clock.t)
+        self.budgets = budgets
 
     def healthy(self) -> bool:
         return True
@@ -205,6 +206,8 @@ def test_the_launcher_beats_the_master_every_round_even_while_the_api_is_away():
     assert master.beats and master.beats[-1] >= 1058
     gaps = [b - a for a, b in zip([1000.0, *master.beats], master.beats)]
     assert max(gaps) <= 2.0, gaps  # one beat per 2 s round, the API away from 1010 to 1040 included
+    assert set(master.budgets) == {"master_restarts", "trainer_failures"}  # each beat carries them for the status
+    assert master.budgets["master_restarts"].limit == la.master_budget.policy.limit
 
 
 def test_each_change_of_why_the_job_is_at_its_size_is_one_event_on_the_launcher():

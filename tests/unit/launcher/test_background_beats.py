@@ -45,7 +45,7 @@ class SwitchedMaster:
         self.deadman = DeadMan(SWITCH_S, last_beat=time.monotonic(), linger_s=0.0)
         self.ends_at = time.monotonic() + run_s
 
-    def launcher_beat(self) -> None:
+    def launcher_beat(self, budgets=None) -> None:
         now = time.monotonic()
         self.deadman.state(now)  # as the master's ticker would have looked meanwhile: a late beat is too late
         self.deadman.beat(now)

@@ -39,7 +39,7 @@ class Master:
     def summary(self) -> dict | None:
         return None if self._summary is None else dict(self._summary)
 
-    def launcher_beat(self) -> None:
+    def launcher_beat(self, budgets=None) -> None:
         pass
 
 

@@ -108,7 +108,7 @@ class LongPollMaster:
     def healthy(self) -> bool:
         return True
 
-    def launcher_beat(self) -> None:
+    def launcher_beat(self, budgets=None) -> None:
         pass
 
     def report_exit(self, name: str, code: int) -> None:

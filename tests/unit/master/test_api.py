@@ -125,6 +125,20 @@ def test_the_metrics_time_each_route_leaving_out_the_long_polls_wait():
     assert "/healthz" not in text  # probes are not the job's traffic
 
 
+def test_the_launchers_beat_carries_its_failure_budgets_to_the_status():
+    client, _ = make_client()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.get("/v1/status", headers=auth).json()["budgets"] == {}
+    budgets = {"master_restarts": {"spent": 1, "limit": 10, "total": 4, "refunded": 3}}
+    assert client.post("/v1/launcher/beat", json={"budgets": budgets}, headers=auth).status_code == 200
+    assert client.get("/v1/status", headers=auth).json()["budgets"] == budgets
+    assert client.post("/v1/launcher/beat", headers=auth).status_code == 200  # a bare beat keeps them
+    assert client.get("/v1/status", headers=auth).json()["budgets"] == budgets
+    bad = {"master_restarts": {"spent": "one", "limit": 10, "total": 4, "refunded": 3}}
+    r = client.post("/v1/launcher/beat", json={"budgets": bad}, headers=auth)
+    assert r.status_code == 400 and "Expected `int`, got `str` - at `$.budgets[...].spent`" in r.json()["detail"]
+
+
 def test_a_body_that_does_not_fit_is_a_400_naming_the_field_and_changes_nothing():
     client, job = make_client()
     auth = {"Authorization": f"Bearer {TOKEN}"}
