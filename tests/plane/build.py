@@ -1,7 +1,7 @@
 """Builds the plane's Go binaries (``tools/kubeplane``: Kubernetes and etcd; ``tools/minio``: the S3
-server; ``tools/argo``: Argo's workflow controller and executor) into a cache outside the clone, keyed by each module's files, so CI and later runs reuse them;
-and fetches the files tests take from Go modules (``tools/kserve``: KServe's InferenceService CRD)
-into the same cache.
+server; ``tools/argo``: Argo's workflow controller and executor; ``tools/kserve``: KServe's controller) into
+a cache outside the clone, keyed by each module's files, so CI and later runs reuse them; and fetches the
+files tests take from Go modules (``tools/kserve``: KServe's CRDs) into the same cache.
 
     python -m tests.plane.build        # all of them, with progress; a no-op when cached
 
@@ -74,7 +74,8 @@ ARGO_CONTROLLER = Target("argo", "github.com/argoproj/argo-workflows/v4/cmd/work
 ARGOEXEC = Target("argo", "github.com/argoproj/argo-workflows/v4/cmd/argoexec", "argoexec", overlay=(
     ("github.com/argoproj/argo-workflows/v4//workflow/executor/osspecific/signal_linux.go",
      "overlay/osspecific_signal_linux.go.in"),))
-TARGETS = (KUBEPLANE, MINIO, ARGO_CONTROLLER, ARGOEXEC)
+KSERVE_MANAGER = Target("kserve", "github.com/kserve/kserve/cmd/manager", "kserve-manager")
+TARGETS = (KUBEPLANE, MINIO, ARGO_CONTROLLER, ARGOEXEC, KSERVE_MANAGER)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,11 @@ class ModuleFile:
 
 
 KSERVE_CRD = ModuleFile("kserve", "github.com/kserve/kserve", "config/crd/full/serving.kserve.io_inferenceservices.yaml")
-FETCHED = (KSERVE_CRD,)
+# What KServe's controller watches or lists besides InferenceServices (without one it does not start).
+KSERVE_CRDS = (KSERVE_CRD, *(ModuleFile("kserve", "github.com/kserve/kserve", f"config/crd/full/serving.kserve.io_{kind}.yaml")
+                             for kind in ("servingruntimes", "clusterservingruntimes", "trainedmodels",
+                                          "inferencegraphs", "clusterstoragecontainers")))
+FETCHED = KSERVE_CRDS
 
 
 def fetch(item: ModuleFile) -> Path:

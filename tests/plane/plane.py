@@ -285,6 +285,64 @@ class ControlPlane:
             "--executor-image-pull-policy=IfNotPresent", "--loglevel=info", "--workflow-workers=4"],
             env={"LEADER_ELECTION_DISABLE": "true"})
 
+    # ------------------------------------------------------------ KServe (test-only, loopback only)
+    def start_kserve(self, storage_initializer: str, runtime: str, timeout_s: float = 120) -> None:
+        """KServe's CRDs and controller in raw-deployment mode (no Knative, no Istio, no ingress), its
+        pod webhook (which adds the storage initializer to a predictor's pod) registered by URL with a
+        certificate from the plane's CA, and a ClusterServingRuntime ``edl-onnx`` for ONNX models over the
+        Open Inference Protocol (v2): the ``runtime`` image running ``edl serve`` on the model directory
+        that the ``storage_initializer`` image fills."""
+        import subprocess as sp
+
+        import httpx
+
+        kubectl = [self._exe("kubectl"), f"--kubeconfig={self.admin_kubeconfig}"]
+
+        def apply(doc: dict | Path, what: str) -> None:
+            source = ["-f", str(doc)] if isinstance(doc, Path) else ["-f", "-"]
+            r = sp.run([*kubectl, "apply", "--server-side", *source], capture_output=True, text=True,
+                       input=None if isinstance(doc, Path) else json.dumps(doc))
+            if r.returncode != 0:
+                raise RuntimeError(f"KServe {what}: {r.stderr.strip()}")
+
+        for crd in build.KSERVE_CRDS:
+            apply(build.fetch(crd), f"CRD {crd.path().name}")
+        r = sp.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"],
+                   capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"KServe CRDs not established: {r.stderr.strip()}")
+        apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kserve"}}, "namespace")
+        apply(kserve_config(storage_initializer), "inferenceservice-config")
+        # The webhook server's certificate, where controller-runtime looks for it (under $TMPDIR).
+        tmp = self.root / "kserve-tmp"
+        certs = tmp / "k8s-webhook-server" / "serving-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        pair = self._authority.issue("kserve-webhook", "kserve-webhook", server=True, ips=("127.0.0.1",))
+        (certs / "tls.crt").write_bytes(pair.cert.read_bytes())
+        (certs / "tls.key").write_bytes(pair.key.read_bytes())
+        webhook, health = free_port(), free_port()
+        cfg = self._kubeconfig("kserve", "kserve-controller-manager", ("system:masters",), namespace="kserve")
+        proc = self._spawn("kserve-manager", [
+            str(build.KSERVE_MANAGER.path()), f"--kubeconfig={cfg}", "--metrics-addr=0",
+            f"--health-probe-addr=127.0.0.1:{health}", f"--webhook-port={webhook}", "--zap-log-level=info"],
+            env={"POD_NAMESPACE": "kserve", "TMPDIR": str(tmp)})
+        deadline = time.monotonic() + timeout_s
+        while True:  # ready once its webhook server serves
+            if proc.poll() is not None:
+                raise RuntimeError(f"KServe's controller exited with {proc.returncode}:\n"
+                                   f"{self.log_tail('kserve-manager')}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{health}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"KServe's controller not ready in {timeout_s:.0f} s:\n"
+                                   f"{self.log_tail('kserve-manager')}")
+            time.sleep(0.5)
+        apply(kserve_webhooks(f"https://127.0.0.1:{webhook}", self.ca.read_bytes()), "webhooks")
+        apply(edl_serving_runtime(runtime), "ClusterServingRuntime edl-onnx")
+
     # ------------------------------------------------------------ nodes
     def add_node(self, name: str, cpu: str = "4", memory: str = "16Gi", wait_s: float = 60) -> NodeInfo:
         index = len(self.state.nodes)
@@ -361,12 +419,76 @@ def argo_module_dir() -> Path:
     return Path(json.loads(r.stdout)["Dir"])
 
 
+KSERVE_RUNTIME = "edl-onnx"  # the ClusterServingRuntime for edl's ONNX exports
+
+
+def kserve_config(storage_initializer: str) -> dict:
+    """KServe's ``inferenceservice-config``: raw deployments, no ingress, our storage initializer; the rest
+    as KServe's own install sets it (S3 credentials under AWS_* keys, as the deploy step's Secret has)."""
+    quantities = {"memoryRequest": "100Mi", "memoryLimit": "1Gi", "cpuRequest": "100m", "cpuLimit": "1"}
+    data = {
+        "deploy": {"defaultDeploymentMode": "RawDeployment"},
+        "ingress": {"ingressGateway": "kserve/kserve-ingress-gateway", "ingressDomain": "example.com",
+                    "urlScheme": "http", "disableIstioVirtualHost": True, "disableIngressCreation": True,
+                    "enableGatewayApi": False},
+        "storageInitializer": {"image": storage_initializer, **quantities, "cpuModelcar": "10m",
+                               "memoryModelcar": "15Mi", "caBundleConfigMapName": "", "enableModelcar": False},
+        "credentials": {"storageSpecSecretName": "storage-config",
+                        "storageSecretNameAnnotation": "serving.kserve.io/storageSecretName",
+                        "s3": {"s3AccessKeyIDName": "AWS_ACCESS_KEY_ID",
+                               "s3SecretAccessKeyName": "AWS_SECRET_ACCESS_KEY"}},
+        # Read by the pod webhook for every predictor pod, though nothing here asks for a logger, batcher
+        # or agent: their images are never started.
+        "logger": {"image": "kserve/agent:v0.16.0", **quantities, "defaultUrl": "http://default-broker"},
+        "batcher": {"image": "kserve/agent:v0.16.0", **quantities, "maxBatchSize": "32", "maxLatency": "5000"},
+        "agent": {"image": "kserve/agent:v0.16.0", **quantities},
+    }
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "inferenceservice-config", "namespace": "kserve"},
+            "data": {k: json.dumps(v) for k, v in data.items()}}
+
+
+def kserve_webhooks(url: str, ca: bytes) -> dict:
+    """KServe's pod webhook (the storage initializer, its S3 credentials, /mnt/models) and the
+    InferenceService defaulter, by URL: the controller runs beside the plane, not in it."""
+    import base64
+
+    def hook(name: str, path: str, rules: dict, **extra) -> dict:
+        return {"name": name, "clientConfig": {"url": url + path, "caBundle": base64.b64encode(ca).decode()},
+                "rules": [rules], "failurePolicy": "Fail", "sideEffects": "None",
+                "admissionReviewVersions": ["v1beta1"], **extra}
+
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "kserve-webhooks"},
+            "webhooks": [
+                hook("inferenceservice.kserve-webhook-server.defaulter", "/mutate-serving-kserve-io-v1beta1-inferenceservice",
+                     {"apiGroups": ["serving.kserve.io"], "apiVersions": ["v1beta1"], "resources": ["inferenceservices"],
+                      "operations": ["CREATE", "UPDATE"]}),
+                hook("inferenceservice.kserve-webhook-server.pod-mutator", "/mutate-pods",
+                     {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]},
+                     objectSelector={"matchExpressions": [
+                         {"key": "serving.kserve.io/inferenceservice", "operator": "Exists"}]},
+                     reinvocationPolicy="IfNeeded"),
+            ]}
+
+
+def edl_serving_runtime(image: str) -> dict:
+    """ONNX models over the Open Inference Protocol (v2), served by ``edl serve`` (KServe's model server with
+    ONNX Runtime) from the directory KServe's storage initializer fills."""
+    return {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ClusterServingRuntime",
+            "metadata": {"name": KSERVE_RUNTIME},
+            "spec": {"supportedModelFormats": [{"name": "onnx", "version": "1", "autoSelect": True, "priority": 10}],
+                     "protocolVersions": ["v2"],
+                     "containers": [{"name": "kserve-container", "image": image,
+                                     "args": ["serve", "/mnt/models", "--name", "{{.Name}}", "--port", "8080"],
+                                     "ports": [{"containerPort": 8080, "protocol": "TCP"}]}]}}
+
+
 def stop_all(state: PlaneState) -> None:
     """Stop every process of a plane: kubelets first (they stop their pods), then the rest, then any
     container process a killed kubelet left behind (from the pid files under its root)."""
     for node in state.nodes:
         stop_pid(node.pid, 20)
-    for name in ("workflow-controller", "minio", "registry", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+    for name in ("kserve-manager", "workflow-controller", "minio", "registry", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
         pid = state.pids.get(name)
         if pid:
             stop_pid(pid, 10)

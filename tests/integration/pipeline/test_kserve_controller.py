@@ -1,0 +1,85 @@
+"""KServe's own controller (v0.16.0, built from its Go module, tools/kserve) on the plane, in raw-deployment
+mode: the InferenceService the pipeline's deploy step creates is reconciled into a predictor Deployment that
+runs edl's ServingRuntime (``edl serve`` on /mnt/models), and KServe's pod webhook, registered by URL with a
+certificate from the plane's CA, gives each predictor pod the storage initializer with the S3 credentials the
+step wired. Serving itself (the storage initializer's image, the model answering) is not covered here."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import client
+
+from edl.pipeline.deploy import deploy_model
+from tests.plane import build
+from tests.plane.plane import KSERVE_RUNTIME
+
+pytestmark = pytest.mark.timeout(300)
+STORAGE_INITIALIZER = "storage-initializer"  # edl's image of KServe's storage initializer (kserve-storage)
+
+
+@pytest.fixture(scope="session")
+def kserve(plane):
+    try:
+        build.build(build.KSERVE_MANAGER, quiet=True)
+    except build.BuildError as e:
+        pytest.fail(f"KServe's controller cannot be built: {e}")
+    plane.start_kserve(storage_initializer=plane.image(STORAGE_INITIALIZER), runtime=plane.image("runtime"))
+    return plane
+
+
+def _until(what: str, fetch, timeout_s: float = 90):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (found := fetch()) is not None:
+            return found
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not within {timeout_s:.0f} s")
+
+
+def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtime_with_its_s3_credentials(
+        kserve, kube, namespace, plane_s3, tmp_path, monkeypatch):
+    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
+    # KServe's injected init container sets no securityContext: the restricted profile would refuse the pod.
+    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
+    for key, value in plane_s3.env.items():
+        monkeypatch.setenv(key, value)  # the step's env: the S3 Secret's AWS_*
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.onnx").write_bytes(b"an ONNX file's bytes")
+    uri = deploy_model(str(model), "s3://models/kserve-test", "digits", "run-1", namespace=namespace, api_client=kube)
+
+    # The controller picks edl's runtime for the ONNX model over v2 and makes the predictor's Deployment.
+    deployment = _until("the predictor's Deployment", lambda: next(iter(apps.list_namespaced_deployment(
+        namespace, label_selector="serving.kserve.io/inferenceservice=digits").items), None))
+    (container,) = deployment.spec.template.spec.containers
+    assert container.name == "kserve-container" and container.image == kserve.image("runtime")
+    assert container.args == ["serve", "/mnt/models", "--name", "digits", "--port", "8080"]
+    custom = client.CustomObjectsApi(kube)
+
+    def predictor_condition():
+        isvc = custom.get_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices",
+                                                   "digits")
+        return next((c for c in isvc.get("status", {}).get("conditions", []) if c["type"] == "PredictorReady"), None)
+
+    _until("the InferenceService's PredictorReady condition", predictor_condition)  # its status is KServe's
+
+    # Its pods pass KServe's webhook: the storage initializer fetches the step's model into /mnt/models with
+    # the Secret the step made for the predictor's ServiceAccount.
+    pod = _until("a predictor pod", lambda: next(iter(core.list_namespaced_pod(
+        namespace, label_selector="serving.kserve.io/inferenceservice=digits").items), None))
+    (init,) = pod.spec.init_containers
+    assert init.name == "storage-initializer" and init.image == kserve.image(STORAGE_INITIALIZER)
+    assert init.args == [uri, "/mnt/models"]
+    secret = core.read_namespaced_service_account(pod.spec.service_account_name, namespace).secrets[0].name
+    env = {e.name: e for e in init.env}
+    assert env["AWS_ACCESS_KEY_ID"].value_from.secret_key_ref.name == secret
+    assert env["AWS_SECRET_ACCESS_KEY"].value_from.secret_key_ref.key == "AWS_SECRET_ACCESS_KEY"
+    assert env["S3_ENDPOINT"].value == plane_s3.env["AWS_ENDPOINT_URL"].split("://", 1)[1]
+    assert env["S3_USE_HTTPS"].value == "0"
+    mounts = {c.name: {m.mount_path for m in c.volume_mounts or ()} for c in (init, *pod.spec.containers)}
+    assert all("/mnt/models" in paths for paths in mounts.values()), mounts
+    runtime = custom.get_cluster_custom_object(
+        "serving.kserve.io", "v1alpha1", "clusterservingruntimes", KSERVE_RUNTIME)
+    assert runtime["spec"]["protocolVersions"] == ["v2"]
