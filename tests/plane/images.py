@@ -54,7 +54,7 @@ KEY_LABEL = "edl.cache.key"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 # Not built: trainer-gpu (its base, PaddlePaddle's CUDA image, cannot be had here) and
 # trainer-torch-cpu (PyTorch's CPU index cannot be reached). trainer-torch-gpu runs on CPUs too.
-SHIPPED = ("runtime", "trainer-cpu", "trainer-torch-gpu")
+SHIPPED = ("runtime", "trainer-cpu", "trainer-torch-gpu", "storage-initializer")
 TOOLS = ("buildah", "skopeo", "umoci", "mmdebstrap", "docker-registry")
 
 # The look-alike of the official python:3.11 slim image.

@@ -479,7 +479,7 @@ def edl_serving_runtime(image: str) -> dict:
             "spec": {"supportedModelFormats": [{"name": "onnx", "version": "1", "autoSelect": True, "priority": 10}],
                      "protocolVersions": ["v2"],
                      "containers": [{"name": "kserve-container", "image": image,
-                                     "args": ["serve", "/mnt/models", "--name", "{{.Name}}", "--port", "8080"],
+                                     "args": ["serve", "/mnt/models/{{.Name}}/1", "--name", "{{.Name}}", "--port", "8080"],
                                      "ports": [{"containerPort": 8080, "protocol": "TCP"}]}]}}
 
 

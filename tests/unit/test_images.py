@@ -23,8 +23,8 @@ def hadolint() -> str:
 
 
 def test_there_is_one_image_per_role():
-    assert [p.parent.name for p in IMAGES] == ["runtime", "trainer-cpu", "trainer-gpu", "trainer-torch-cpu",
-                                               "trainer-torch-gpu"]
+    assert [p.parent.name for p in IMAGES] == ["runtime", "storage-initializer", "trainer-cpu", "trainer-gpu",
+                                               "trainer-torch-cpu", "trainer-torch-gpu"]
 
 
 @pytest.mark.parametrize("dockerfile", IMAGES, ids=lambda p: p.parent.name)
@@ -43,17 +43,27 @@ def test_multi_stage_non_root_and_no_secrets(dockerfile):
         assert not re.search(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY", name), name
 
 
-@pytest.mark.parametrize("dockerfile", IMAGES, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("dockerfile", [p for p in IMAGES if p.parent.name != "storage-initializer"],
+                         ids=lambda p: p.parent.name)
 def test_images_install_the_extras_pyproject_declares(dockerfile):
     text = dockerfile.read_text()
     extras = set()
     for group in re.findall(r'"\.\[([a-z,-]+)\]"', text):
         extras |= set(group.split(","))
     assert extras and extras <= set(PYPROJECT["project"]["optional-dependencies"])
-    want = {"runtime": {"pipeline"}, "trainer-cpu": {"paddle", "pipeline"},
+    want = {"runtime": {"pipeline", "serve"}, "trainer-cpu": {"paddle", "pipeline"},
             "trainer-gpu": {"paddle-gpu", "pipeline"}, "trainer-torch-cpu": {"torch", "pipeline"},
             "trainer-torch-gpu": {"torch", "pipeline"}}[dockerfile.parent.name]
     assert extras == want
+
+
+def test_the_storage_initializer_is_kserves_at_the_version_of_the_controller_edl_is_tested_with():
+    text = (REPO / "images" / "storage-initializer" / "Dockerfile").read_text()
+    pinned = re.search(r'"kserve-storage==([0-9.]+)"', text)
+    controller = re.search(r"^\s*(?:require )?github.com/kserve/kserve v([0-9.]+)",
+                           (REPO / "tools" / "kserve" / "go.mod").read_text(), re.M)
+    assert pinned and controller and pinned[1] == controller[1]
+    assert ".[" not in text  # edl itself is not in it
 
 
 def test_the_gpu_image_pins_the_same_paddle_as_pyproject():

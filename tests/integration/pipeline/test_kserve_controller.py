@@ -2,12 +2,15 @@
 mode: the InferenceService the pipeline's deploy step creates is reconciled into a predictor Deployment that
 runs edl's ServingRuntime (``edl serve`` on /mnt/models), and KServe's pod webhook, registered by URL with a
 certificate from the plane's CA, gives each predictor pod the storage initializer with the S3 credentials the
-step wired. Serving itself (the storage initializer's image, the model answering) is not covered here."""
+step wired; the storage initializer (edl's image of kserve-storage) fetches the model from MinIO, the
+InferenceService becomes Ready, and its predictor answers the Open Inference Protocol."""
 
 from __future__ import annotations
 
 import time
 
+import httpx
+import numpy as np
 import pytest
 from kubernetes import client
 
@@ -38,6 +41,19 @@ def _until(what: str, fetch, timeout_s: float = 90):
     pytest.fail(f"{what}: not within {timeout_s:.0f} s")
 
 
+def linear_onnx(weights: np.ndarray) -> bytes:
+    """A model of one MatMul: input ``x`` (N x rows), output ``y`` = x @ weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows, cols = weights.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, cols])],
+        [numpy_helper.from_array(weights.astype(np.float32), "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
+
+
 def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtime_with_its_s3_credentials(
         kserve, kube, namespace, plane_s3, tmp_path, monkeypatch):
     core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
@@ -47,7 +63,8 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
         monkeypatch.setenv(key, value)  # the step's env: the S3 Secret's AWS_*
     model = tmp_path / "model"
     model.mkdir()
-    (model / "model.onnx").write_bytes(b"an ONNX file's bytes")
+    weights = np.arange(12, dtype=np.float32).reshape(4, 3)
+    (model / "model.onnx").write_bytes(linear_onnx(weights))
     uri = deploy_model(str(model), "s3://models/kserve-test", "digits", "run-1", namespace=namespace, api_client=kube)
 
     # The controller picks edl's runtime for the ONNX model over v2 and makes the predictor's Deployment.
@@ -55,7 +72,7 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
         namespace, label_selector="serving.kserve.io/inferenceservice=digits").items), None))
     (container,) = deployment.spec.template.spec.containers
     assert container.name == "kserve-container" and container.image == kserve.image("runtime")
-    assert container.args == ["serve", "/mnt/models", "--name", "digits", "--port", "8080"]
+    assert container.args == ["serve", "/mnt/models/digits/1", "--name", "digits", "--port", "8080"]  # the repository
     custom = client.CustomObjectsApi(kube)
 
     def predictor_condition():
@@ -83,3 +100,20 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
     runtime = custom.get_cluster_custom_object(
         "serving.kserve.io", "v1alpha1", "clusterservingruntimes", KSERVE_RUNTIME)
     assert runtime["spec"]["protocolVersions"] == ["v2"]
+
+    # The storage initializer fetches the model; edl serve answers on the pod's address once it is Ready.
+    def ready():
+        isvc = custom.get_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices",
+                                                   "digits")
+        done = any(c["type"] == "Ready" and c["status"] == "True" for c in isvc.get("status", {}).get("conditions", []))
+        return isvc if done else None
+
+    _until("the InferenceService Ready", ready, timeout_s=180)
+    (serving,) = [p for p in core.list_namespaced_pod(
+        namespace, label_selector="serving.kserve.io/inferenceservice=digits").items if p.status.pod_ip]
+    x = np.array([[1, 0, 0, 0], [0, 1, 1, 0]], dtype=np.float32)
+    r = httpx.post(f"http://{serving.status.pod_ip}:8080/v2/models/digits/infer", timeout=30, json={
+        "inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]})
+    assert r.status_code == 200, r.text
+    (y,) = r.json()["outputs"]
+    assert y["shape"] == [2, 3] and y["data"] == (x @ weights).ravel().tolist()
