@@ -3,18 +3,23 @@ mode: the InferenceService the pipeline's deploy step creates is reconciled into
 runs edl's ServingRuntime (``edl serve`` on /mnt/models), and KServe's pod webhook, registered by URL with a
 certificate from the plane's CA, gives each predictor pod the storage initializer with the S3 credentials the
 step wired; the storage initializer (edl's image of kserve-storage) fetches the model from MinIO, the
-InferenceService becomes Ready, and its predictor answers the Open Inference Protocol."""
+InferenceService becomes Ready, and its predictor, asked over the Open Inference Protocol, scores the
+held-out data as the evaluate step does."""
 
 from __future__ import annotations
 
 import time
 
-import httpx
-import numpy as np
 import pytest
 from kubernetes import client
 
+from edl.data.dataset import Dataset
+from edl.data.splits import resolve_splits
+from edl.modeldef import load_model_def
 from edl.pipeline.deploy import deploy_model
+from edl.pipeline.tasks import evaluate_remote
+from edl.serving.client import Served, served_accuracy
+from tests.conftest import run_edl
 from tests.plane import build
 from tests.plane.plane import KSERVE_RUNTIME
 
@@ -41,19 +46,6 @@ def _until(what: str, fetch, timeout_s: float = 90):
     pytest.fail(f"{what}: not within {timeout_s:.0f} s")
 
 
-def linear_onnx(weights: np.ndarray) -> bytes:
-    """A model of one MatMul: input ``x`` (N x rows), output ``y`` = x @ weights."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rows, cols = weights.shape
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "linear",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, rows])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, cols])],
-        [numpy_helper.from_array(weights.astype(np.float32), "w")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
-
-
 def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtime_with_its_s3_credentials(
         kserve, kube, namespace, plane_s3, tmp_path, monkeypatch):
     core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
@@ -61,11 +53,17 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
     core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
     for key, value in plane_s3.env.items():
         monkeypatch.setenv(key, value)  # the step's env: the S3 Secret's AWS_*
-    model = tmp_path / "model"
-    model.mkdir()
-    weights = np.arange(12, dtype=np.float32).reshape(4, 3)
-    (model / "model.onnx").write_bytes(linear_onnx(weights))
-    uri = deploy_model(str(model), "s3://models/kserve-test", "digits", "run-1", namespace=namespace, api_client=kube)
+    # A model edl trained, in the cluster's MinIO, and its held-out accuracy as the evaluate step measures it.
+    data = tmp_path / "digits"
+    assert run_edl("data", "prepare", "digits", "--out", str(data)).returncode == 0
+    trained = run_edl("train", "--job-name", "kserve-test", "--model-def", "edl.zoo.digits", "--data", str(data / "train"), "--epochs", "3",
+                      "--batch-size", "32", "--trainers", "1", "--max-trainers", "1",
+                      "--checkpoint-uri", "s3://ckpt/kserve-test", env={"EDL_HOME": str(tmp_path / "home")},
+                      timeout=240)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    model = "s3://ckpt/kserve-test/model"
+    accuracy = evaluate_remote(model, str(data), "edl.zoo.digits")
+    uri = deploy_model(model, "s3://models/kserve-test", "digits", "run-1", namespace=namespace, api_client=kube)
 
     # The controller picks edl's runtime for the ONNX model over v2 and makes the predictor's Deployment.
     deployment = _until("the predictor's Deployment", lambda: next(iter(apps.list_namespaced_deployment(
@@ -111,9 +109,7 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
     _until("the InferenceService Ready", ready, timeout_s=180)
     (serving,) = [p for p in core.list_namespaced_pod(
         namespace, label_selector="serving.kserve.io/inferenceservice=digits").items if p.status.pod_ip]
-    x = np.array([[1, 0, 0, 0], [0, 1, 1, 0]], dtype=np.float32)
-    r = httpx.post(f"http://{serving.status.pod_ip}:8080/v2/models/digits/infer", timeout=30, json={
-        "inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]})
-    assert r.status_code == 200, r.text
-    (y,) = r.json()["outputs"]
-    assert y["shape"] == [2, 3] and y["data"] == (x @ weights).ravel().tolist()
+    _, test = resolve_splits(str(data))
+    x, y = load_model_def("edl.zoo.digits").collate(Dataset(test, "held-out data").read_all())
+    served = Served(f"http://{serving.status.pod_ip}:8080/v2/models/digits", "digits")
+    assert served_accuracy(served, x, y, 4) == pytest.approx(accuracy, abs=1.5 / len(y))
