@@ -1,6 +1,7 @@
 """``./dev cluster up|down|status``: the test plane as a local cluster to try ``edl launch`` on.
 
     ./dev cluster up --nodes 3 --cpu 4     # prints the export lines for kubectl, edl and S3
+    ./dev cluster up --kserve              # and KServe's controller, serving ONNX models with edl serve
     ./dev cluster status
     ./dev cluster down                     # stops every process of it
 
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tests.plane import build, images
-from tests.plane.plane import PLANES, ControlPlane, PlaneState, stop_all
+from tests.plane.plane import KSERVE_RUNTIME, PLANES, ControlPlane, PlaneState, stop_all
 from tests.plane.procs import _alive
 from tests.plane.registry import RegistryError
 from tests.plane.runtime import PullError
@@ -59,10 +60,15 @@ def up(a: argparse.Namespace) -> int:
         plane.state.pids["minio"] = s3.proc.pid  # type: ignore[union-attr]
         plane.state.s3 = s3.endpoint
         plane.state.save()
+        if a.kserve:
+            plane.start_kserve(storage_initializer=plane.image("storage-initializer"), runtime=plane.image("runtime"))
     except (RuntimeError, OSError) as e:
         plane.stop()
         print(f"cluster: could not start: {e}", file=sys.stderr)
         return 1
+    if a.kserve:
+        print(f"KServe's controller runs in raw-deployment mode; InferenceServices of ONNX models (protocol v2) are "
+              f"served by the ClusterServingRuntime {KSERVE_RUNTIME} (edl serve)", file=sys.stderr)
     print(f"cluster up: {a.nodes} nodes of {a.cpu} CPU and {a.memory}, apiserver {plane.state.apiserver}, "
           f"S3 {plane.state.s3}, edl's images in {plane.state.registry} ({images.reference('REGISTRY', 'runtime')}, "
           f"{images.reference('REGISTRY', 'trainer-cpu')}); state and logs in {root}", file=sys.stderr)
@@ -105,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
     u.add_argument("--cpu", default="4", help="CPU capacity of each node, a Kubernetes quantity (default 4)")
     u.add_argument("--memory", default="16Gi", help="memory capacity of each node (default 16Gi)")
+    u.add_argument("--kserve", action="store_true",
+                   help="also start KServe's controller (raw deployments) with edl's ONNX serving runtime, so that "
+                        "the pipeline's deploy step is served")
     sub.add_parser("down", help="stop every process of the cluster and remove its state")
     sub.add_parser("status", help="which processes run, and the export lines")
     a = p.parse_args(argv)

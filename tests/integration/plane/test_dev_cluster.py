@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from tests.plane.plane import PLANES, PlaneState
+from tests.plane.plane import KSERVE_RUNTIME, PLANES, PlaneState
 from tests.plane.procs import _alive
 
 pytestmark = pytest.mark.timeout(420)
@@ -64,7 +64,7 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
     PLANES.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="cluster-", dir=PLANES))
     t0 = time.monotonic()
-    up = cluster(root, "up", "--nodes", "3", "--cpu", "4")
+    up = cluster(root, "up", "--nodes", "3", "--cpu", "4", "--kserve")
     try:
         assert up.returncode == 0, up.stderr
         assert time.monotonic() - t0 < 120
@@ -86,6 +86,11 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
             assert time.monotonic() < deadline, core.read_namespaced_pod("hi", "default").status
             time.sleep(0.3)
         assert core.read_namespaced_pod_log("hi", "default").startswith("usage: edl")
+        # --kserve: KServe's controller runs, with edl's serving runtime installed (the KServe test serves with it).
+        assert _alive(PlaneState.load(root).pids["kserve-manager"])
+        runtime = client.CustomObjectsApi(api).get_cluster_custom_object(
+            "serving.kserve.io", "v1alpha1", "clusterservingruntimes", KSERVE_RUNTIME)
+        assert runtime["spec"]["containers"][0]["image"] == f"{lines['EDL_REGISTRY']}/edl-runtime:0.1.0"
         launch_a_job_from_here(api, lines, root)
         again = cluster(root, "up")
         assert again.returncode == 0 and "already up" in again.stderr
