@@ -14,6 +14,8 @@ SIDECAR = ["sidecar", "--job-name", "j", "--master", "m:1", "--min-trainers", "1
 
 # (command line, what the error line must say): each flag of each command with a value that must be refused.
 BAD = [
+    (["serve", "model", "--host", "localhost"], "--host 'localhost': not an IP address"),
+    (["serve", "model", "--port", "0"], "--port must be 1..65535 (got 0)"),
     (["train", *JOB, "--checkpoint-uri", "ck", "--learning-rate", "nan"], "--learning-rate must be a positive number (got nan)"),
     (["train", *JOB, "--checkpoint-uri", "ck", "--learning-rate", "inf"], "--learning-rate must be a positive number (got inf)"),
     (["train", *JOB, "--checkpoint-uri", "ck", "--learning-rate", "-0.1"], "--learning-rate must be a positive number"),

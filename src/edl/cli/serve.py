@@ -8,6 +8,7 @@ from edl.errors import UserError
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
+    import ipaddress
     import re
 
     if not 1 <= a.port <= 65535:
@@ -15,10 +16,14 @@ def cmd_serve(a: argparse.Namespace) -> int:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", a.name):
         raise UserError(f"--name {a.name!r}: letters, digits, '.', '_' and '-' only (it is part of the URL)")
     try:
+        ipaddress.ip_address(a.host)
+    except ValueError:
+        raise UserError(f"--host {a.host!r}: not an IP address (e.g. 0.0.0.0, or the pod's own)") from None
+    try:
         from edl.serving.server import serve
     except ImportError as e:
         raise UserError(f"edl serve needs the serve extra (pip install 'edl[serve]'): {e}") from None
-    return serve(a.model_uri, a.port, a.name)
+    return serve(a.model_uri, a.port, a.name, a.host)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -33,5 +38,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="an exported model directory: CHECKPOINT_URI/model, a registry's current/, a Model "
                          "artifact (a path, file:///dir or s3://bucket/prefix; S3 settings from the environment)")
     sv.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080, KServe's)")
+    sv.add_argument("--host", default="0.0.0.0",
+                    help="the address to listen on (default 0.0.0.0: every address, as KServe's model server does; "
+                         "a pod's own address where pods share one network)")
     sv.add_argument("--name", default="model", help="the model's name in the routes (default model, KServe's)")
     sv.set_defaults(fn=cmd_serve)

@@ -14,6 +14,7 @@ shape) is answered 400 with one line saying why; an unknown model 404.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import uuid
@@ -27,7 +28,9 @@ import onnxruntime as ort
 _argv, sys.argv = sys.argv, sys.argv[:1]
 try:
     import kserve
+    from kserve.constants.constants import FASTAPI_APP_IMPORT_STRING
     from kserve.errors import InvalidInput, ModelNotFound
+    from kserve.protocol.rest.server import RESTServer
     from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
     from kserve.utils.numpy_codec import to_np_dtype
 finally:
@@ -139,14 +142,36 @@ def spec_dtype(spec: TensorSpec) -> np.dtype:
     return np.dtype(to_np_dtype(spec.datatype))
 
 
-def serve(model_uri: str, port: int, name: str = DEFAULT_NAME) -> int:
+class _BoundModelServer(kserve.ModelServer):
+    """KServe's model server, its one REST server bound to ``host`` (KServe's own binds every address): where
+    pods share one network, as on edl's test plane, each predictor listens on its own pod's address."""
+
+    def __init__(self, host: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.host = host
+
+    def start(self, models: list) -> None:  # kserve.ModelServer.start, for one worker and no gRPC
+        self._register_and_check_atleast_one_model_is_ready(models)
+        self._rest_server = RESTServer(
+            FASTAPI_APP_IMPORT_STRING, self.dataplane, self.model_repository_extension, self.http_port,
+            access_log_format=self.access_log_format, workers=1, grace_period=self.grace_period,
+            event_loop=self.event_loop, timeout_keep_alive=self.timeout_keep_alive)
+        self._rest_server.config.host = self.host  # read when the server binds, in its start-up
+        self.servers.append(self._rest_server.start())
+        self.setup_event_loop()
+        self.register_signal_handler()
+        asyncio.run(self._serve())
+
+
+def serve(model_uri: str, port: int, name: str = DEFAULT_NAME, host: str = "0.0.0.0") -> int:
     """Serve until SIGINT or SIGTERM (KServe's server stops gracefully on either); answers 0."""
     model = OnnxModel(name, read_onnx(model_uri))
     inputs = ", ".join(s.describe() for s in model.inputs)
-    print(f"edl serve: {model_uri} as {name!r} (input {inputs}) on http://127.0.0.1:{port}/v2/models/{name} "
+    shown = "127.0.0.1" if host == "0.0.0.0" else host
+    print(f"edl serve: {model_uri} as {name!r} (input {inputs}) on http://{shown}:{port}/v2/models/{name} "
           "(Open Inference Protocol; Ctrl-C stops)", flush=True)
-    server = kserve.ModelServer(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False,
-                                enable_latency_logging=False)
+    kwargs = dict(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False, enable_latency_logging=False)
+    server = kserve.ModelServer(**kwargs) if host == "0.0.0.0" else _BoundModelServer(host, **kwargs)
     _quiet_kserve()
     server.start([model])
     return 0

@@ -9,7 +9,11 @@ held-out data as the evaluate step does."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import httpx
+import numpy as np
+import onnxruntime as ort
 import pytest
 from kubernetes import client
 
@@ -18,7 +22,8 @@ from edl.data.splits import resolve_splits
 from edl.modeldef import load_model_def
 from edl.pipeline.deploy import deploy_model
 from edl.pipeline.tasks import evaluate_remote
-from edl.serving.client import Served, served_accuracy
+from edl.serving.client import Served, infer, served_accuracy
+from edl.serving.server import read_onnx
 from tests.conftest import run_edl
 from tests.plane import build
 from tests.plane.plane import KSERVE_RUNTIME
@@ -46,6 +51,24 @@ def _until(what: str, fetch, timeout_s: float = 90):
     pytest.fail(f"{what}: not within {timeout_s:.0f} s")
 
 
+def train(data: Path, checkpoint_uri: str, epochs: str, tmp_path: Path, seed: str = "0") -> str:
+    """``edl train`` of the digits model into ``checkpoint_uri``; answers its model's URI."""
+    trained = run_edl("train", "--job-name", f"kserve-{seed}", "--model-def", "edl.zoo.digits", "--data",
+                      str(data / "train"), "--epochs", epochs, "--batch-size", "32", "--trainers", "1",
+                      "--max-trainers", "1", "--seed", seed, "--checkpoint-uri", checkpoint_uri,
+                      env={"EDL_HOME": str(tmp_path / f"home-{seed}")}, timeout=240)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    return f"{checkpoint_uri}/model"
+
+
+def infer_locally(onnx_model: bytes, rows: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"]).run(None, {"x": rows})[0]
+
+
+def predictor_pods(core: client.CoreV1Api, namespace: str) -> list:
+    return core.list_namespaced_pod(namespace, label_selector="serving.kserve.io/inferenceservice=digits").items
+
+
 def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtime_with_its_s3_credentials(
         kserve, kube, namespace, plane_s3, tmp_path, monkeypatch):
     core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
@@ -56,12 +79,7 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
     # A model edl trained, in the cluster's MinIO, and its held-out accuracy as the evaluate step measures it.
     data = tmp_path / "digits"
     assert run_edl("data", "prepare", "digits", "--out", str(data)).returncode == 0
-    trained = run_edl("train", "--job-name", "kserve-test", "--model-def", "edl.zoo.digits", "--data", str(data / "train"), "--epochs", "3",
-                      "--batch-size", "32", "--trainers", "1", "--max-trainers", "1",
-                      "--checkpoint-uri", "s3://ckpt/kserve-test", env={"EDL_HOME": str(tmp_path / "home")},
-                      timeout=240)
-    assert trained.returncode == 0, trained.stderr[-2000:]
-    model = "s3://ckpt/kserve-test/model"
+    model = train(data, "s3://ckpt/kserve-test", "3", tmp_path)
     accuracy = evaluate_remote(model, str(data), "edl.zoo.digits")
     uri = deploy_model(model, "s3://models/kserve-test", "digits", "run-1", namespace=namespace, api_client=kube)
 
@@ -70,7 +88,9 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
         namespace, label_selector="serving.kserve.io/inferenceservice=digits").items), None))
     (container,) = deployment.spec.template.spec.containers
     assert container.name == "kserve-container" and container.image == kserve.image("runtime")
-    assert container.args == ["serve", "/mnt/models/digits/1", "--name", "digits", "--port", "8080"]  # the repository
+    # The repository's model, on the pod's own address (the plane's pods share one network).
+    assert container.args == ["serve", "/mnt/models/digits/1", "--name", "digits", "--port", "8080",
+                              "--host", "$(POD_IP)"]
     custom = client.CustomObjectsApi(kube)
 
     def predictor_condition():
@@ -82,8 +102,7 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
 
     # Its pods pass KServe's webhook: the storage initializer fetches the step's model into /mnt/models with
     # the Secret the step made for the predictor's ServiceAccount.
-    pod = _until("a predictor pod", lambda: next(iter(core.list_namespaced_pod(
-        namespace, label_selector="serving.kserve.io/inferenceservice=digits").items), None))
+    pod = _until("a predictor pod", lambda: next(iter(predictor_pods(core, namespace)), None))
     (init,) = pod.spec.init_containers
     assert init.name == "storage-initializer" and init.image == kserve.image(STORAGE_INITIALIZER)
     assert init.args == [uri, "/mnt/models"]
@@ -107,9 +126,28 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
         return isvc if done else None
 
     _until("the InferenceService Ready", ready, timeout_s=180)
-    (serving,) = [p for p in core.list_namespaced_pod(
-        namespace, label_selector="serving.kserve.io/inferenceservice=digits").items if p.status.pod_ip]
+    (serving,) = [p for p in predictor_pods(core, namespace) if p.status.pod_ip]
     _, test = resolve_splits(str(data))
     x, y = load_model_def("edl.zoo.digits").collate(Dataset(test, "held-out data").read_all())
     served = Served(f"http://{serving.status.pod_ip}:8080/v2/models/digits", "digits")
     assert served_accuracy(served, x, y, 4) == pytest.approx(accuracy, abs=1.5 / len(y))
+
+    # The next run's model: the service rolls over to it, and the old predictor stops answering.
+    model2 = train(data, "s3://ckpt/kserve-test-2", "2", tmp_path, seed="7")
+    uri2 = deploy_model(model2, "s3://models/kserve-test", "digits", "run-2", namespace=namespace, api_client=kube)
+
+    def rolled_over():
+        pods = predictor_pods(core, namespace)
+        if len(pods) != 1 or pods[0].spec.init_containers[0].args[0] != uri2:
+            return None
+        ready = any(c.type == "Ready" and c.status == "True" for c in pods[0].status.conditions or ())
+        return pods[0] if ready else None
+
+    new = _until("the predictor of the next run's model, alone", rolled_over, timeout_s=180)
+    rows = x[:16]
+    want = infer_locally(read_onnx(model2), rows)
+    got = infer(Served(f"http://{new.status.pod_ip}:8080/v2/models/digits", "digits"), rows)
+    assert np.allclose(got, want, atol=1e-5)
+    assert not np.allclose(got, infer_locally(read_onnx(model), rows), atol=1e-3)  # another model indeed
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{served.url}/ready", timeout=5)
