@@ -50,7 +50,9 @@ def warm_start_from(model: Output[Model], registry_uri: str, enabled: bool = Tru
 def link_warm_start(uri: str) -> Model:
     """The Model artifact at ``uri`` as an input of this run: an importer with ``reimport=False``, so
     that the KFP backend reuses the artifact it already holds under that URI rather than record a new
-    one, and the lineage graph runs from the parent's model through this run's training to its model.
+    one, and the lineage graph runs from the parent's model through this run's training to its model (on
+    an s3:// pipeline root; on KFP's default minio:// root the session info differs and the backend records
+    a second artifact: docs/pipelines.md, "When KFP's lineage links to the parent's own artifact").
     A pipeline of its own because the backend's importer reads a runtime URI only from an input of
     the DAG around it, not from the output of a task beside it."""
     task = dsl.importer(artifact_uri=uri, artifact_class=Model, reimport=False)
