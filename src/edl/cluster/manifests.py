@@ -384,13 +384,16 @@ DEPLOYER_ROLE = "edl-deployer"
 def deployer_rbac(namespace: str, accounts: tuple[str, ...]) -> list[dict]:
     """What the pipeline's optional ``deploy`` step needs besides the launcher's Role, as a Role of its own
     bound to ``accounts`` (the run's account): create or replace the KServe InferenceService and the
-    Secret and ServiceAccount that carry its S3 credentials (``edl.pipeline.deploy``). Rendered only
+    Secret and ServiceAccount that carry its S3 credentials, and list the predictor's pods while it waits
+    for them (``edl.pipeline.deploy``). Rendered only
     when asked for (``edl k8s render --bind-deployer``): a pipeline that never deploys holds no such right."""
     if not accounts:
         return []
     rules = [{"apiGroups": ["serving.kserve.io"], "resources": ["inferenceservices"],
               "verbs": ["get", "create", "update"]},
-             {"apiGroups": [""], "resources": ["secrets", "serviceaccounts"], "verbs": ["get", "create", "update"]}]
+             {"apiGroups": [""], "resources": ["secrets", "serviceaccounts"], "verbs": ["get", "create", "update"]},
+             # the predictor's pods, to wait until they serve the model or say why they cannot
+             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": DEPLOYER_ROLE, "namespace": namespace, "labels": {"app.kubernetes.io/name": APP}},
             "rules": rules}

@@ -12,18 +12,24 @@ restarts later loads the same model) and then creates, or updates to it, three o
   predictor's ``serviceAccountName``);
 - the ``InferenceService`` ``NAME`` (``serving.kserve.io/v1beta1``).
 
-The builders are pure; ``deploy_model`` does the S3 copy and the API calls (``KubeApi.apply``:
-create, or replace what is there, with retries).
+Then it waits until KServe serves the model (the service Ready, only the new model's predictors ready),
+and fails with KServe's reason in one line when it cannot (a storage initializer that cannot fetch the
+model, a predictor that crashes). The builders and ``serving_state`` are pure; ``deploy_model`` does the
+S3 copy and the API calls (``KubeApi.apply``: create, or replace what is there, with retries).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
-from edl.errors import UserError
+from edl.errors import PermanentError, UserError
 from edl.storage.checkpoint import ONNX_FILE
 
 API_VERSION = "serving.kserve.io/v1beta1"
@@ -32,6 +38,9 @@ LABELS = {"app.kubernetes.io/name": "edl", "app.kubernetes.io/component": "servi
 # KServe: a DNS-1035 label; its hostnames (NAME-predictor-NAMESPACE...) leave room for about 45.
 SERVICE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,43}[a-z0-9])?$")
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+STORAGE_INITIALIZER = "storage-initializer"  # the init container KServe's pod webhook adds
+READY_TIMEOUT_S = 600.0  # a predictor's image pull and the model's download, on a cold node
+POLL_S = 2.0
 
 
 def storage_name(name: str) -> str:
@@ -104,10 +113,88 @@ def publish_repository(model_uri: str, registry_uri: str, name: str, job: str) -
     return registry.child(prefix)
 
 
+@dataclass(frozen=True)
+class Serving:
+    """Where serving the step's model stands: ``ready`` (KServe says Ready and only the new model's
+    predictors are ready), ``failure`` (one line: why it cannot be), else still on its way (``waiting``)."""
+
+    ready: bool = False
+    failure: str | None = None
+    waiting: str = ""
+
+
+def _storage_uri(pod: dict) -> str | None:
+    """The model a predictor pod serves: its storage initializer's first argument."""
+    for c in pod.get("spec", {}).get("initContainers") or []:
+        if c.get("name") == STORAGE_INITIALIZER and c.get("args"):
+            return c["args"][0]
+    return None
+
+
+def _pod_ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in pod.get("status", {}).get("conditions") or [])
+
+
+def _failed_container(pod: dict) -> str | None:
+    """One line for a container of the pod that exited non-zero (now or before a restart), from its
+    termination message (its log's tail, ``FallbackToLogsOnError``); ``None`` when none did."""
+    status = pod.get("status", {})
+    for s in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        for when in ("state", "lastState"):
+            term = (s.get(when) or {}).get("terminated") or {}
+            if term.get("exitCode", 0) != 0:
+                lines = [ln.strip() for ln in (term.get("message") or "").splitlines() if ln.strip()]
+                why = lines[-1] if lines else f"exit code {term['exitCode']}"
+                return f"{s.get('name')} of pod {pod['metadata']['name']} failed: {why}"
+    return None
+
+
+def serving_state(isvc: dict | None, pods: list[dict], storage_uri: str) -> Serving:
+    """Pure: the InferenceService and its predictor pods as the API shows them -> ``Serving``."""
+    ours = [p for p in pods if _storage_uri(p) == storage_uri]
+    for pod in ours:
+        if (failure := _failed_container(pod)) is not None:
+            return Serving(failure=failure)
+    conditions = {c.get("type"): c for c in (isvc or {}).get("status", {}).get("conditions") or []}
+    ready = conditions.get("Ready", {}).get("status") == "True"
+    older = [p["metadata"]["name"] for p in pods if _storage_uri(p) != storage_uri and _pod_ready(p)]
+    if ready and any(_pod_ready(p) for p in ours) and not older:
+        return Serving(ready=True)
+    if not ours:
+        return Serving(waiting="a predictor pod of this model")
+    if older:
+        return Serving(waiting=f"the earlier model's predictors to stop ({', '.join(older)})")
+    unready = [c for c in conditions.values() if c.get("status") != "True"]
+    return Serving(waiting="; ".join(f"{c['type']}: {c.get('message') or c.get('reason') or c.get('status')}"
+                                     for c in unready) or "the predictor to become Ready")
+
+
+def wait_served(api: Any, name: str, storage_uri: str, timeout_s: float,
+                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Until KServe serves ``storage_uri`` under ``name``; one line (``PermanentError``) if it cannot, or if it
+    does not within ``timeout_s``."""
+    deadline = clock() + timeout_s
+    while True:
+        state = serving_state(api.get("inferenceservices", name),
+                              api.list("pods", f"serving.kserve.io/inferenceservice={name}"), storage_uri)
+        if state.ready:
+            return
+        if state.failure is not None:
+            raise PermanentError(f"deploy: InferenceService {name} cannot serve {storage_uri}: {state.failure}")
+        if clock() > deadline:
+            raise PermanentError(f"deploy: InferenceService {name} not serving {storage_uri} after "
+                                 f"{timeout_s:.0f} s; waiting for {state.waiting}")
+        sleep(POLL_S)
+
+
 def deploy_model(model_uri: str, registry_uri: str, name: str, job: str, namespace: str = "",
-                 api_client: object | None = None, env: dict[str, str] | None = None) -> str:
+                 api_client: object | None = None, env: dict[str, str] | None = None,
+                 wait_s: float = READY_TIMEOUT_S) -> str:
     """The step: the repository written, then the Secret, ServiceAccount and InferenceService applied in
-    ``namespace`` (default: the step's pod's). Returns the storage URI."""
+    ``namespace`` (default: the step's pod's), then (``wait_s`` > 0) until KServe serves the model: the
+    step fails with KServe's reason (a storage initializer that cannot fetch the model, a predictor that
+    crashes) rather than succeed with nothing served. Returns the storage URI."""
     from edl.cluster.kube_api import KubeApi, load_api_client
 
     if not SERVICE_NAME.match(name):
@@ -121,4 +208,6 @@ def deploy_model(model_uri: str, registry_uri: str, name: str, job: str, namespa
     api = KubeApi(api_client or load_api_client(), namespace)
     for obj in objects(name, namespace, storage_uri, dict(os.environ) if env is None else env, model_uri):
         api.apply(obj)
+    if wait_s > 0:
+        wait_served(api, name, storage_uri, wait_s)
     return storage_uri

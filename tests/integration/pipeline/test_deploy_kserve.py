@@ -2,9 +2,9 @@
 its full schema from KServe's Go module, tools/kserve): what the step creates is accepted, a second
 run updates it in place, the schema is enforced, and the step's Role is what it needs.
 
-This checks the objects, the step's rights and the S3 layout; serving them is
-``test_kserve_controller.py``'s, with KServe's controller (which, when it runs on the same plane, also
-reconciles what this test creates)."""
+This checks the objects, the step's rights and the S3 layout (the step does not wait to be served:
+``wait_s=0``); serving them is ``test_kserve_controller.py``'s, with KServe's controller (which, when it
+runs on the same plane, also reconciles what this test creates)."""
 
 from __future__ import annotations
 
@@ -70,10 +70,12 @@ def test_the_deploy_step_creates_then_updates_the_inference_service_as_the_runs_
 
     apply(kube, [b for b in manifests.launcher_bindings(namespace, RUNNER) if b["kind"] == "RoleBinding"], namespace)
     with pytest.raises(KubeForbiddenError):
-        deploy_model(str(model), registry, "digits", "run-1", namespace=namespace, api_client=runner)
+        deploy_model(str(model), registry, "digits", "run-1", namespace=namespace, api_client=runner,
+                         wait_s=0)
     apply(kube, manifests.deployer_rbac(namespace, (RUNNER,)), namespace)
 
-    first = deploy_model(str(model), registry, "digits", "run-1", namespace=namespace, api_client=runner)
+    first = deploy_model(str(model), registry, "digits", "run-1", namespace=namespace, api_client=runner,
+                         wait_s=0)
     assert first == f"{registry}/serving/run-1"
     s3 = plane_s3.client()
     assert s3.get_object("models", "deploy-test/serving/run-1/digits/1/model.onnx").read() == b"an ONNX file's bytes"
@@ -90,7 +92,8 @@ def test_the_deploy_step_creates_then_updates_the_inference_service_as_the_runs_
     assert set(secret.data) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 
     # The next run's model: the same service, pointed at the new repository (an update, not a second one).
-    second = deploy_model(str(model), registry, "digits", "run-2", namespace=namespace, api_client=runner)
+    second = deploy_model(str(model), registry, "digits", "run-2", namespace=namespace, api_client=runner,
+                         wait_s=0)
     again = custom.get_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices", "digits")
     assert again["spec"]["predictor"]["model"]["storageUri"] == second == f"{registry}/serving/run-2"
     assert again["metadata"]["uid"] == isvc["metadata"]["uid"] and again["metadata"]["generation"] == 2

@@ -151,3 +151,24 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
     assert not np.allclose(got, infer_locally(read_onnx(model), rows), atol=1e-3)  # another model indeed
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{served.url}/ready", timeout=5)
+
+
+def test_a_model_kserve_cannot_fetch_fails_the_deploy_step_with_the_storage_initializers_reason(
+        kserve, kube, namespace, plane_s3, tmp_path, monkeypatch):
+    from edl.errors import PermanentError
+
+    client.CoreV1Api(kube).patch_namespace(
+        namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
+    for key, value in plane_s3.env.items():
+        monkeypatch.setenv(key, value)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.onnx").write_bytes(b"not read: the predictor never gets it")
+    # The Secret the step makes for KServe holds a key the bucket refuses.
+    env = {**plane_s3.env, "AWS_SECRET_ACCESS_KEY": "not-the-key"}
+    with pytest.raises(PermanentError) as e:
+        deploy_model(str(model), "s3://models/kserve-refused", "refused", "run-1", namespace=namespace,
+                     api_client=kube, env=env, wait_s=150)
+    line = str(e.value)
+    assert "\n" not in line and line.startswith("deploy: InferenceService refused cannot serve s3://models/")
+    assert "storage-initializer of pod refused-predictor-" in line and "SignatureDoesNotMatch" in line, line

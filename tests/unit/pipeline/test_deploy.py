@@ -77,7 +77,8 @@ def test_the_deployer_role_is_rendered_only_when_asked_for_and_holds_only_what_d
     assert {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"]
             for r in rule["resources"]} == {
         ("serving.kserve.io", "inferenceservices"): {"get", "create", "update"},
-        ("", "secrets"): {"get", "create", "update"}, ("", "serviceaccounts"): {"get", "create", "update"}}
+        ("", "secrets"): {"get", "create", "update"}, ("", "serviceaccounts"): {"get", "create", "update"},
+        ("", "pods"): {"list"}}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pipeline-runner", "namespace": "ml"}]
     base = ["k8s", "render", "--job", "j", "--model-def", "edl.zoo.digits", "--data", "s3://d/x",
             "--checkpoint-uri", "s3://c/x", "--s3-secret", "minio", "--namespace", "ml", "--epochs", "1", "--batch-size", "8"]
@@ -85,3 +86,69 @@ def test_the_deployer_role_is_rendered_only_when_asked_for_and_holds_only_what_d
     assert not (tmp_path / "plain" / "01-deploy-rbac.yaml").exists()
     assert main([*base, "--out", str(tmp_path / "deploy"), "--bind-deployer", "pipeline-runner"]) == 0
     assert list(yaml.safe_load_all((tmp_path / "deploy" / "01-deploy-rbac.yaml").read_text())) == [role, binding]
+
+
+NEW, OLD = "s3://models/serving/run-2", "s3://models/serving/run-1"
+
+
+def pod(name: str, uri: str, ready: bool = False, init_exit: int | None = None, message: str = "") -> dict:
+    status: dict = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if init_exit is not None:
+        status["initContainerStatuses"] = [{"name": "storage-initializer", "state": {"waiting": {}},
+                                            "lastState": {"terminated": {"exitCode": init_exit, "message": message}}}]
+    return {"metadata": {"name": name}, "status": status,
+            "spec": {"initContainers": [{"name": "storage-initializer", "args": [uri, "/mnt/models"]}]}}
+
+
+def isvc(ready: bool, message: str = "") -> dict:
+    return {"status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"},
+                                      {"type": "PredictorReady", "status": "True" if ready else "False",
+                                       "message": message}]}}
+
+
+def test_serving_is_ready_only_when_kserve_says_so_and_only_the_new_models_predictors_are_ready():
+    from edl.pipeline.deploy import serving_state
+
+    assert serving_state(isvc(False), [], NEW).waiting == "a predictor pod of this model"
+    rolling = serving_state(isvc(True), [pod("p-old", OLD, ready=True), pod("p-new", NEW, ready=True)], NEW)
+    assert not rolling.ready and rolling.waiting == "the earlier model's predictors to stop (p-old)"
+    starting = serving_state(isvc(False, "Deployment does not have minimum availability."), [pod("p-new", NEW)], NEW)
+    assert not starting.ready and "PredictorReady: Deployment does not have minimum availability." in starting.waiting
+    assert serving_state(isvc(True), [pod("p-new", NEW, ready=True)], NEW).ready
+
+
+def test_a_storage_initializer_that_cannot_fetch_the_model_is_one_line_naming_the_pod():
+    from edl.pipeline.deploy import serving_state
+
+    log = "INFO Copying contents of s3://models/serving/run-2 to local\nstorage-initializer: s3://models/...: " \
+          "An error occurred (InvalidAccessKeyId) when calling the ListObjects operation\n"
+    state = serving_state(isvc(False), [pod("p-new", NEW, init_exit=1, message=log)], NEW)
+    assert state.failure == ("storage-initializer of pod p-new failed: storage-initializer: s3://models/...: An error "
+                             "occurred (InvalidAccessKeyId) when calling the ListObjects operation")
+    assert serving_state(isvc(False), [pod("p-new", NEW, init_exit=137)], NEW).failure.endswith("exit code 137")
+    # An earlier model's pod that failed is not this model's failure.
+    assert serving_state(isvc(False), [pod("p-old", OLD, init_exit=1)], NEW).failure is None
+
+
+def test_the_step_waits_for_kserve_and_gives_up_naming_what_it_waited_for():
+    from edl.errors import PermanentError
+    from edl.pipeline.deploy import wait_served
+
+    class Api:
+        def __init__(self, answers: list[tuple[dict, list[dict]]]) -> None:
+            self.answers = answers
+
+        def get(self, resource: str, name: str) -> dict:
+            return self.answers[0][0]
+
+        def list(self, resource: str, selector: str) -> list[dict]:
+            assert selector == "serving.kserve.io/inferenceservice=digits"
+            return self.answers.pop(0)[1] if len(self.answers) > 1 else self.answers[0][1]
+
+    now = [0.0]
+    sleep = lambda s: now.__setitem__(0, now[0] + s)  # noqa: E731
+    wait_served(Api([(isvc(False), []), (isvc(True), [pod("p", NEW, ready=True)])]), "digits", NEW, 60,
+                clock=lambda: now[0], sleep=sleep)
+    with pytest.raises(PermanentError, match=r"not serving s3://models/serving/run-2 after 60 s; waiting for a "
+                                             r"predictor pod of this model"):
+        wait_served(Api([(isvc(False), [])]), "digits", NEW, 60, clock=lambda: now[0], sleep=sleep)
