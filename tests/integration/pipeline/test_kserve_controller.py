@@ -172,3 +172,44 @@ def test_a_model_kserve_cannot_fetch_fails_the_deploy_step_with_the_storage_init
     line = str(e.value)
     assert "\n" not in line and line.startswith("deploy: InferenceService refused cannot serve s3://models/")
     assert "storage-initializer of pod refused-predictor-" in line and "SignatureDoesNotMatch" in line, line
+
+
+def test_the_deploy_step_run_as_a_pod_under_the_runs_account_serves_its_model(
+        kserve, kube, namespace, plane_s3, tmp_path, monkeypatch):
+    """The step as the pipeline runs it: in edl's runtime image, in the run's namespace, as an account that
+    holds only the deployer's Role (its namespace from the pod's account, its API from in-cluster config), with
+    the S3 Secret as its env; it returns once KServe serves the model."""
+    from edl.cluster import manifests
+    from tests.plane.fixtures import apply
+
+    core = client.CoreV1Api(kube)
+    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
+    for key, value in plane_s3.env.items():
+        monkeypatch.setenv(key, value)
+    data = tmp_path / "digits"
+    assert run_edl("data", "prepare", "digits", "--out", str(data)).returncode == 0
+    model = train(data, "s3://ckpt/kserve-pod", "2", tmp_path, seed="3")
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "runner"}})
+    apply(kube, manifests.deployer_rbac(namespace, ("runner",)), namespace)
+    step = ("from edl.pipeline.deploy import deploy_model; "
+            f"print(deploy_model({model!r}, 's3://models/kserve-pod', 'podstep', 'run-1'))")
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "deploy"}, "spec": {
+        "serviceAccountName": "runner", "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": kserve.image("runtime"), "command": ["python", "-c", step],
+                        "envFrom": [{"secretRef": {"name": "minio"}}]}]}})
+
+    def finished():
+        phase = core.read_namespaced_pod("deploy", namespace).status.phase
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = _until("the deploy step's pod to finish", finished, timeout_s=240)
+    log = core.read_namespaced_pod_log("deploy", namespace)
+    assert phase == "Succeeded", log[-3000:]
+    assert log.strip().splitlines()[-1] == "s3://models/kserve-pod/serving/run-1"
+    (serving,) = [p for p in core.list_namespaced_pod(
+        namespace, label_selector="serving.kserve.io/inferenceservice=podstep").items if p.status.pod_ip]
+    _, test = resolve_splits(str(data))
+    x, y = load_model_def("edl.zoo.digits").collate(Dataset(test, "held-out data").read_all())
+    served = Served(f"http://{serving.status.pod_ip}:8080/v2/models/podstep", "podstep")
+    accuracy = evaluate_remote(model, str(data), "edl.zoo.digits")
+    assert served_accuracy(served, x, y, 4) == pytest.approx(accuracy, abs=1.5 / len(y))
