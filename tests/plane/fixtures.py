@@ -84,12 +84,18 @@ def trainer_image(plane) -> str:
     return plane.image("trainer-cpu")
 
 
+def built(target: build.Target, what: str) -> Path:
+    """``target``'s binary, built where missing (after ``./dev``'s build step: a no-op); a build that fails
+    fails the test, naming ``what``."""
+    try:
+        return build.build(target, quiet=True)
+    except build.BuildError as e:
+        pytest.fail(f"{what} cannot be built: {e}")
+
+
 @pytest.fixture(scope="session")
 def plane_s3(plane):
-    try:
-        build.build(build.MINIO, quiet=True)
-    except build.BuildError as e:
-        pytest.fail(f"MinIO cannot be built: {e}")
+    built(build.MINIO, "MinIO")
     server = MinioServer(plane.root / "minio").start()
     try:
         env = {**os.environ, **server.env}

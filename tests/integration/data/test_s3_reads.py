@@ -13,6 +13,7 @@ import pytest
 
 from edl.data.dataset import Dataset
 from tests.plane import build
+from tests.plane.fixtures import built
 from tests.plane.s3 import MinioServer
 from tests.proxy import TcpProxy
 
@@ -23,10 +24,7 @@ ROWS, GROUP_ROWS = 200_000, 10_000
 
 @pytest.fixture(scope="module")
 def minio(tmp_path_factory):
-    try:
-        build.build(build.MINIO, quiet=True)
-    except build.BuildError as e:
-        pytest.fail(f"MinIO cannot be built: {e}")
+    built(build.MINIO, "MinIO")
     server = MinioServer(tmp_path_factory.mktemp("minio")).start()
     try:
         yield server

@@ -26,6 +26,7 @@ from edl.serving.client import Served, infer, served_accuracy
 from edl.serving.server import read_onnx
 from tests.conftest import run_edl
 from tests.plane import build
+from tests.plane.fixtures import built
 from tests.plane.plane import KSERVE_RUNTIME
 
 pytestmark = pytest.mark.timeout(300)
@@ -34,10 +35,7 @@ STORAGE_INITIALIZER = "storage-initializer"  # edl's image of KServe's storage i
 
 @pytest.fixture(scope="session")
 def kserve(plane):
-    try:
-        build.build(build.KSERVE_MANAGER, quiet=True)
-    except build.BuildError as e:
-        pytest.fail(f"KServe's controller cannot be built: {e}")
+    built(build.KSERVE_MANAGER, "KServe's controller")
     plane.start_kserve(storage_initializer=plane.image(STORAGE_INITIALIZER), runtime=plane.image("runtime"))
     return plane
 
