@@ -473,14 +473,15 @@ def kserve_webhooks(url: str, ca: bytes) -> dict:
 
 def edl_serving_runtime(image: str) -> dict:
     """ONNX models over the Open Inference Protocol (v2), served by ``edl serve`` (KServe's model server with
-    ONNX Runtime) from the repository KServe's storage initializer fetches (``NAME/1/model.onnx``). Bound to the
+    ONNX Runtime) from what KServe's storage initializer fetches: an exported model directory, or the deploy
+    step's repository (``NAME/1/model.onnx``). Bound to the
     pod's own address: the plane's pods share the machine's network, and a rollover runs two predictors."""
     return {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ClusterServingRuntime",
             "metadata": {"name": KSERVE_RUNTIME},
             "spec": {"supportedModelFormats": [{"name": "onnx", "version": "1", "autoSelect": True, "priority": 10}],
                      "protocolVersions": ["v2"],
                      "containers": [{"name": "kserve-container", "image": image,
-                                     "args": ["serve", "/mnt/models/{{.Name}}/1", "--name", "{{.Name}}", "--port", "8080",
+                                     "args": ["serve", "/mnt/models", "--name", "{{.Name}}", "--port", "8080",
                                               "--host", "$(POD_IP)"],
                                      "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
                                      "ports": [{"containerPort": 8080, "protocol": "TCP"}]}]}}

@@ -29,14 +29,16 @@ def cmd_serve(a: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The ``serve`` command."""
     sv = sub.add_parser("serve", help="serve an exported model over the Open Inference Protocol (KServe v2 REST)",
-                        description="Serve MODEL_URI/model.onnx (the ONNX file edl train exports beside the Paddle "
-                                    "model) with ONNX Runtime on KServe's model server, until Ctrl-C or SIGTERM: "
+                        description="Serve MODEL_URI/model.onnx (the ONNX file edl train exports beside the "
+                                    "framework's own model) with ONNX Runtime on KServe's model server, until Ctrl-C or SIGTERM: "
                                     "GET /v2/models/NAME/ready, GET /v2/models/NAME (its tensors), POST "
                                     "/v2/models/NAME/infer. A request that does not fit the model's input gets "
                                     "400 with the reason.")
     sv.add_argument("model_uri", metavar="MODEL_URI",
                     help="an exported model directory: CHECKPOINT_URI/model, a registry's current/, a Model "
-                         "artifact (a path, file:///dir or s3://bucket/prefix; S3 settings from the environment)")
+                         "artifact; or a model repository holding NAME/VERSION/model.onnx (the deploy step's, "
+                         "Triton's layout: the highest version is served). A path, file:///dir or "
+                         "s3://bucket/prefix; S3 settings from the environment")
     sv.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080, KServe's)")
     sv.add_argument("--host", default="0.0.0.0",
                     help="the address to listen on (default 0.0.0.0: every address, as KServe's model server does; "

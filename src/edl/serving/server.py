@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sys
 import uuid
 import warnings
@@ -63,14 +64,30 @@ def _quiet_kserve() -> None:
     warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
 
 
-def read_onnx(model_uri: str) -> bytes:
-    """``MODEL_URI/model.onnx`` (a ``file://``, path or ``s3://`` model directory)."""
+def onnx_file(files: list[str], name: str) -> str | None:
+    """Which of a model directory's ``files`` to serve as ``name``: its ``model.onnx``, or in a model
+    repository (``NAME/VERSION/model.onnx``, as Triton and the pipeline's deploy step lay it out) the highest
+    version of ``name``; ``None`` when there is neither."""
+    if ONNX_FILE in files:
+        return ONNX_FILE
+    versions = [int(m["version"]) for f in files if (m := _REPOSITORY_ENTRY.fullmatch(f)) and m["name"] == name]
+    return f"{name}/{max(versions)}/{ONNX_FILE}" if versions else None
+
+
+_REPOSITORY_ENTRY = re.compile(rf"(?P<name>[^/]+)/(?P<version>[0-9]+)/{re.escape(ONNX_FILE)}")
+
+
+def read_onnx(model_uri: str, name: str = DEFAULT_NAME) -> bytes:
+    """The ONNX model to serve as ``name`` from ``MODEL_URI`` (a ``file://``, path or ``s3://`` model directory
+    or model repository: ``onnx_file``)."""
     store = open_store(model_uri, "MODEL_URI")
     try:
-        if not store.exists(ONNX_FILE):
-            raise UserError(f"MODEL_URI {model_uri}: no {ONNX_FILE} there (edl train writes it into "
-                            f"CHECKPOINT_URI/model; a model the converter cannot take has none, see its log)")
-        return store.get(ONNX_FILE)
+        path = onnx_file(store.list(""), name)
+        if path is None:
+            raise UserError(f"MODEL_URI {model_uri}: no {ONNX_FILE} there, nor {name}/VERSION/{ONNX_FILE} (edl train "
+                            f"writes it into CHECKPOINT_URI/model; a model the converter cannot take has none, see "
+                            f"its log)")
+        return store.get(path)
     except EdlError:
         raise
     except OSError as e:
@@ -165,7 +182,7 @@ class _BoundModelServer(kserve.ModelServer):
 
 def serve(model_uri: str, port: int, name: str = DEFAULT_NAME, host: str = "0.0.0.0") -> int:
     """Serve until SIGINT or SIGTERM (KServe's server stops gracefully on either); answers 0."""
-    model = OnnxModel(name, read_onnx(model_uri))
+    model = OnnxModel(name, read_onnx(model_uri, name))
     inputs = ", ".join(s.describe() for s in model.inputs)
     shown = "127.0.0.1" if host == "0.0.0.0" else host
     print(f"edl serve: {model_uri} as {name!r} (input {inputs}) on http://{shown}:{port}/v2/models/{name} "

@@ -86,9 +86,9 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
         namespace, label_selector="serving.kserve.io/inferenceservice=digits").items), None))
     (container,) = deployment.spec.template.spec.containers
     assert container.name == "kserve-container" and container.image == kserve.image("runtime")
-    # The repository's model, on the pod's own address (the plane's pods share one network).
-    assert container.args == ["serve", "/mnt/models/digits/1", "--name", "digits", "--port", "8080",
-                              "--host", "$(POD_IP)"]
+    # The repository's model (edl serve finds digits/1/model.onnx), on the pod's own address (the plane's pods
+    # share one network).
+    assert container.args == ["serve", "/mnt/models", "--name", "digits", "--port", "8080", "--host", "$(POD_IP)"]
     custom = client.CustomObjectsApi(kube)
 
     def predictor_condition():
