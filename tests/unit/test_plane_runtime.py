@@ -140,7 +140,8 @@ def test_a_copy_of_a_missing_file_is_named(tmp_path):
 
 def test_the_shipped_cpu_images_share_the_official_python_base():
     assert images.base_reference() == "docker.io/library/python:3.11.11-slim-bookworm"
-    assert [s.repo for s in images.shipped_specs()] == ["edl-runtime", "edl-trainer-cpu", "edl-trainer-torch-gpu"]
+    assert [s.repo for s in images.shipped_specs()] == ["edl-runtime", "edl-trainer-cpu", "edl-trainer-torch-gpu",
+                                                        "edl-storage-initializer"]
 
 
 def test_mount_targets_resolve_their_symlinks_inside_the_image_never_on_the_host(tmp_path):
