@@ -17,10 +17,11 @@ import onnxruntime as ort
 import pytest
 from kubernetes import client
 
+from edl.cluster.kube_api import KubeApi
 from edl.data.dataset import Dataset
 from edl.data.splits import resolve_splits
 from edl.modeldef import load_model_def
-from edl.pipeline.deploy import deploy_model
+from edl.pipeline.deploy import deploy_model, objects, wait_served
 from edl.pipeline.tasks import evaluate_remote
 from edl.serving.client import Served, infer, served_accuracy
 from edl.serving.server import read_onnx
@@ -129,6 +130,16 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
     x, y = load_model_def("edl.zoo.digits").collate(Dataset(test, "held-out data").read_all())
     served = Served(f"http://{serving.status.pod_ip}:8080/v2/models/digits", "digits")
     assert served_accuracy(served, x, y, 4) == pytest.approx(accuracy, abs=1.5 / len(y))
+
+    # An InferenceService like the step's pointed straight at the model directory edl train wrote is served too.
+    api = KubeApi(kube, namespace)
+    for obj in objects("direct", namespace, model, plane_s3.env):
+        api.apply(obj)
+    wait_served(api, "direct", model, timeout_s=180)
+    (direct,) = [p for p in core.list_namespaced_pod(
+        namespace, label_selector="serving.kserve.io/inferenceservice=direct").items if p.status.pod_ip]
+    assert served_accuracy(Served(f"http://{direct.status.pod_ip}:8080/v2/models/direct", "direct"), x, y, 4) == \
+        pytest.approx(accuracy, abs=1.5 / len(y))
 
     # The next run's model: the service rolls over to it, and the old predictor stops answering.
     model2 = train(data, "s3://ckpt/kserve-test-2", "2", tmp_path, seed="7")
