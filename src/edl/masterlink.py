@@ -214,6 +214,9 @@ class HttpMaster:
     def prepared_ready(self, trainer: str, generation: int) -> None:
         self._call("POST", f"/v1/trainers/{trainer}/prepared", {"generation": generation})
 
+    def leave(self, trainer: str) -> None:
+        self._call("POST", f"/v1/trainers/{trainer}/leave")
+
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:
         body = {"request_id": request_id, "safe_cursor": cursor_to_json(safe_cursor)}
         return next_task_from_json(self._call("POST", f"/v1/trainers/{trainer}/task", body))

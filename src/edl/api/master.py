@@ -540,6 +540,11 @@ class TrainerLink(Protocol):
         """The trainer formed the prepared ``generation``'s collective."""
         ...
 
+    def leave(self, trainer: str) -> None:
+        """The trainer was told to stop (SIGTERM: its pod deleted, preempted or evicted): drain it, so that
+        it leaves at the next change as a drained trainer does and its peers never wait for it."""
+        ...
+
     def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:
         """The next task to prefetch; the same ``request_id`` gets the same answer again."""
         ...

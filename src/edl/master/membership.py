@@ -237,6 +237,10 @@ class Membership:
         elif self.phase is Phase.SYNCING and reason is Reason.FAILURE:
             # A failure during a graceful change is still a failure.
             self.pending_reason = reason
+        elif self.phase is Phase.SYNCING and self.config.prepare:
+            # A drain or a joiner during a switch into the prepared generation, which does not take it in:
+            # planned as the change after (a formation that does take it in clears this).
+            self.wanted = self.wanted or reason
 
     def _stop(self, reason: Reason, now: float) -> None:
         """RUNNING -> SYNCING: the members stop at a common step and report it."""

@@ -503,6 +503,14 @@ def _trainer_routes(master: Master) -> list[BaseRoute]:
         await master.notify()
         return {"ok": True}
 
+    @routes.post("/leave")
+    async def leave(r: Request) -> dict:
+        trainer = r.path_params["trainer"]
+        job.drain(trainer, master.clock())
+        log.info("trainer %s was told to stop (its pod deleted or preempted); draining it", trainer)
+        await master.notify()
+        return {"ok": True}
+
     @routes.get("/assignment")
     async def assignment(r: Request) -> dict:
         trainer = r.path_params["trainer"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -58,6 +59,7 @@ from edl.trainer.data import Slice, TaskBuffer, read_slices, record_ids
 from edl.trainer.decide import CheckpointWhy, StepContext, StepDecision, Then, decide_step, plan_start
 from edl.trainer.export import evaluate, export_model, read_warm_start
 from edl.trainer.heartbeat import COLLECTIVE_DEADLINE_S, MASTER_LOST_S, Control, Heartbeat, master_lost_after_s
+from edl.trainer.leaving import Leaving
 from edl.trainer.prefetch import Prefetcher
 from edl.trainer.prepared import Preparation
 from edl.trainer.progress import Progress
@@ -81,6 +83,7 @@ class Links:
     prepare: TrainerLink  # the preparation thread's
     heartbeat: TrainerLink
     prefetch: TrainerLink
+    leaving: TrainerLink  # told to stop: asks the master to drain it, through a restart's first seconds
     checkpoints: Callable[[], TrainerLink]  # opened on the checkpoint writer's thread
 
     @classmethod
@@ -90,6 +93,7 @@ class Links:
                    prepare=HttpMaster(master, token, give_up_s=5.0),
                    heartbeat=HttpMaster(master, token, timeout_s=10, give_up_s=0.0),
                    prefetch=HttpMaster(master, token, timeout_s=10, give_up_s=0.0),
+                   leaving=HttpMaster(master, token, timeout_s=5, give_up_s=5.0),
                    checkpoints=lambda: HttpMaster(master, token, give_up_s=120))
 
 
@@ -136,6 +140,7 @@ class Trainer:
         self.preparation = Preparation(trainer_id, self._form_prepared)
         self.runner = Runner()  # the collectives run there, so that an aborted generation is left at once
         self.audit = AuditLog(job_store, trainer_id) if spec.audit else None  # under the checkpoints
+        self.leaving = Leaving(trainer_id, links.leaving, exit_process)  # its SIGTERM handler (``run_trainer``)
         self._alive = True
         self.flush_s = 60.0  # how long the end waits for rank 0's last checkpoint write
         # Where this trainer last stopped, for a restarted master to go on from (``ResumeReport``).
@@ -185,6 +190,7 @@ class Trainer:
         self._warm_up()
         r = self.client_joining.register(self.id, os.getpid(), self.host, self.progress.store_port)
         self.control.reset(r.master_uid)
+        self.leaving.registered = True
         log.info("trainer %s registered with master %s", self.id, self.master_addr)
         for name, loop in (("edl-heartbeat", self.heartbeat.run), ("edl-prefetch", self.prefetch.run)):
             threading.Thread(target=loop, args=(lambda: self._alive,), name=name, daemon=True).start()
@@ -224,6 +230,7 @@ class Trainer:
                         return EXIT_OK
         finally:
             self._alive = False
+            self.leaving.ended.set()
             self.checkpoints.flush(self.flush_s)
 
     def _reregister(self) -> None:
@@ -572,6 +579,7 @@ def run_trainer(trainer_id: str, master: str, token: str, backend: str) -> int:
             except TemporaryError:
                 pass  # the master is away: the launcher still sees the exit code
             raise
+        signal.signal(signal.SIGTERM, trainer.leaving)  # told to stop: leave as a drained trainer does
         return trainer.run()
     except UserCodeError as e:
         raise _user_code_failed(trainer_id, master, token, e) from None

@@ -122,6 +122,29 @@ def test_sigkill_of_a_trainer_keeps_exactly_once(digits, tmp_path, job_runner, f
     assert all(g["rolled_back_steps"] <= 1 for g in failures)
 
 
+def test_trainers_told_to_stop_leave_as_drained_ones_do(digits, tmp_path, job_runner, framework_digits):
+    # SIGTERM, as Kubernetes sends a preempted or deleted pod's trainer, to rank 0 and rank 1 of three at
+    # once: they ask the master to drain them and leave at the switch (exit 0), so the next generation is a
+    # prepared scale-down, nothing rolled back, no failure counted; the launcher then fills their places.
+    epochs = 8
+    job = job_runner("term", job_args(digits, tmp_path, epochs=epochs, trainers=3, model=framework_digits)).start()
+    st = job.wait_for(lambda s: s["world_size"] == 3 and s["step"] > 60, what="three trainers training")
+    victims = [t for t in st["trainers"] if t["rank"] in (0, 1)]
+    for v in victims:
+        os.kill(v["pid"], signal.SIGTERM)
+    gone = {v["id"] for v in victims}
+    job.wait_for(lambda s: not gone & {t["id"] for t in s["trainers"] if t["state"] in ("active", "draining")},
+                 what="the trainers told to stop to leave")
+    assert job.wait() == 0, job.output()
+    s = summary(tmp_path)
+    assert_exactly_once(s, epochs)
+    assert [g["reason"] for g in s["generations"]].count("failure") == 0, s["generations"]
+    downs = [g for g in s["generations"] if g["reason"] == "scale_down"]  # one, or two if the signals straddled a go
+    assert downs and downs[-1]["world_size"] == 1, s["generations"]
+    assert all(g["prepared_s"] is not None and g["rolled_back_steps"] == 0 for g in downs), downs
+    assert s["trainer_failures"] == 0, s
+
+
 def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner, framework_digits):
     epochs = 15  # the restart lands within the first few; the rest only has to finish exactly once
     job = job_runner("mkill", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=0.5,

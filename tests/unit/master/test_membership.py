@@ -319,3 +319,23 @@ def test_the_first_step_heard_before_the_last_report_still_ends_the_pause():
     m.report(SyncReport("t2", 1, 7, cursors, 7000, False, p.id), 1.4)
     g = m.form(1.4, 0, Source.INIT).generation
     assert g.id == p.id and abs(g.pause_s - 0.1) < 1e-9
+
+
+def test_a_member_told_to_stop_while_the_switch_is_under_way_leaves_at_the_next_change():
+    # A trainer SIGTERMed (its pod preempted) between the go and the switch: the switch stands with it,
+    # and the change after plans its leaving; it is never left draining in a generation nobody changes.
+    m = started(2, prepare=True)
+    m.heartbeat("t0", 5, 0.5, store_port=9010)
+    m.register("a", 1, "h", 11, now=1.0)
+    p = m.prepare(1.0)
+    for t in p.members:
+        m.ready_for(t, p.id, 1.1)
+    m.report(SyncReport("t0", m.current.id, 9, {t: Cursor(1, 9) for t in m.members()}, 7000, False, p.id), 1.2)
+    assert m.phase is Phase.SYNCING
+    m.drain("t1", 1.25)
+    switch_all(m, 9, 1.3, to=p.id)
+    assert m.form(1.3, 0, Source.INIT).generation.members == ("t0", "t1", "a")
+    m.heartbeat("t0", 9, 1.35, store_port=9200)
+    p2 = m.prepare(1.4)
+    assert p2 is not None and p2.members == ("t0", "a") and p2.reason is Reason.SCALE_DOWN
+    assert m.prepared_for("t1") is p2  # told, to leave there

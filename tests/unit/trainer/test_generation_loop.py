@@ -214,7 +214,7 @@ def _trainer(tmp_path: Path, master: FakeMaster, fail_at_batch: int | None = Non
     md = ModelDef("fake", None, lambda: None, lambda o, y: None, lambda p, lr: None, collate, None)  # type: ignore[arg-type]
     replica = FakeReplica(fail_at_batch=fail_at_batch, abort_at_batch=abort_at_batch)
     exits: list[int] = []
-    links = Links(master, master, master, master, master, master, lambda: master)  # type: ignore[arg-type]
+    links = Links(master, master, master, master, master, master, master, lambda: master)  # type: ignore[arg-type]
     trainer = Trainer("t1", "127.0.0.1", spec, md, FakeFramework(replica, FakeGroup()), links,  # type: ignore[arg-type]
                       Dataset(spec.data), open_store(spec.checkpoint_uri), exit_process=exits.append)
     return trainer, replica, exits
