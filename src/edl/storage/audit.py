@@ -76,9 +76,22 @@ def audit(store: ObjectStore, expected_ids: list[int], epochs: int) -> AuditResu
     return audit_lines(read_audit_lines(store), expected_ids, epochs)
 
 
-def audit_lines(lines: Iterable[str], expected_ids: list[int], epochs: int) -> AuditResult:
+@dataclass(frozen=True)
+class KeptStep:
+    """One trainer's record of a step that entered the final model: its generation's key, the step, the
+    record ids per epoch, and when the trainer logged it (wall-clock seconds; None in older logs)."""
+
+    key: tuple[int, int]
+    step: int
+    records: dict[str, list[int]]
+    at: float | None
+
+
+def kept_steps(lines: Iterable[str]) -> list[KeptStep]:
+    """The records of the final model's lineage: a later generation that started from base step ``b``
+    discards every step above ``b`` of earlier generations."""
     bases: dict[tuple[int, int], int] = {}
-    steps: list[tuple[tuple[int, int], int, dict[str, list[int]]]] = []
+    steps: list[KeptStep] = []
     for line in lines:
         try:
             rec = json.loads(line)
@@ -88,19 +101,20 @@ def audit_lines(lines: Iterable[str], expected_ids: list[int], epochs: int) -> A
         if "base" in rec:
             bases[key] = int(rec["base"])
         else:
-            steps.append((key, int(rec["step"]), rec["records"]))
+            steps.append(KeptStep(key, int(rec["step"]), rec["records"], rec.get("at")))
     # ceiling[g] = the smallest base step of any later generation.
-    ordered = sorted(bases)
     ceiling: dict[tuple[int, int], float] = {}
     running = float("inf")
-    for key in reversed(ordered):
+    for key in sorted(bases, reverse=True):
         ceiling[key] = running
         running = min(running, bases[key])
+    return [s for s in steps if s.key in ceiling and s.step <= ceiling[s.key]]
+
+
+def audit_lines(lines: Iterable[str], expected_ids: list[int], epochs: int) -> AuditResult:
     counts: dict[int, Counter] = {e: Counter() for e in range(epochs)}
-    for key, step, records in steps:
-        if key not in ceiling or step > ceiling[key]:
-            continue
-        for e, ids in records.items():
+    for s in kept_steps(lines):
+        for e, ids in s.records.items():
             counts.setdefault(int(e), Counter()).update(ids)
     lost = dup = 0
     expected = set(expected_ids)

@@ -9,6 +9,8 @@ and how often) is read there when the job ends: both in ``edl.storage.audit``.
 from __future__ import annotations
 
 import json
+import time
+from typing import Callable
 
 from edl.storage.audit import AuditWriter
 from edl.storage.store import ObjectStore
@@ -17,14 +19,15 @@ from edl.storage.store import ObjectStore
 class AuditLog:
     """One trainer's log, in ``store`` (the job's checkpoint store); each record is durable once written."""
 
-    def __init__(self, store: ObjectStore, trainer_id: str) -> None:
+    def __init__(self, store: ObjectStore, trainer_id: str, clock: Callable[[], float] = time.time) -> None:
         self._out = AuditWriter(store, trainer_id)
+        self._clock = clock  # wall clock: when each step was logged, for a soak's account of time
 
     def generation(self, key: tuple[int, int], base_step: int) -> None:
         self._out.write(json.dumps({"gen": list(key), "base": base_step}))
 
     def step(self, key: tuple[int, int], step: int, records: dict[int, list[int]]) -> None:
-        self._out.write(json.dumps({"gen": list(key), "step": step,
+        self._out.write(json.dumps({"gen": list(key), "step": step, "at": round(self._clock(), 4),
                                     "records": {str(e): ids for e, ids in records.items()}}))
 
     def close(self) -> None:

@@ -220,6 +220,25 @@ def test_an_evicted_trainer_is_replaced(steps):
     steps.wait_gone("evict", 90, "cleanup")
 
 
+def test_trainer_pods_deleted_gracefully_leave_as_drained_trainers_and_their_peers_never_wait(steps):
+    """Two of three trainer pods deleted as the scheduler preempts them (a graceful delete: SIGTERM, then
+    SIGKILL after the grace period): their trainers ask the master to drain them and leave at the next
+    switch, so the job's next generation is a prepared scale-down, not a failure its peers wait out, and
+    the launcher replaces them; exactly once."""
+    step = steps.launch("term", "--audit", epochs=8, trainers=3, max_t=3)
+    steps.wait(lambda: len(steps.trainers("term")) == 3, 180, "three running trainers")
+    steps.wait(lambda: "→ 3 trainers" in steps.log(step), 120, "training at three")
+    for pod in steps.trainers("term")[:2]:
+        steps.core.delete_namespaced_pod(pod.metadata.name, steps.ns)  # the pod's own grace period: 30 s
+    assert steps.wait_done(step, 300) == 0, steps.log_tail()
+    s = steps.summary(step)
+    assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0
+    reasons = [g["reason"] for g in s["generations"]]
+    assert "scale_down" in reasons and "failure" not in reasons, s["generations"]
+    assert s["trainer_failures"] == 0, s
+    steps.wait_gone("term", 90, "cleanup")
+
+
 def test_a_data_set_several_times_the_scratch_size_trains_without_eviction(steps, plane_s3):
     """Review item 9: shards were copied into /tmp (an emptyDir with a sizeLimit) and the kubelet
     evicted the pod, again and again. The data is read from S3 by ranges instead."""

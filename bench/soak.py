@@ -1,0 +1,422 @@
+"""A soak: one local job for N minutes under a seeded rain of faults, and how much of its life it trained.
+
+    python bench/soak.py [--minutes 30] [--interval 15] [--seed 1] [--kinds K,K,...] [--epochs E]
+
+``edl.zoo.mlp`` on 40,000 synthetic rows of 256 features, 1..3 trainers (2 to start), a checkpoint every
+4 s, ``--audit``. The job's epochs are sized by a fault-free pilot (one epoch) to last ``--minutes``
+without faults (``--epochs`` skips the pilot). While it runs, one fault every ``--interval`` seconds on
+average (uniform in 2/3..4/3 of it), drawn from ``--kinds``:
+
+- ``trainer-sigkill``, ``trainer-sigterm`` (a trainer's pod deleted or preempted), ``master-sigkill``;
+- ``trainer-hang``: a trainer stopped (SIGSTOP) for 4 s;
+- ``scale``: ``edl scale`` to another size in 1..3;
+- ``s3-outage``: the checkpoints' S3 server (MinIO, from the test plane's build cache) down for 2-5 s;
+  only where MinIO has been built (``./dev test`` builds it), else checkpoints go to a local directory;
+- ``launcher-restart``: the launcher SIGKILLed (its master and trainers die with it) and the same command
+  run again, as a workflow engine retries a step: the job goes on from its last checkpoint.
+
+It reports the **effective training time ratio**: the time spent in the steps the final model kept, over
+the wall time from its first step to its last (the start-up before and the export after are left out),
+from the audit log, where each trainer records when it made each step (``account``). Time in which no
+kept step was made (a pause, a restart, a stall, steps made and then rolled back) is lost, and charged to
+the latest fault before training went on; the table gives each kind's count and its lost seconds. Writes
+bench/results/soak.json and docs/benchmarks/soak.png (the kept steps over time, the faults marked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, EdlJob, write_result  # noqa: E402
+
+from edl.storage.audit import KeptStep, kept_steps, read_audit_lines  # noqa: E402
+from edl.storage.store import open_store  # noqa: E402
+
+KINDS = ("trainer-sigkill", "trainer-sigterm", "master-sigkill", "trainer-hang", "scale", "s3-outage",
+         "launcher-restart")
+POLL_S = 0.1
+HANG_S = 4.0
+
+
+# ------------------------------------------------------------------ the accounting (pure)
+@dataclass(frozen=True)
+class Fault:
+    t: float  # wall-clock seconds
+    kind: str
+    detail: str = ""
+
+
+@dataclass
+class Accounting:
+    first_at: float = 0.0  # the first kept step's time (wall clock)
+    wall_s: float = 0.0  # from the first kept step to the last
+    kept_s: float = 0.0  # in steps the final model kept
+    lost_s: dict[str, float] = field(default_factory=dict)  # per fault kind ("start": before the first fault)
+    lost_each: dict[int, float] = field(default_factory=dict)  # per fault (its index): seconds lost after it
+    step_s: float = 0.0  # the median step's length
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (wall time, step) of the kept steps
+
+    @property
+    def ratio(self) -> float:
+        return self.kept_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def account(kept: list[KeptStep], faults: list[Fault]) -> Accounting:
+    """Split the time from the final model's first step to its last into time spent in those steps and
+    time lost, from the audit's records of the kept steps (``edl.storage.audit.kept_steps``: when each
+    trainer logged each step, before its all-reduce; a step's time is its latest trainer's).
+
+    Between two kept steps the job spends what a step takes in their generation (its median), or the
+    gap if shorter; the rest of the gap is lost (a pause, a restart, a stall, or steps made and then
+    rolled back, which are not in the lineage) and charged to the latest fault before training went on
+    (the one that caused it: a rollback's lost steps were made before it)."""
+    out = Accounting()
+    when: dict[int, tuple[tuple[int, int], float]] = {}
+    for s in kept:
+        if s.at is not None:
+            seen = when.get(s.step)
+            when[s.step] = (s.key, s.at if seen is None else max(seen[1], s.at))
+    order = sorted(when)
+    if len(order) < 2:
+        return out
+    out.timeline = [(when[s][1], s) for s in order]
+    out.first_at = when[order[0]][1]
+    out.wall_s = when[order[-1]][1] - out.first_at
+    per_gen: dict[tuple[int, int], list[float]] = {}
+    for p, s in zip(order, order[1:]):
+        if when[p][0] == when[s][0]:
+            per_gen.setdefault(when[s][0], []).append((when[s][1] - when[p][1]) / (s - p))
+    everywhere = [x for xs in per_gen.values() for x in xs]
+    out.step_s = statistics.median(everywhere) if everywhere else out.wall_s / (order[-1] - order[0])
+    typical = {k: statistics.median(xs) for k, xs in per_gen.items()}
+    fault_at = [f.t for f in faults]
+    for p, s in zip(order, order[1:]):
+        gap = when[s][1] - when[p][1]
+        expected = typical.get(when[s][0], out.step_s) * (s - p)
+        excess = gap - expected
+        if excess <= 1e-3:  # (a millisecond: the records' resolution)
+            out.kept_s += max(0.0, gap)
+            continue
+        out.kept_s += expected
+        i = max((k for k, ft in enumerate(fault_at) if ft <= when[s][1]), default=-1)
+        kind = faults[i].kind if i >= 0 else "start"
+        out.lost_s[kind] = out.lost_s.get(kind, 0.0) + excess
+        if i >= 0:
+            out.lost_each[i] = out.lost_each.get(i, 0.0) + excess
+    return out
+
+
+# ------------------------------------------------------------------ the job and its faults
+class Soak:
+    """The job (its launcher relaunched after a ``launcher-restart``) and the faults done to it."""
+
+    def __init__(self, work: Path, args: list[str], rng: random.Random, minio) -> None:
+        self.work, self.args, self.rng, self.minio = work, args, rng, minio
+        self.t0 = time.time()
+        self.faults: list[Fault] = []
+        self.timers: list[threading.Timer] = []  # the ends of hangs and outages
+        self.incarnation = 0
+        self.job = self._start()
+
+    def _start(self) -> EdlJob:
+        self.incarnation += 1
+        return EdlJob("soak", self.args, self.work / "home", self.work / f"launcher-{self.incarnation}.log")
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    def _later(self, delay_s: float, fn, *args) -> None:
+        timer = threading.Timer(delay_s, fn, args)
+        timer.start()
+        self.timers.append(timer)
+
+    def ended(self) -> bool:
+        return self.job.proc.poll() is not None
+
+    def fault(self, kind: str, st: dict | None) -> None:
+        try:
+            info = self.job.info()
+        except (OSError, ValueError):
+            return  # between masters: job.json is being rewritten
+        pids = [p for p in (info.get("trainers") or {}).values() if p]
+        detail = ""
+        if kind in ("trainer-sigkill", "trainer-sigterm", "trainer-hang"):
+            if not pids:
+                return
+            pid = self.rng.choice(pids)
+            sig = {"trainer-sigkill": signal.SIGKILL, "trainer-sigterm": signal.SIGTERM,
+                   "trainer-hang": signal.SIGSTOP}[kind]
+            if not _signal(pid, sig):
+                return
+            if kind == "trainer-hang":
+                self._later(HANG_S, _signal, pid, signal.SIGCONT)
+            detail = str(pid)
+        elif kind == "master-sigkill":
+            if not info.get("master_pid") or not _signal(info["master_pid"], signal.SIGKILL):
+                return
+        elif kind == "scale":
+            now = st["desired_trainers"] if st else 2
+            n = self.rng.choice([k for k in (1, 2, 3) if k != now])
+            r = subprocess.run([sys.executable, "-m", "edl", "scale", "soak", "--trainers", str(n)],
+                               env={**os.environ, "EDL_HOME": str(self.work / "home")}, capture_output=True,
+                               timeout=30)
+            if r.returncode != 0:
+                return
+            detail = str(n)
+        elif kind == "s3-outage":
+            if self.minio.proc is None:
+                return  # still down from the last one
+            down = self.rng.uniform(2, 5)
+            self.minio.stop()
+            self._later(down, self.minio.start)
+            detail = f"{down:.1f} s"
+        elif kind == "launcher-restart":
+            _signal(self.job.proc.pid, signal.SIGKILL)
+            self.job.proc.wait()
+            self.job.log.close()
+            _wait_gone([info.get("master_pid"), *pids], 15)  # they die with the launcher
+            self.job = self._start()
+        self.faults.append(Fault(time.time(), kind, detail))
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _wait_gone(pids: list, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(p and Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.05)
+
+
+def _minio(work: Path):
+    """MinIO from the test plane's build cache, or None where it has not been built."""
+    sys.path.insert(0, str(ROOT))
+    from tests.plane import build
+    from tests.plane.s3 import MinioServer
+
+    if not build.MINIO.path().exists():
+        return None
+    server = MinioServer(work / "minio").start()
+    server.client().make_bucket("soak")
+    os.environ.update(server.env)  # the jobs' and this process's S3 endpoint and keys
+    return server
+
+
+def job_args(data: Path, checkpoints: str, epochs: int, summary: Path) -> list[str]:
+    return ["--model-def", "edl.zoo.mlp", "--data", str(data), "--epochs", str(epochs), "--batch-size", "64",
+            "--min-trainers", "1", "--max-trainers", "3", "--trainers", "2", "--checkpoint-uri", checkpoints,
+            "--checkpoint-interval", "4", "--audit", "--summary-out", str(summary)]
+
+
+def pilot_epoch_s(work: Path, data: Path, checkpoints: str) -> float:
+    """One fault-free epoch: seconds from its first step to its end."""
+    job = EdlJob("pilot", job_args(data, checkpoints + "/pilot", 1, work / "pilot.json"), work / "home",
+                 work / "pilot.log")
+    try:
+        job.wait_for(lambda s: s["step"] > 0, 300)
+        began = time.monotonic()
+        if job.proc.wait(900) != 0:
+            raise RuntimeError(f"the pilot failed: see {work / 'pilot.log'}")
+        return time.monotonic() - began
+    finally:
+        job.stop()
+
+
+def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
+    from edl.data.prepare import prepare_synthetic
+
+    prepare_synthetic(str(work / "data"), 40000, 256, 10)
+    data = work / "data" / "train"
+    minio = _minio(work) if "s3-outage" in a.kinds else None
+    kinds = [k for k in a.kinds if k != "s3-outage" or minio is not None]
+    if "s3-outage" in a.kinds and minio is None:
+        console.print("MinIO is not built here (./dev test builds it): no s3-outage faults")
+    checkpoints = "s3://soak/ckpt" if minio is not None else str(work / "ckpt")
+    try:
+        epochs = a.epochs
+        if epochs is None:
+            epoch_s = pilot_epoch_s(work, data, checkpoints)
+            epochs = max(1, round(a.minutes * 60 / epoch_s))
+            console.print(f"pilot: one epoch in {epoch_s:.1f} s: {epochs} epochs for about {a.minutes:g} minutes")
+        rng = random.Random(a.seed)
+        soak = Soak(work, job_args(data, checkpoints, epochs, work / "summary.json"), rng, minio)
+        next_at = None
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task("soak", total=epochs, info="starting")
+            while not soak.ended():
+                st = soak.job.status()
+                if st is not None:
+                    bar.update(task, completed=st["epochs_completed"],
+                               info=f"step {st['step']}, {st['world_size']} trainer(s), {len(soak.faults)} faults")
+                    if next_at is None:
+                        next_at = soak.now() + rng.uniform(a.interval * 2 / 3, a.interval * 4 / 3)
+                if next_at is not None and soak.now() >= next_at:
+                    soak.fault(rng.choice(kinds), st)
+                    next_at = soak.now() + rng.uniform(a.interval * 2 / 3, a.interval * 4 / 3)
+                time.sleep(POLL_S)
+        code = soak.job.proc.wait()
+        soak.job.stop()
+        for timer in soak.timers:
+            timer.join()  # MinIO back before the audit is read
+        summary = json.loads((work / "summary.json").read_text()) if (work / "summary.json").exists() else {}
+        store = open_store(checkpoints, "--checkpoint-uri")  # (MinIO's keys: this process has them)
+        lines = list(read_audit_lines(store))
+        kept = kept_steps(lines)
+        acc = account(kept, soak.faults)
+        return result(a, epochs, code, summary, soak, acc, len(made_steps(lines) - {(k.key, k.step) for k in kept}))
+    finally:
+        if minio is not None:
+            minio.stop()
+
+
+def made_steps(lines: list[str]) -> set[tuple[tuple[int, int], int]]:
+    """Every (generation, step) any trainer made, kept or not."""
+    out = set()
+    for line in lines:
+        rec = json.loads(line)
+        if "step" in rec:
+            out.add(((int(rec["gen"][0]), int(rec["gen"][1])), int(rec["step"])))
+    return out
+
+
+def result(a: argparse.Namespace, epochs: int, code: int, summary: dict, soak: Soak, acc: Accounting,
+           rolled_back: int) -> dict:
+    per_kind: dict[str, dict] = {}
+    lost_by_fault: dict[int, float] = {}
+    lost_by_fault.update(acc.lost_each)
+    for i, f in enumerate(soak.faults):
+        k = per_kind.setdefault(f.kind, {"count": 0, "lost_s": []})
+        k["count"] += 1
+        k["lost_s"].append(round(lost_by_fault.get(i, 0.0), 3))
+    return {
+        "seed": a.seed, "minutes": a.minutes if a.epochs is None else None, "interval_s": a.interval, "epochs": epochs, "exit_code": code,
+        "status": summary.get("status"), "error": summary.get("error"),
+        "lost_samples": summary.get("lost_samples"), "duplicate_samples": summary.get("duplicate_samples"),
+        "wall_s": round(acc.wall_s, 1), "kept_s": round(acc.kept_s, 1), "effective_ratio": round(acc.ratio, 4),
+        "lost_before_first_fault_s": round(acc.lost_s.get("start", 0.0), 2), "median_step_s": round(acc.step_s, 4),
+        "rolled_back_steps": rolled_back,  # made, then undone: not in the final model's lineage
+        "faults": per_kind,
+        "budgets": summary.get("budgets"), "generations": len(summary.get("generations") or []),
+        "kept_steps": [[round(t - soak.t0, 2), step] for t, step in acc.timeline[:: max(1, len(acc.timeline) // 4000)]],
+        "fault_log": [[round(f.t - soak.t0, 2), f.kind, f.detail] for f in soak.faults],
+    }
+
+
+def plot(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.plot([t for t, _ in res["kept_steps"]], [s for _, s in res["kept_steps"]], color="black", linewidth=0.8,
+            label="steps the final model kept")
+    colors = dict(zip(KINDS, plt.get_cmap("tab10").colors))
+    for kind in sorted({k for _, k, _ in res["fault_log"]}):
+        ts = [t for t, k, _ in res["fault_log"] if k == kind]
+        ax.vlines(ts, 0, 1, transform=ax.get_xaxis_transform(), colors=[colors[kind]], alpha=0.5, linewidth=0.8,
+                  label=f"{kind} ({len(ts)})")
+    ax.set_xlabel("seconds since the soak began")
+    ax.set_ylabel("step")
+    ax.set_title(f"{res['wall_s'] / 60:.0f} min, a fault every {res['interval_s']:g} s on average: "
+                 f"effective training time {100 * res['effective_ratio']:.1f} %")
+    ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def print_table(res: dict, console: Console) -> None:
+    t = Table(title=f"soak: {res['wall_s'] / 60:.0f} min of training, a fault every {res['interval_s']:g} s on average "
+                    f"(seed {res['seed']}): {res['status']}, lost {res['lost_samples']}, "
+                    f"duplicated {res['duplicate_samples']}")
+    t.add_column("fault")
+    t.add_column("count", justify="right")
+    t.add_column("lost: mean (s)", justify="right")
+    t.add_column("max (s)", justify="right")
+    t.add_column("total (s)", justify="right")
+    for kind, k in sorted(res["faults"].items()):
+        lost = k["lost_s"]
+        t.add_row(kind, str(k["count"]), f"{statistics.mean(lost):.2f}", f"{max(lost):.2f}", f"{sum(lost):.1f}")
+    t.add_row("wall time, first to last step", "", "", "", f"{res['wall_s']:.0f}")
+    t.add_row("effective training time", "", "", "", f"{100 * res['effective_ratio']:.1f} %")
+    t.add_row("steps rolled back", "", "", "", str(res["rolled_back_steps"]))
+    console.print(t)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="edl: one local job under a seeded rain of faults; prints the "
+                                            "effective training time ratio and what each kind of fault cost")
+    p.add_argument("--minutes", type=float, default=30.0,
+                   help="how long the job trains without faults (its epochs are sized by a one-epoch pilot; "
+                        "faults make it last longer); default 30")
+    p.add_argument("--interval", type=float, default=15.0,
+                   help="mean seconds between faults (each gap uniform in 2/3..4/3 of it); default 15")
+    p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule; default 1")
+    p.add_argument("--kinds", default=",".join(KINDS),
+                   help=f"comma-separated faults to draw from; default all: {','.join(KINDS)}")
+    p.add_argument("--epochs", type=int, default=None, help="the job's epochs, skipping the pilot")
+    p.add_argument("--keep", default=None, metavar="DIR",
+                   help="work in DIR and leave it there (the job's logs, data and checkpoints); default a "
+                        "temporary directory, removed at the end")
+    p.add_argument("--out", default=None, help="result JSON; default bench/results/soak.json")
+    p.add_argument("--plot", default=str(ROOT / "docs" / "benchmarks" / "soak.png"),
+                   help="figure of the steps with the faults marked; '' for none; default docs/benchmarks/soak.png")
+    a = p.parse_args(argv)
+    a.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
+    unknown = [k for k in a.kinds if k not in KINDS]
+    if unknown or not a.kinds:
+        p.error(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(KINDS)}")
+    if a.minutes <= 0 or a.interval <= 0:
+        p.error("--minutes and --interval must be positive")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    console = Console()
+    if a.keep:
+        Path(a.keep).mkdir(parents=True, exist_ok=True)
+        res = run(a, Path(a.keep).resolve(), console)
+    else:
+        with tempfile.TemporaryDirectory(prefix="edl-soak-") as d:
+            res = run(a, Path(d), console)
+    out = Path(a.out) if a.out else None
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2) + "\n")
+    else:
+        out = write_result("soak", res)
+    if a.plot:
+        plot(res, Path(a.plot))
+    print_table(res, console)
+    console.print(f"written: {out}" + (f", {a.plot}" if a.plot else ""))
+    return 0 if res["status"] == "succeeded" and res["lost_samples"] == 0 and res["duplicate_samples"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""The soak's accounting (``bench/soak.py``): the time in the final model's steps, from the audit's
+records of them, and the time lost, charged to the fault before it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from edl.storage.audit import kept_steps
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def soak():
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("soak", BENCH / "soak.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["soak"] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def log(gen: tuple[int, int], base: int, steps: range, t0: float, dt: float, trainers=("a",)) -> list[str]:
+    """The audit lines of a generation: its base, then each trainer's record of each step."""
+    out = [json.dumps({"gen": list(gen), "base": base})]
+    for i, step in enumerate(steps):
+        for k, t in enumerate(trainers):
+            out.append(json.dumps({"gen": list(gen), "step": step, "at": t0 + i * dt + 0.001 * k,
+                                   "records": {"0": [step * 10 + k]}}))
+    return out
+
+
+def test_steady_steps_are_all_kept(soak):
+    acc = soak.account(kept_steps(log((1, 1), 0, range(1, 102), 100.0, 0.1, ("a", "b"))), [])
+    assert acc.ratio == pytest.approx(1.0) and acc.wall_s == pytest.approx(10.0) and acc.lost_s == {}
+
+
+def test_a_pause_is_lost_and_charged_to_the_fault_before_it(soak):
+    lines = log((1, 1), 0, range(1, 51), 0.0, 0.1) + log((1, 2), 50, range(51, 81), 4.9 + 2.0, 0.1)
+    acc = soak.account(kept_steps(lines), [soak.Fault(3.0, "scale"), soak.Fault(4.95, "trainer-sigkill")])
+    # Step 51 comes 2.0 s after step 50, where a step takes 0.1 s.
+    assert acc.lost_s == {"trainer-sigkill": pytest.approx(1.9)}
+    assert acc.kept_s + 1.9 == pytest.approx(acc.wall_s)
+
+
+def test_steps_rolled_back_are_not_kept_and_their_time_is_lost(soak):
+    # Steps 1..40 by t = 3.9; the master restarts from step 20's checkpoint at t = 4.5.
+    lines = log((1, 1), 0, range(1, 41), 0.0, 0.1) + log((2, 1), 20, range(21, 61), 4.5, 0.1)
+    acc = soak.account(kept_steps(lines), [soak.Fault(3.0, "master-sigkill")])
+    assert [s for _, s in acc.timeline] == list(range(1, 61))
+    # Step 21 of the second run comes 2.6 s after step 20 of the first, where 0.1 s was due.
+    assert acc.lost_s["master-sigkill"] == pytest.approx(2.5)
+    assert acc.ratio == pytest.approx((acc.wall_s - 2.5) / acc.wall_s)
+
+
+def test_each_generation_is_judged_by_its_own_step_time(soak):
+    # Slower steps at a larger world size are training, not loss.
+    lines = log((1, 1), 0, range(1, 21), 0.0, 0.1) + log((1, 2), 20, range(21, 41), 2.0, 0.3)
+    acc = soak.account(kept_steps(lines), [])
+    assert sum(acc.lost_s.values()) == pytest.approx(0.0, abs=1e-9) and acc.ratio == pytest.approx(1.0)
