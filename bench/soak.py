@@ -20,7 +20,7 @@ the wall time from its first step to its last (the start-up before and the expor
 from the audit log, where each trainer records when it made each step (``account``). Time in which no
 kept step was made (a pause, a restart, a stall, steps made and then rolled back) is lost, and charged to
 the latest fault before training went on; the table gives each kind's count and its lost seconds. Writes
-bench/results/soak.json and docs/benchmarks/soak.png (the kept steps over time, the faults marked).
+bench/results/soak.json and docs/soak.png (the kept steps over time, the faults marked).
 """
 
 from __future__ import annotations
@@ -286,7 +286,8 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
         lines = list(read_audit_lines(store))
         kept = kept_steps(lines)
         acc = account(kept, soak.faults)
-        return result(a, epochs, code, summary, soak, acc, len(made_steps(lines) - {(k.key, k.step) for k in kept}))
+        return result(a, epochs, code, summary, soak.faults, soak.t0, acc,
+                      len(made_steps(lines) - {(k.key, k.step) for k in kept}))
     finally:
         if minio is not None:
             minio.stop()
@@ -302,17 +303,17 @@ def made_steps(lines: list[str]) -> set[tuple[tuple[int, int], int]]:
     return out
 
 
-def result(a: argparse.Namespace, epochs: int, code: int, summary: dict, soak: Soak, acc: Accounting,
-           rolled_back: int) -> dict:
+def result(a: argparse.Namespace, epochs: int, code: int, summary: dict, faults: list[Fault], t0: float,
+           acc: Accounting, rolled_back: int) -> dict:
     per_kind: dict[str, dict] = {}
     lost_by_fault: dict[int, float] = {}
     lost_by_fault.update(acc.lost_each)
-    for i, f in enumerate(soak.faults):
+    for i, f in enumerate(faults):
         k = per_kind.setdefault(f.kind, {"count": 0, "lost_s": []})
         k["count"] += 1
         k["lost_s"].append(round(lost_by_fault.get(i, 0.0), 3))
     return {
-        "seed": a.seed, "minutes": a.minutes if a.epochs is None else None, "interval_s": a.interval, "epochs": epochs, "exit_code": code,
+        "seed": a.seed, "minutes": getattr(a, "minutes", None) if a.epochs is None else None, "interval_s": a.interval, "epochs": epochs, "exit_code": code,
         "status": summary.get("status"), "error": summary.get("error"),
         "lost_samples": summary.get("lost_samples"), "duplicate_samples": summary.get("duplicate_samples"),
         "wall_s": round(acc.wall_s, 1), "kept_s": round(acc.kept_s, 1), "effective_ratio": round(acc.ratio, 4),
@@ -320,8 +321,8 @@ def result(a: argparse.Namespace, epochs: int, code: int, summary: dict, soak: S
         "rolled_back_steps": rolled_back,  # made, then undone: not in the final model's lineage
         "faults": per_kind,
         "budgets": summary.get("budgets"), "generations": len(summary.get("generations") or []),
-        "kept_steps": [[round(t - soak.t0, 2), step] for t, step in acc.timeline[:: max(1, len(acc.timeline) // 4000)]],
-        "fault_log": [[round(f.t - soak.t0, 2), f.kind, f.detail] for f in soak.faults],
+        "kept_steps": [[round(t - t0, 2), step] for t, step in acc.timeline[:: max(1, len(acc.timeline) // 4000)]],
+        "fault_log": [[round(f.t - t0, 2), f.kind, f.detail] for f in faults],
     }
 
 
@@ -334,10 +335,11 @@ def plot(res: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(10, 4))
     ax.plot([t for t, _ in res["kept_steps"]], [s for _, s in res["kept_steps"]], color="black", linewidth=0.8,
             label="steps the final model kept")
-    colors = dict(zip(KINDS, plt.get_cmap("tab10").colors))
-    for kind in sorted({k for _, k, _ in res["fault_log"]}):
+    kinds = sorted({k for _, k, _ in res["fault_log"]})
+    colors = dict(zip(kinds, plt.get_cmap("tab10").colors))
+    for kind in kinds:
         ts = [t for t, k, _ in res["fault_log"] if k == kind]
-        ax.vlines(ts, 0, 1, transform=ax.get_xaxis_transform(), colors=[colors[kind]], alpha=0.5, linewidth=0.8,
+        ax.vlines(ts, 0, 1, transform=ax.get_xaxis_transform(), colors=[colors[kind]], alpha=0.7, linewidth=1,
                   label=f"{kind} ({len(ts)})")
     ax.set_xlabel("seconds since the soak began")
     ax.set_ylabel("step")
@@ -384,8 +386,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="work in DIR and leave it there (the job's logs, data and checkpoints); default a "
                         "temporary directory, removed at the end")
     p.add_argument("--out", default=None, help="result JSON; default bench/results/soak.json")
-    p.add_argument("--plot", default=str(ROOT / "docs" / "benchmarks" / "soak.png"),
-                   help="figure of the steps with the faults marked; '' for none; default docs/benchmarks/soak.png")
+    p.add_argument("--plot", default=str(ROOT / "docs" / "soak.png"),
+                   help="figure of the steps with the faults marked; '' for none; default docs/soak.png")
     a = p.parse_args(argv)
     a.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
     unknown = [k for k in a.kinds if k not in KINDS]

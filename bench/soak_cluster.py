@@ -1,0 +1,258 @@
+"""The soak on a cluster: one ``edl launch`` job on ``./dev cluster`` under a seeded rain of cluster faults.
+
+    eval "$(./dev cluster up --nodes 3 --cpu 4)"
+    python bench/soak_cluster.py [--epochs 6] [--interval 15] [--seed 1] [--kinds K,K,...]
+
+``edl.zoo.mlp`` on 40,000 synthetic rows of 256 features in the cluster's MinIO, 1..3 trainers of 1 CPU
+(the autoscale sidecar sizes the job), a checkpoint every 4 s, ``--audit``, the launcher on this
+machine (``--master-via pod-ip``). One fault every ``--interval`` seconds on average, drawn from:
+
+- ``pod-delete``: a trainer pod deleted as the scheduler preempts one (its grace period, SIGTERM first);
+- ``pod-kill``: a trainer pod deleted with no grace period (SIGKILL);
+- ``master-delete``: the master pod deleted (the launcher recreates it);
+- ``node-lost``: a trainer's node lost for 20 s (its kubelet stopped: the node goes Unknown, its pods are
+  evicted; the launcher replaces them after ``--node-lost-timeout 15``);
+- ``apiserver-stop``: the apiserver stopped (SIGSTOP) for 10 s.
+
+The same report as ``bench/soak.py``: the effective training time ratio from the audit's records of the
+final model's steps, each kind's count and lost seconds. Writes bench/results/soak_cluster.json and
+docs/soak-cluster.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, write_result  # noqa: E402
+from soak import Fault, account, made_steps, plot, print_table, result  # noqa: E402
+
+from edl.storage.audit import kept_steps, read_audit_lines  # noqa: E402
+from edl.storage.store import open_store  # noqa: E402
+
+KINDS = ("pod-delete", "pod-kill", "master-delete", "node-lost", "apiserver-stop")
+NAMESPACE = "soak"
+JOB = "soak"
+NEEDS = ("KUBECONFIG", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "EDL_REGISTRY")
+
+
+class ClusterSoak:
+    def __init__(self, core, state, rng: random.Random) -> None:
+        self.core, self.state, self.rng = core, state, rng
+        self.faults: list[Fault] = []
+        self.timers: list[threading.Timer] = []
+        self.stopped: set[int] = set()  # pids under SIGSTOP now
+
+    def pods(self, role: str) -> list:
+        return [p for p in self.core.list_namespaced_pod(NAMESPACE, label_selector=f"edl.dev/job={JOB},"
+                                                         f"edl.dev/role={role}").items
+                if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+
+    def _pause(self, pid: int, seconds: float) -> bool:
+        if pid in self.stopped or not _signal(pid, signal.SIGSTOP):
+            return False
+        self.stopped.add(pid)
+
+        def resume() -> None:
+            _signal(pid, signal.SIGCONT)
+            self.stopped.discard(pid)
+
+        timer = threading.Timer(seconds, resume)
+        timer.start()
+        self.timers.append(timer)
+        return True
+
+    def fault(self, kind: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        detail = ""
+        try:
+            if kind in ("pod-delete", "pod-kill", "node-lost"):
+                trainers = self.pods("trainer")
+                if not trainers:
+                    return
+                pod = self.rng.choice(trainers)
+                detail = pod.metadata.name
+                if kind == "node-lost":
+                    node = next((n for n in self.state.nodes if n.name == pod.spec.node_name), None)
+                    if node is None or not self._pause(node.pid, 20.0):
+                        return
+                    detail = node.name
+                else:
+                    self.core.delete_namespaced_pod(pod.metadata.name, NAMESPACE,
+                                                    grace_period_seconds=0 if kind == "pod-kill" else None)
+            elif kind == "master-delete":
+                masters = self.pods("master")
+                if not masters:
+                    return
+                self.core.delete_namespaced_pod(masters[0].metadata.name, NAMESPACE)
+            elif kind == "apiserver-stop":
+                if not self._pause(self.state.pids["apiserver"], 10.0):
+                    return
+        except ApiException:
+            return  # the apiserver is stopped, or the pod went meanwhile: no fault this time
+        except OSError:
+            return
+        self.faults.append(Fault(time.time(), kind, detail))
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def edl(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edl", *args], capture_output=True, text=True, **kw)
+
+
+def prepare(core, work: Path, a: argparse.Namespace, console: Console) -> None:
+    """The namespace, the S3 Secret, edl's RBAC and the data in MinIO."""
+    from kubernetes import client
+
+    from edl.data.prepare import prepare_synthetic
+
+    try:
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    except client.exceptions.ApiException as e:
+        if e.status != 409:
+            raise
+    env = {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")}
+    try:
+        core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": "minio"}, "stringData": env})
+    except client.exceptions.ApiException as e:
+        if e.status != 409:
+            raise
+    r = edl("k8s", "render", *common_args(a), "--out", str(work / "k8s"), timeout=120)
+    if r.returncode != 0:
+        raise SystemExit(f"soak_cluster: edl k8s render failed: {r.stderr.strip()}")
+    from kubernetes import utils
+
+    for doc in (work / "k8s" / "00-rbac.yaml").read_text().split("\n---\n"):
+        import yaml
+
+        obj = yaml.safe_load(doc)
+        if not obj:
+            continue
+        try:
+            utils.create_from_dict(core.api_client, obj, namespace=NAMESPACE)
+        except utils.FailToCreateError as e:
+            if not all(getattr(x, "status", None) == 409 for x in e.api_exceptions):
+                raise
+    console.print("preparing 40,000 rows in MinIO ...")
+    prepare_synthetic(f"s3://soak-data/{a.seed}", 40000, 256, 10)
+
+
+def common_args(a: argparse.Namespace) -> list[str]:
+    reg = os.environ["EDL_REGISTRY"]
+    return ["--job-name", JOB, "--model-def", "edl.zoo.mlp", "--data", f"s3://soak-data/{a.seed}/train",
+            "--epochs", str(a.epochs), "--batch-size", "64", "--min-trainers", "1", "--max-trainers", "3",
+            "--trainers", "2", "--checkpoint-uri", a.checkpoints, "--checkpoint-interval", "4",
+            "--s3-secret", "minio", "--namespace", NAMESPACE, "--trainer-cpu", "1", "--trainer-memory", "2Gi",
+            "--image", f"{reg}/edl-runtime:0.1.0", "--trainer-image", f"{reg}/edl-trainer-cpu:0.1.0"]
+
+
+def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
+    from kubernetes import client, config
+
+    from tests.plane.plane import PlaneState
+
+    state = PlaneState.load(Path(os.environ["KUBECONFIG"]).resolve().parent)
+    if state is None:
+        raise SystemExit("soak_cluster: KUBECONFIG is not a ./dev cluster's (no plane.json beside it)")
+    core = client.CoreV1Api(config.new_client_from_config(os.environ["KUBECONFIG"]))
+    prepare(core, work, a, console)
+    rng = random.Random(a.seed)
+    soak = ClusterSoak(core, state, rng)
+    t0 = time.time()
+    log = (work / "launcher.log").open("wb")
+    launcher = subprocess.Popen([sys.executable, "-m", "edl", "launch", *common_args(a), "--audit",
+                                 "--kubeconfig", os.environ["KUBECONFIG"], "--master-via", "pod-ip",
+                                 "--node-lost-timeout", "15", "--summary-out", str(work / "summary.json")],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        next_at = time.time() + 60  # the job's start: pods pulled and training
+        with Progress(TextColumn("{task.description}"), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("cluster soak", info="starting")
+            while launcher.poll() is None:
+                if time.time() >= next_at:
+                    soak.fault(rng.choice(a.kinds))
+                    next_at = time.time() + rng.uniform(a.interval * 2 / 3, a.interval * 4 / 3)
+                    bar.update(task, info=f"{len(soak.faults)} faults")
+                time.sleep(0.2)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGTERM)
+        code = launcher.wait()
+        log.close()
+        for timer in soak.timers:
+            timer.cancel()
+            timer.function(*timer.args)  # nothing left stopped
+    summary = json.loads((work / "summary.json").read_text()) if (work / "summary.json").exists() else {}
+    lines = list(read_audit_lines(open_store(a.checkpoints, "--checkpoint-uri")))
+    kept = kept_steps(lines)
+    acc = account(kept, soak.faults)
+    return result(a, a.epochs, code, summary, soak.faults, t0, acc,
+                  len(made_steps(lines) - {(k.key, k.step) for k in kept}))
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="edl: one job on ./dev cluster under a seeded rain of cluster faults; "
+                                            "prints the effective training time ratio and what each fault cost")
+    p.add_argument("--epochs", type=int, default=6, help="the job's epochs; default 6")
+    p.add_argument("--interval", type=float, default=15.0,
+                   help="mean seconds between faults (each gap uniform in 2/3..4/3 of it); default 15")
+    p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule (and the job's data prefix)")
+    p.add_argument("--kinds", default=",".join(KINDS),
+                   help=f"comma-separated faults to draw from; default all: {','.join(KINDS)}")
+    p.add_argument("--out", default=None, help="result JSON; default bench/results/soak_cluster.json")
+    p.add_argument("--plot", default=str(ROOT / "docs" / "soak-cluster.png"),
+                   help="figure of the steps with the faults marked; '' for none")
+    a = p.parse_args(argv)
+    a.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
+    unknown = [k for k in a.kinds if k not in KINDS]
+    if unknown or not a.kinds:
+        p.error(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(KINDS)}")
+    if a.epochs < 1 or a.interval <= 0:
+        p.error("--epochs must be at least 1 and --interval positive")
+    a.checkpoints = f"s3://soak/run-{int(time.time())}"  # a fresh job each run, never one resumed
+    missing = [k for k in NEEDS if not os.environ.get(k)]
+    if missing:
+        p.error(f"{', '.join(missing)} not set: run eval \"$(./dev cluster up --nodes 3 --cpu 4)\" first")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    sys.path.insert(0, str(ROOT))
+    console = Console()
+    with tempfile.TemporaryDirectory(prefix="edl-soak-cluster-") as d:
+        res = run(a, Path(d), console)
+    out = Path(a.out) if a.out else write_result("soak_cluster", res)
+    if a.out:
+        out.write_text(json.dumps(res, indent=2) + "\n")
+    if a.plot:
+        plot(res, Path(a.plot))
+    print_table(res, console)
+    console.print(f"written: {out}" + (f", {a.plot}" if a.plot else ""))
+    return 0 if res["status"] == "succeeded" and res["lost_samples"] == 0 and res["duplicate_samples"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
