@@ -32,6 +32,21 @@ NODE_GRACE_S = 6  # node-monitor-grace-period: a node whose lease is this old is
 TOLERATION_S = 10  # default not-ready/unreachable toleration: pods leave a lost node after this
 
 
+def wait_established(kubectl: list[str], what: str, timeout_s: float = 60.0) -> None:
+    """Until every CRD is Established. ``kubectl wait`` fails at once, rather than waiting, on a CRD
+    whose status has no conditions yet (just created), so it is asked again until the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = max(1, int(deadline - time.monotonic()))
+        r = subprocess.run([*kubectl, "wait", "--for=condition=Established", f"--timeout={left}s", "crd", "--all"],
+                   capture_output=True, text=True)
+        if r.returncode == 0:
+            return
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"{what} CRDs not established: {r.stderr.strip()}")
+        time.sleep(0.5)
+
+
 @dataclass
 class NodeInfo:
     name: str
@@ -274,10 +289,7 @@ class ControlPlane:
         sp.run([*kubectl, "create", "namespace", "argo"], capture_output=True, text=True)
         sp.run([*kubectl, "-n", "argo", "create", "configmap", "workflow-controller-configmap"],
                capture_output=True, text=True)
-        r = sp.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"],
-                   capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"Argo CRDs not established: {r.stderr.strip()}")
+        wait_established(kubectl, "Argo")
         cfg = self._kubeconfig("argo", "argo-workflow-controller", ("system:masters",), namespace="argo")
         self._spawn("workflow-controller", [
             str(build.ARGO_CONTROLLER.path()), f"--kubeconfig={cfg}",
@@ -307,10 +319,7 @@ class ControlPlane:
 
         for crd in build.KSERVE_CRDS:
             apply(build.fetch(crd), f"CRD {crd.path().name}")
-        r = sp.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"],
-                   capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"KServe CRDs not established: {r.stderr.strip()}")
+        wait_established(kubectl, "KServe")
         apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kserve"}}, "namespace")
         apply(kserve_config(storage_initializer), "inferenceservice-config")
         # The webhook server's certificate, where controller-runtime looks for it (under $TMPDIR).
