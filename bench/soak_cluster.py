@@ -38,7 +38,7 @@ from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, write_result  # noqa: E402
-from soak import Fault, account, made_steps, plot, print_table, result  # noqa: E402
+from soak import Fault, _signal, account, made_steps, plot, print_table, result  # noqa: E402
 
 from edl.storage.audit import kept_steps, read_audit_lines  # noqa: E402
 from edl.storage.store import open_store  # noqa: E402
@@ -107,14 +107,6 @@ class ClusterSoak:
         except OSError:
             return
         self.faults.append(Fault(time.time(), kind, detail))
-
-
-def _signal(pid: int, sig: int) -> bool:
-    try:
-        os.kill(pid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 def edl(*args: str, **kw) -> subprocess.CompletedProcess:

@@ -434,6 +434,14 @@ def build_app(master: Master) -> Starlette:
     return Starlette(routes=routes, exception_handlers={UserError: user_error, StaleError: stale})
 
 
+async def _drain(master: Master, trainer: str, message: str) -> dict:
+    """Drain ``trainer`` (asked by the launcher, or by the trainer itself when told to stop)."""
+    master.job.drain(trainer, master.clock())
+    log.info(message, trainer)
+    await master.notify()
+    return {"ok": True}
+
+
 def _open_routes(master: Master) -> list[BaseRoute]:
     """Health and metrics: no token (probes and Prometheus)."""
     routes = _Routes()
@@ -505,11 +513,8 @@ def _trainer_routes(master: Master) -> list[BaseRoute]:
 
     @routes.post("/leave")
     async def leave(r: Request) -> dict:
-        trainer = r.path_params["trainer"]
-        job.drain(trainer, master.clock())
-        log.info("trainer %s was told to stop (its pod deleted or preempted); draining it", trainer)
-        await master.notify()
-        return {"ok": True}
+        return await _drain(master, r.path_params["trainer"],
+                            "trainer %s was told to stop (its pod deleted or preempted); draining it")
 
     @routes.get("/assignment")
     async def assignment(r: Request) -> dict:
@@ -681,11 +686,7 @@ def _control_routes(master: Master) -> list[BaseRoute]:
 
     @routes.post("/v1/trainers/{trainer}/drain")
     async def drain(r: Request) -> dict:
-        trainer = r.path_params["trainer"]
-        job.drain(trainer, master.clock())
-        log.info("draining trainer %s", trainer)
-        await master.notify()
-        return {"ok": True}
+        return await _drain(master, r.path_params["trainer"], "draining trainer %s")
 
     @routes.post("/v1/launcher/beat")
     async def launcher_beat(r: Request) -> dict:
