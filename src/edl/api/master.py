@@ -386,9 +386,15 @@ def next_task_from_json(d: dict) -> Task | Next:
     return task_from_json(d["task"]) if d["status"] == "task" else Next(d["status"])
 
 
+# A failed report's step when the trainer holds none of its generation's state: the generation did
+# not form before its state reached the trainer (a checkpoint to load, rank 0's state to receive), so
+# its replica is whatever it held before, no source for the next generation.
+NO_STATE = -1
+
+
 @dataclass(frozen=True)
 class SyncReport:
-    """A member's last completed step in its generation and everyone's cursor there."""
+    """A member's last completed step in its generation and everyone's cursor there (``NO_STATE``: see there)."""
 
     trainer: str
     generation: int

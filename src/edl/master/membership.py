@@ -47,7 +47,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from edl.api.data import Cursor
-from edl.api.master import START_GRACE_S, Phase, Reason, Source, SyncReport, TrainerState
+from edl.api.master import NO_STATE, START_GRACE_S, Phase, Reason, Source, SyncReport, TrainerState
 from edl.master.transitions import Transitions
 
 PHASE_TRANSITIONS = Transitions("membership phase", {
@@ -510,8 +510,10 @@ class Membership:
 
         rollback = False
         cursors: dict[str, Cursor | None] = {}
-        if survivors:
-            reporters = [self.reports[m] for m in survivors if m in self.reports]
+        reporters = [self.reports[m] for m in survivors if m in self.reports]
+        stateless = bool(reporters) and all(r.step == NO_STATE for r in reporters)
+        if survivors and not stateless:
+            reporters = [r for r in reporters if r.step != NO_STATE]
             best = max(reporters, key=lambda r: r.step) if reporters else None
             base_step = best.step if best else (old.base_step if old else 0)
             cursors = dict(best.cursors) if best else {}
@@ -522,10 +524,12 @@ class Membership:
             # Survivors of one generation that stopped at the same step hold the same state.
             holding = {lead} | {m for m in survivors if m in self.reports and self.reports[m].step == base_step}
         else:
+            # Nobody left holds a state (all died, or the generation failed before its state reached
+            # anyone): from the checkpoint (or from scratch), survivors and joiners alike.
             base_step = restore_step
             source = restore_source
             rollback = old is not None
-            ordered = joiners
+            ordered = survivors + joiners
             if lead is not None and lead in ordered:
                 ordered = [lead] + [j for j in ordered if j != lead]
             holding = set(ordered[:1]) | set(holders)

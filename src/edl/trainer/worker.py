@@ -34,6 +34,7 @@ from edl.api.framework import Framework, Group
 from edl.api.master import (
     Assignment,
     HeartbeatAnswer,
+    NO_STATE,
     JobStatus,
     Prepared,
     ResumeReport,
@@ -307,7 +308,11 @@ class Trainer:
             t2 = self.clock()
         except CollectiveError as e:
             log.warning("trainer %s: generation %d did not form: %s", self.id, a.generation, e)
-            self._report(a.generation, p.step, {}, failed=True)
+            # Only a member that held the generation's state from the start (it stopped at its base step
+            # in the one before) may offer its replica to the next; one that was to load or receive it
+            # holds some older state, whatever its step says.
+            holds = a.source is Source.PEER and a.rank not in a.state_to and p.step == a.base_step
+            self._report(a.generation, p.step if holds else NO_STATE, {}, failed=True)
             return None
         log.info("trainer %s: generation %d, rank %d of %d, step %d (group formed in %.3f s, state in %.3f s%s)",
                  self.id, a.generation, a.rank, a.world_size, p.step, t1 - t0, t2 - t1,

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from edl.api.master import Phase, Reason, Source, SyncReport, TrainerState
+from edl.api.master import NO_STATE, Phase, Reason, Source, SyncReport, TrainerState
 from edl.master.membership import Membership, MembershipConfig
 from edl.api.data import Cursor
 
@@ -339,3 +339,22 @@ def test_a_member_told_to_stop_while_the_switch_is_under_way_leaves_at_the_next_
     p2 = m.prepare(1.4)
     assert p2 is not None and p2.members == ("t0", "a") and p2.reason is Reason.SCALE_DOWN
     assert m.prepared_for("t1") is p2  # told, to leave there
+
+
+def test_a_survivor_that_never_received_its_generations_state_restarts_from_the_checkpoint():
+    # A restarted master's generation from its checkpoint: before the state reached anyone, a member died;
+    # the survivor's replica is what it held under the old master (step 36649), no source: it says so
+    # (NO_STATE), and the next generation loads the checkpoint again, with the survivor in it.
+    m = started(2)
+    m.fail("t1", 3.0)
+    m.report(SyncReport("t0", m.current.id, NO_STATE, {}, 7001, True), 3.1)
+    f = m.form(3.1, 36549, Source.CHECKPOINT)
+    g = f.generation
+    assert g.members == ("t0",) and g.source is Source.CHECKPOINT and g.base_step == 36549 and f.rollback
+    # One survivor that holds it is the source, whatever the others say.
+    m = started(3)
+    m.fail("t2", 3.0)
+    m.report(SyncReport("t0", m.current.id, NO_STATE, {}, 7001, True), 3.1)
+    m.report(SyncReport("t1", m.current.id, 42, {"t1": Cursor(5, 1)}, 7002, True), 3.1)
+    g = m.form(3.1, 0, Source.INIT).generation
+    assert g.members[0] == "t1" and g.source is Source.PEER and g.base_step == 42

@@ -19,6 +19,7 @@ import pytest
 
 from edl.api.data import Cursor, Task
 from edl.api.master import (
+    NO_STATE,
     Assignment,
     HeartbeatAnswer,
     JobStatus,
@@ -269,3 +270,32 @@ def test_a_generation_aborted_during_backward_stops_the_step_there_and_reports_w
     assert replica.steps == 3 and replica.dropped == 1  # the fourth step left mid-backward, its sums dropped
     (report,) = master.syncs
     assert report.failed and report.step == 3 and report.cursors == {"t1": Cursor(1, BATCH)}
+
+
+class CheckpointedGeneration(FakeMaster):
+    """A restarted master's generation from its checkpoint (base step 40), this trainer rank 1 of 2."""
+
+    def assignment(self, trainer, after, wait_s):
+        with self.lock:
+            if not self.assigned:
+                self.assigned = True
+                return Assignment(1, 1, 2, ("t0", trainer), ("127.0.0.1", 1), 40, Source.CHECKPOINT, "ckpt", None,
+                                  (), 0, "11", (1,))
+            return NoAssignment(Unassigned.FINISHED, JobStatus.FAILED)
+
+
+class NoGroup(FakeFramework):
+    def group(self, host, port, rank, world, group_id, backend, timeout_s=10):
+        raise CollectiveError("a peer died while the group formed")
+
+
+def test_a_generation_that_fails_before_its_state_arrives_is_reported_without_a_state(tmp_path):
+    # The replica still holds what it trained under the old master (step 77): not the generation's state,
+    # so the report must not offer it as the next generation's source (it would be trained on twice).
+    master = CheckpointedGeneration([])
+    trainer, replica, _ = _trainer(tmp_path, master)
+    trainer.framework = NoGroup(replica, FakeGroup())
+    trainer.progress.step = 77
+    assert trainer.run() == EXIT_FAILED
+    (report,) = master.syncs
+    assert report.failed and report.generation == 1 and report.step == NO_STATE
