@@ -7,8 +7,9 @@ their last common step; one that ignored the signal would keep them waiting unti
 out. Instead it asks the master to drain it: the survivors prepare the next generation while all
 train on, and it leaves at the switch (exit 0), within a step or two of the signal.
 
-Where that cannot happen it exits at once (before it registered, the master unreachable, a second
-signal) or after ``timeout_s`` (the switch never came): a crash its peers recover from as from any.
+Where that cannot happen it exits at once (before it registered, the master unreachable or gone
+while it waits, a second signal) or after ``timeout_s`` (the switch never came): a crash its peers
+recover from as from any.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from typing import Callable
 
 from edl.api.master import TrainerLink
@@ -33,12 +35,13 @@ class Leaving:
     (it left, or the job ended): the clean end that follows (a last checkpoint's flush) is not cut short."""
 
     def __init__(self, trainer_id: str, link: TrainerLink, exit_process: Callable[[int], None], *,
-                 timeout_s: float = LEAVE_TIMEOUT_S,
+                 timeout_s: float = LEAVE_TIMEOUT_S, poll_s: float = 0.5,
                  start: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.trainer_id = trainer_id
         self.link = link
         self.exit_process = exit_process
         self.timeout_s = timeout_s
+        self.poll_s = poll_s
         self.start = start or _thread
         self.registered = False
         self.asked: int | None = None  # the signal that asked us to leave
@@ -58,16 +61,24 @@ class Leaving:
     def _ask(self) -> None:
         assert self.asked is not None
         code = 128 + self.asked
-        try:
-            self.link.leave(self.trainer_id)
-        except EdlError as e:
-            log.warning("trainer %s: could not ask the master to drain it (%s); exiting now", self.trainer_id, e)
-            self.exit_process(code)
-            return
-        if not self.ended.wait(self.timeout_s):
-            log.warning("trainer %s: still in the job %.0f s after being told to stop; exiting now",
-                        self.trainer_id, self.timeout_s)
-            self.exit_process(code)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            # Asked again each round (a drain is idempotent): a master that stopped answering is being
+            # torn down with the rest of the job (a cancel, a deleted namespace), and then nothing is
+            # worth waiting for.
+            try:
+                self.link.leave(self.trainer_id)
+            except EdlError as e:
+                log.info("trainer %s: the master did not take the drain (%s); exiting now", self.trainer_id, e)
+                self.exit_process(code)
+                return
+            if self.ended.wait(min(self.poll_s, max(0.0, deadline - time.monotonic()))):
+                return
+            if time.monotonic() >= deadline:
+                log.warning("trainer %s: still in the job %.0f s after being told to stop; exiting now",
+                            self.trainer_id, self.timeout_s)
+                self.exit_process(code)
+                return
 
 
 def _thread(fn: Callable[[], None]) -> None:

@@ -84,7 +84,7 @@ class Links:
     prepare: TrainerLink  # the preparation thread's
     heartbeat: TrainerLink
     prefetch: TrainerLink
-    leaving: TrainerLink  # told to stop: asks the master to drain it, through a restart's first seconds
+    leaving: TrainerLink  # told to stop: asks the master to drain it (once: a master away is a job torn down)
     checkpoints: Callable[[], TrainerLink]  # opened on the checkpoint writer's thread
 
     @classmethod
@@ -94,7 +94,7 @@ class Links:
                    prepare=HttpMaster(master, token, give_up_s=5.0),
                    heartbeat=HttpMaster(master, token, timeout_s=10, give_up_s=0.0),
                    prefetch=HttpMaster(master, token, timeout_s=10, give_up_s=0.0),
-                   leaving=HttpMaster(master, token, timeout_s=5, give_up_s=5.0),
+                   leaving=HttpMaster(master, token, timeout_s=2, give_up_s=0.0),
                    checkpoints=lambda: HttpMaster(master, token, give_up_s=120))
 
 

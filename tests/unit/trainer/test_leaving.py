@@ -9,20 +9,22 @@ from edl.trainer.leaving import Leaving
 
 
 class Link:
-    def __init__(self, fails: bool = False) -> None:
+    def __init__(self, fails: bool = False, answers: int | None = None) -> None:
         self.fails = fails
+        self.answers = answers  # how many calls the master answers before it goes away
         self.asked: list[str] = []
 
     def leave(self, trainer: str) -> None:
         self.asked.append(trainer)
-        if self.fails:
+        if self.fails or (self.answers is not None and len(self.asked) > self.answers):
             raise TemporaryError("master unreachable")
 
 
-def leaving(link: Link, timeout_s: float = 15.0) -> tuple[Leaving, list[int]]:
+def leaving(link: Link, timeout_s: float = 15.0, poll_s: float = 0.5) -> tuple[Leaving, list[int]]:
     exits: list[int] = []
     run_now = lambda fn: fn()  # noqa: E731 (the thread's work, run in the test's thread)
-    return Leaving("t3", link, exits.append, timeout_s=timeout_s, start=run_now), exits  # type: ignore[arg-type]
+    return (Leaving("t3", link, exits.append, timeout_s=timeout_s, poll_s=poll_s, start=run_now),  # type: ignore[arg-type]
+            exits)
 
 
 def test_a_registered_trainer_asks_to_be_drained_and_is_not_cut_short_once_its_loop_ends():
@@ -60,3 +62,12 @@ def test_it_exits_at_once_before_registering_when_the_master_is_away_or_on_a_sec
     twice(signal.SIGTERM)
     twice(signal.SIGTERM)
     assert link.asked == ["t3"] and exits == [143]
+
+
+def test_it_exits_at_once_when_the_master_goes_away_while_it_waits():
+    # The whole job is being torn down (a cancel, a deleted namespace): nothing to wait for.
+    link = Link(answers=2)
+    handler, exits = leaving(link, timeout_s=10.0, poll_s=0.01)
+    handler.registered = True
+    handler(signal.SIGTERM)
+    assert link.asked == ["t3"] * 3 and exits == [143]
