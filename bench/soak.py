@@ -407,16 +407,22 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="edl-soak-") as d:
             res = run(a, Path(d), console)
-    out = Path(a.out) if a.out else None
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=2) + "\n")
+    return report(res, "soak", a.out, a.plot, console)
+
+
+def report(res: dict, name: str, out: str | None, figure: str, console: Console) -> int:
+    """Write the result (``out``, else bench/results/NAME.json) and the figure, print the table; the exit
+    code: 0 when the job succeeded exactly once."""
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(res, indent=2) + "\n")
     else:
-        out = write_result("soak", res)
-    if a.plot:
-        plot(res, Path(a.plot))
+        path = write_result(name, res)
+    if figure:
+        plot(res, Path(figure))
     print_table(res, console)
-    console.print(f"written: {out}" + (f", {a.plot}" if a.plot else ""))
+    console.print(f"written: {path}" + (f", {figure}" if figure else ""))
     return 0 if res["status"] == "succeeded" and res["lost_samples"] == 0 and res["duplicate_samples"] == 0 else 1
 
 

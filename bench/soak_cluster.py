@@ -37,8 +37,8 @@ from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, write_result  # noqa: E402
-from soak import Fault, _signal, account, made_steps, plot, print_table, result  # noqa: E402
+from _common import ROOT  # noqa: E402
+from soak import Fault, _signal, account, made_steps, report, result  # noqa: E402
 
 from edl.storage.audit import kept_steps, read_audit_lines  # noqa: E402
 from edl.storage.store import open_store  # noqa: E402
@@ -236,14 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     with tempfile.TemporaryDirectory(prefix="edl-soak-cluster-") as d:
         res = run(a, Path(d), console)
-    out = Path(a.out) if a.out else write_result("soak_cluster", res)
-    if a.out:
-        out.write_text(json.dumps(res, indent=2) + "\n")
-    if a.plot:
-        plot(res, Path(a.plot))
-    print_table(res, console)
-    console.print(f"written: {out}" + (f", {a.plot}" if a.plot else ""))
-    return 0 if res["status"] == "succeeded" and res["lost_samples"] == 0 and res["duplicate_samples"] == 0 else 1
+    return report(res, "soak_cluster", a.out, a.plot, console)
 
 
 if __name__ == "__main__":
