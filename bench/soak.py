@@ -370,6 +370,15 @@ def print_table(res: dict, console: Console) -> None:
     console.print(t)
 
 
+def parse_kinds(p: argparse.ArgumentParser, given: str, kinds: tuple[str, ...]) -> list[str]:
+    """``--kinds``: a comma-separated list of ``kinds``; anything else is a one-line usage error."""
+    out = [k.strip() for k in given.split(",") if k.strip()]
+    unknown = [k for k in out if k not in kinds]
+    if unknown or not out:
+        p.error(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(kinds)}")
+    return out
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="edl: one local job under a seeded rain of faults; prints the "
                                             "effective training time ratio and what each kind of fault cost")
@@ -389,10 +398,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot", default=str(ROOT / "docs" / "soak.png"),
                    help="figure of the steps with the faults marked; '' for none; default docs/soak.png")
     a = p.parse_args(argv)
-    a.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
-    unknown = [k for k in a.kinds if k not in KINDS]
-    if unknown or not a.kinds:
-        p.error(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(KINDS)}")
+    a.kinds = parse_kinds(p, a.kinds, KINDS)
     if a.minutes <= 0 or a.interval <= 0:
         p.error("--minutes and --interval must be positive")
     return a

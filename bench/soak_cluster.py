@@ -38,7 +38,7 @@ from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT  # noqa: E402
-from soak import Fault, _signal, account, made_steps, report, result  # noqa: E402
+from soak import Fault, _signal, account, made_steps, parse_kinds, report, result  # noqa: E402
 
 from edl.storage.audit import kept_steps, read_audit_lines  # noqa: E402
 from edl.storage.store import open_store  # noqa: E402
@@ -133,12 +133,10 @@ def prepare(core, work: Path, a: argparse.Namespace, console: Console) -> None:
     r = edl("k8s", "render", *common_args(a), "--out", str(work / "k8s"), timeout=120)
     if r.returncode != 0:
         raise SystemExit(f"soak_cluster: edl k8s render failed: {r.stderr.strip()}")
+    import yaml
     from kubernetes import utils
 
-    for doc in (work / "k8s" / "00-rbac.yaml").read_text().split("\n---\n"):
-        import yaml
-
-        obj = yaml.safe_load(doc)
+    for obj in yaml.safe_load_all((work / "k8s" / "00-rbac.yaml").read_text()):
         if not obj:
             continue
         try:
@@ -217,10 +215,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot", default=str(ROOT / "docs" / "soak-cluster.png"),
                    help="figure of the steps with the faults marked; '' for none")
     a = p.parse_args(argv)
-    a.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
-    unknown = [k for k in a.kinds if k not in KINDS]
-    if unknown or not a.kinds:
-        p.error(f"--kinds: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(KINDS)}")
+    a.kinds = parse_kinds(p, a.kinds, KINDS)
     if a.epochs < 1 or a.interval <= 0:
         p.error("--epochs must be at least 1 and --interval positive")
     a.checkpoints = f"s3://soak/run-{int(time.time())}"  # a fresh job each run, never one resumed
