@@ -127,6 +127,15 @@ def run_master(spec: JobSpec, host: str, port: int, token: str, woken_at: float 
     # One live run per job.
     restarted = claim.acquire(holder)
     startup.mark("lock")
+    if claim.predecessor is not None:
+        # A predecessor of this run may live on (a lost node's processes run until fenced), and so may its
+        # rank 0, committing checkpoints and pruning older ones: the one read above may be gone by the time
+        # the trainers load it. Choose the checkpoint once the predecessor has stopped.
+        claim.wait_fenced()
+        restored = restore(ckpts)
+        startup.mark("fence")
+        if restored[0] is None and not shards:
+            shards = check_data(spec)
     try:
         return _serve_job(spec, shards, ckpts, claim, host, port, token, restarted, startup, restored)
     finally:
@@ -204,6 +213,5 @@ def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim
         spec.job, host, port, len(job.queue.shards), job.queue.rows_per_epoch, spec.epochs,
         spec.min_trainers, spec.max_trainers, job.desired,
     )
-    claim.wait_fenced()  # a predecessor of this run that may live on has stopped by now (after the work above)
     asyncio.run(serve(master, host, port, startup))
     return 0

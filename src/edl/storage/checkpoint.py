@@ -86,7 +86,9 @@ class CheckpointStore:
         self.keep = keep
 
     # ------------------------------------------------------------------ write
-    def write(self, step: int, files: dict[str, bytes], meta: dict | None = None) -> Checkpoint:
+    def write(self, step: int, files: dict[str, bytes], meta: dict | None = None, prune: bool = True) -> Checkpoint:
+        """Commit a checkpoint at ``step``; ``prune``: then drop older ones (``AsyncCheckpointWriter`` prunes
+        only once the master took the commit)."""
         name = checkpoint_name(step)
         for fname, data in files.items():
             self.store.put(f"{name}/{fname}", data)
@@ -98,7 +100,8 @@ class CheckpointStore:
             "meta": meta or {},
         }
         self.store.put(f"{name}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
-        self.prune()
+        if prune:
+            self.prune()
         return Checkpoint(name, step, self.store.child(name), manifest)
 
     def prune(self) -> None:
@@ -160,7 +163,10 @@ class WriteJob:
     step: int
     build: Callable[[], dict[str, bytes]]  # serialises the snapshot (runs on the writer thread)
     meta: dict
-    on_commit: Callable[[Checkpoint, float], None]
+    # Tells the master; ``True``: it took the commit. Only then are older checkpoints pruned: a rank 0 of a
+    # master that was fenced (a lost node's, living on beside its successor) must not delete the
+    # checkpoint the successor restored from.
+    on_commit: Callable[[Checkpoint, float], bool]
     started: float = 0.0
 
 
@@ -200,8 +206,9 @@ class AsyncCheckpointWriter:
                 while True:
                     try:
                         files = job.build()
-                        ckpt = self.ckpts.write(job.step, files, job.meta)
-                        job.on_commit(ckpt, time.monotonic() - job.started)
+                        ckpt = self.ckpts.write(job.step, files, job.meta, prune=False)
+                        if job.on_commit(ckpt, time.monotonic() - job.started):
+                            self._prune()
                         break
                     except StorageError as e:
                         # Storage is down: keep trying while training continues,
@@ -216,6 +223,12 @@ class AsyncCheckpointWriter:
             finally:
                 if self._q.empty():
                     self._busy.clear()
+
+    def _prune(self) -> None:
+        try:
+            self.ckpts.prune()
+        except StorageError as e:  # the next commit prunes what this one left
+            self.on_error(f"could not prune old checkpoints: {e}")
 
     def flush(self, timeout: float = 120.0) -> bool:
         deadline = time.monotonic() + timeout

@@ -90,9 +90,11 @@ class Checkpointer:
                 "master.json": json.dumps(cut).encode(),
             }
 
-        def on_commit(ckpt: Checkpoint, seconds: float) -> None:
-            link.checkpoint_committed(generation, step, ckpt.uri, seconds)
-            log.info("trainer %s: checkpoint at step %d committed in %.2f s", self.id, step, seconds)
+        def on_commit(ckpt: Checkpoint, seconds: float) -> bool:
+            taken = link.checkpoint_committed(generation, step, ckpt.uri, seconds)
+            log.info("trainer %s: checkpoint at step %d committed in %.2f s%s", self.id, step, seconds,
+                     "" if taken else " (the master no longer holds its cut: older checkpoints kept)")
+            return taken
 
         self._writer.submit(WriteJob(step, build, {"generation": generation}, on_commit))
         if wait:

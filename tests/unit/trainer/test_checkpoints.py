@@ -60,3 +60,30 @@ def test_a_cut_the_master_does_not_take_means_no_checkpoint_this_time(tmp_path):
         assert not ck.save(1, 7, {"t0": None}, lambda: taken.append(1) or snapshot(), CutLink(error))
         ck.flush(10)
         assert taken == [] and store.latest() is None  # nothing copied, nothing written
+
+
+class FencedLink(CutLink):
+    """A master that no longer holds the cuts: a rank 0 that lived on beside its master's successor."""
+
+    def checkpoint_committed(self, generation, step, uri, write_s):
+        self.committed.append(step)
+        return False
+
+
+def test_older_checkpoints_are_pruned_only_once_the_master_took_the_commit(tmp_path):
+    # A lost node's rank 0 trains on with its master until the run lock fences that master; its
+    # checkpoints must not prune away the one the successor restored from (new trainers failed to
+    # load it: its manifest was gone).
+    store = CheckpointStore(open_store(str(tmp_path)), keep=2)
+    taken = Checkpointer(store, lambda: CutLink(), "t0", "mlp")
+    for step in (1, 2):
+        assert taken.save(1, step, {"t0": None}, snapshot, CutLink(), wait=True)
+    assert store.committed() == ["ckpt-000000000001", "ckpt-000000000002"]
+    fenced_link = FencedLink()
+    fenced = Checkpointer(store, lambda: fenced_link, "t0", "mlp")
+    for step in (3, 4, 5):
+        assert fenced.save(1, step, {"t0": None}, snapshot, CutLink(), wait=True)
+    assert fenced_link.committed == [3, 4, 5]  # written and reported, never taken
+    assert store.committed()[:2] == ["ckpt-000000000001", "ckpt-000000000002"]  # nothing pruned
+    assert taken.save(2, 6, {"t0": None}, snapshot, CutLink(), wait=True)
+    assert store.committed() == ["ckpt-000000000005", "ckpt-000000000006"]  # a taken commit prunes as before
