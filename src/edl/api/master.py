@@ -222,6 +222,9 @@ class JobView:
     # Where the sidecar's plan puts the job's trainers, one node per trainer (``edl.api.policy.Plan``):
     # the launcher gives new trainer pods the ones no trainer has yet as their preferred node.
     node_hints: tuple[str, ...] = ()
+    # Trainers told to stop (preempted, deleted) whose replacements wait for the sidecar's next decision:
+    # the launcher starts ``desired_trainers`` less these.
+    held_replacements: int = 0
     user_error: bool = False  # failed because of the user's input (``error`` names it): a retry cannot help
     # Counts the changes of what the launcher acts on (``Job.control_key``) this master has answered with:
     # ``GET /v1/status?after=`` this and ``wait_s`` answers once it has moved on, or after ``wait_s`` (a long
@@ -251,7 +254,8 @@ class JobView:
             generations=tuple(GenerationSummary.from_json(g) for g in d["generations"]),
             checkpoints=tuple(CheckpointRecord.from_json(c) for c in d["checkpoints"]),
             elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False), user_error=d.get("user_error", False),
-            node_hints=tuple(d.get("node_hints") or ()), control_version=d.get("control_version", 0),
+            node_hints=tuple(d.get("node_hints") or ()), held_replacements=d.get("held_replacements", 0),
+            control_version=d.get("control_version", 0),
             reason=SizeReason.from_json(d["reason"]) if d.get("reason") else None,
             budgets={k: BudgetView.from_json(v) for k, v in (d.get("budgets") or {}).items()},
         )

@@ -202,7 +202,8 @@ class Sidecar:
         # preferred node affinities of the trainers it creates next.
         nodes = plan.nodes.get(mine.name, ())[:target]
         if target == mine.current:
-            if nodes != status.node_hints or reason != status.reason:
+            # Trainers told to stop wait for this decision to be replaced: an unchanged size is said too.
+            if nodes != status.node_hints or reason != status.reason or status.held_replacements:
                 self.master.scale(target, nodes, reason)
             return None
         log.info("scale %s: %d -> %d trainers (policy %s, %d jobs, %d nodes): %s", self.cfg.job, mine.current, target,

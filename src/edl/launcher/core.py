@@ -190,6 +190,7 @@ class Launcher:
         self._read_now = True
         self._trainers_seen: tuple | None = None  # the trainers as the last round saw them
         self._cause_seen: SizeCause | None = None  # the cause of the job's size the last Event gave
+        self._held_seen = 0  # replacements of trainers told to stop held for the sidecar, as last said
         self._used: tuple[str, int] = ("", 0)  # master uid and control version of the status the last round used
         self._used_serial = 0  # the watch's reading that status came from (0: read directly)
 
@@ -370,7 +371,7 @@ class Launcher:
         self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers])
         plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
                              self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs,
-                             node_hints=st.node_hints)
+                             node_hints=st.node_hints, held=st.held_replacements)
         seen = tuple((t.name, t.phase, t.exit) for t in trainers)
         # A trainer that came or went (an exit this round reports, one it starts): the next round reads the
         # master afresh rather than the watch's copy, which may predate it (see ``plan_trainers`` on exits).
@@ -398,6 +399,11 @@ class Launcher:
             user = why in (TrainerExit.USER_ERROR, TrainerExit.CANNOT_START)  # a bad image, a missing key
             self._tell(lambda: self.link.fail_job(message, user))
             raise UserError(message) if user else PermanentError(message)
+        if st.held_replacements != self._held_seen:
+            if st.held_replacements > self._held_seen:
+                say(self.console, f"{st.held_replacements} trainer(s) told to stop: replaced only if the sidecar's "
+                                  "next decision keeps the size")
+            self._held_seen = st.held_replacements
         if st.reason is not None and st.reason.cause is not self._cause_seen:
             self._cause_seen = st.reason.cause
             self.cluster.record(size_event(st.reason.cause), st.reason.text)

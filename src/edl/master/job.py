@@ -48,6 +48,9 @@ from edl.master.transitions import Transitions
 from edl.master.usercode import UserCodeFailures
 
 MAX_REASONS = 100  # the changes of a job's size reason kept for its summary
+# A trainer told to stop is replaced at the sidecar's next decision, or after this long without one (three
+# of its default periods: the sidecar is away, or decides less often than that).
+HOLD_S = 30.0
 
 STATUS_TRANSITIONS = Transitions("job status", {
     JobStatus.RUNNING: {JobStatus.SUCCEEDED, JobStatus.FAILED},
@@ -98,6 +101,10 @@ class Job:
         # Cuts handed out, by (generation, step), until their checkpoint commits: the queue state to restore.
         self.pending_cuts: dict[tuple[int, int], dict[str, Any]] = {}
         self.unschedulable_at: float | None = None  # last time the launcher gave up on Pending trainers
+        # Trainers told to stop (preempted, their pod deleted) since the sidecar's last decision, and when the
+        # first of them was: their replacements wait for that decision (``held_replacements``).
+        self.told_to_stop: tuple[int, float] | None = None
+        self.sidecar_decides = False  # the autoscale sidecar has set the size (not only ``edl scale``)
         self.node_hints: tuple[str, ...] = ()  # the sidecar's planned node per trainer (not checkpointed)
         self.size_reason: SizeReason | None = None  # why the job is at its size (``JobView.reason``)
         # Each change of the reason's cause, with the job's elapsed time then: the run's story (``summary``).
@@ -185,6 +192,8 @@ class Job:
             raise UserError(f"{len(nodes)} node hints for {n} trainers")
         self.membership.config.desired = n
         self.node_hints = tuple(nodes)
+        self.sidecar_decides = reason is not None
+        self.told_to_stop = None  # decided since: the replacements wait no longer
         self._explained(reason or SizeReason(SizeCause.FIXED, f"set to {n} by hand (edl scale)"), now)
 
     def _explained(self, reason: SizeReason, now: float) -> None:
@@ -279,6 +288,24 @@ class Job:
             raise UserError(f"no trainer named {trainer!r} in job {self.spec.job}")
         self.membership.drain(trainer, now)
         self.tick(now)
+
+    def leave(self, trainer: str, now: float) -> None:
+        """``trainer`` was told to stop (SIGTERM: preempted, its pod deleted, its node drained): drain it. Where
+        the sidecar sizes the job, its replacement waits for the sidecar's next decision: a trainer preempted
+        for a higher-priority pod has no room to come back to, and a replacement created at once would
+        only sit Pending until the launcher gave up on it."""
+        self.drain(trainer, now)
+        if self.sidecar_decides:
+            count, since = self.told_to_stop or (0, now)
+            self.told_to_stop = (count + 1, since)
+
+    def held_replacements(self, now: float) -> int:
+        """How many trainers the launcher does not replace yet (``leave``); none once the sidecar has decided
+        since, or ``HOLD_S`` after the first of them without a decision (it is away: replace them)."""
+        if self.told_to_stop is None:
+            return 0
+        count, since = self.told_to_stop
+        return count if now - since <= HOLD_S else 0
 
     def trainer_exited(self, trainer: str, code: int, now: float) -> None:
         m = self.membership
@@ -532,7 +559,7 @@ class Job:
         gen = m.current
         return (self.master_uid, self.status, self.error, self.user_error, self.abandoned, m.phase,
                 gen.id if gen else 0, gen.world_size if gen else 0, self.desired, self.node_hints,
-                self.size_reason.cause if self.size_reason else None,
+                self.size_reason.cause if self.size_reason else None, self.told_to_stop,
                 self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints), len(m.history),
                 bool(m.history) and m.history[-1].pause_s is not None,
                 tuple((t.id, t.state) for t in m.trainers.values() if not t.state.gone))
@@ -542,7 +569,7 @@ class Job:
         assignment, ``control_key``), and not on a heartbeat that only moves steps, cursors and the loss.
         O(1), unlike ``control_key``: the master compares it after every request and tick."""
         cause = self.size_reason.cause if self.size_reason else None
-        return (self.status, self.abandoned, self.desired, self.node_hints, cause,
+        return (self.status, self.abandoned, self.desired, self.node_hints, cause, self.told_to_stop,
                 self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints),
                 self.membership.revision())
 
@@ -568,6 +595,7 @@ class Job:
             world_size=gen.world_size if gen else 0,
             desired_trainers=self.desired,
             node_hints=self.node_hints,
+            held_replacements=self.held_replacements(now),
             unschedulable_at=self.unschedulable_at,
             min_trainers=self.spec.min_trainers,
             max_trainers=self.spec.max_trainers,

@@ -434,9 +434,9 @@ def build_app(master: Master) -> Starlette:
     return Starlette(routes=routes, exception_handlers={UserError: user_error, StaleError: stale})
 
 
-async def _drain(master: Master, trainer: str, message: str) -> dict:
-    """Drain ``trainer`` (asked by the launcher, or by the trainer itself when told to stop)."""
-    master.job.drain(trainer, master.clock())
+async def _drain(master: Master, trainer: str, message: str, told_to_stop: bool = False) -> dict:
+    """Drain ``trainer`` (asked by the launcher, or by the trainer itself when ``told_to_stop``)."""
+    (master.job.leave if told_to_stop else master.job.drain)(trainer, master.clock())
     log.info(message, trainer)
     await master.notify()
     return {"ok": True}
@@ -514,7 +514,8 @@ def _trainer_routes(master: Master) -> list[BaseRoute]:
     @routes.post("/leave")
     async def leave(r: Request) -> dict:
         return await _drain(master, r.path_params["trainer"],
-                            "trainer %s was told to stop (its pod deleted or preempted); draining it")
+                            "trainer %s was told to stop (its pod deleted or preempted); draining it",
+                            told_to_stop=True)
 
     @routes.get("/assignment")
     async def assignment(r: Request) -> dict:

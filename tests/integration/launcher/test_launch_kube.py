@@ -309,18 +309,36 @@ def web_deployment(image: str, replicas: int, node: str | None = None) -> dict:
                      "template": {"metadata": {"labels": {"app": "web"}}, "spec": spec}}}
 
 
+def unschedulable_trainers(steps, job: str, seen: set[str]) -> set[str]:
+    """Adds to ``seen`` the job's trainer pods the scheduler has found no room for."""
+    for p in steps.trainers(job, phase="Pending"):
+        if any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in p.status.conditions or []):
+            seen.add(p.metadata.name)
+    return seen
+
+
 def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
     """The job grows into both nodes at low priority; a high-priority Deployment that needs most of
     the cluster gets it (the sidecar hands trainers back, the scheduler preempts what is left), and
-    the job carries on with fewer trainers."""
+    the job carries on with fewer trainers. A preempted trainer is not replaced by one that has no
+    room: its replacement waits for the sidecar's next decision, which lowers the count."""
     step = steps.launch("yield", "--priority-class", "edl-low", "--trainer-cpu", "1.5", epochs=400, max_t=4)
     steps.wait(lambda: len(steps.trainers("yield")) >= 3, 180, "growth to 3+ trainers")
     apps = client.AppsV1Api(kube)
     web = web_deployment(steps.plane.image("runtime"), replicas=2)
     apps.create_namespaced_deployment(steps.ns, web)
-    steps.wait(lambda: (d := apps.read_namespaced_deployment("web", steps.ns)).status.ready_replicas == 2 and d,
+    stuck: set[str] = set()
+    steps.wait(lambda: unschedulable_trainers(steps, "yield", stuck) is not None and
+               (d := apps.read_namespaced_deployment("web", steps.ns)).status.ready_replicas == 2 and d,
                120, "the service's two replicas Ready")
-    steps.wait(lambda: 1 <= len(steps.trainers("yield")) <= 2, 60, "the job down to what is left")
+    steps.wait(lambda: unschedulable_trainers(steps, "yield", stuck) is not None and
+               1 <= len(steps.trainers("yield")) <= 2, 60, "the job down to what is left")
+    settle = time.monotonic() + 15  # a sidecar period and a half: whatever the launcher would start, it has
+    while time.monotonic() < settle:
+        unschedulable_trainers(steps, "yield", stuck)
+        time.sleep(0.3)
+    assert not stuck, f"trainers started with no room for them: {sorted(stuck)}\n{steps.log(step)[-3000:]}"
+    assert "TrainersUnschedulable" not in steps.events()
     assert steps.phase(step) == "Running"
     steps.core.delete_namespaced_pod(step, steps.ns)
     steps.wait_gone("yield", 90, "cleanup")

@@ -209,3 +209,29 @@ def test_a_job_shrunk_for_higher_priority_work_grows_back_when_the_work_leaves()
     assert s.step() == 1  # one 2-core trainer fits beside the service
     view._pods = []  # the service is gone
     assert s.step() == 2 and master.calls == [1, 2]
+
+
+class HoldingMaster(MemoryMaster):
+    """A master holding the replacements of trainers told to stop until the sidecar decides again."""
+
+    def __init__(self, desired: int, held: int) -> None:
+        super().__init__(desired)
+        self.held, self.said = held, 0
+
+    def status(self):
+        return replace(super().status(), held_replacements=self.held)
+
+    def scale(self, n, nodes=(), reason=None):
+        self.said += 1
+        self.held = 0
+        super().scale(n, nodes, reason)
+
+
+def test_an_unchanged_size_is_said_again_while_replacements_wait_for_the_decision():
+    master = HoldingMaster(2, held=0)
+    s = sidecar("ns/a", MemoryView(nodes(1, cpu=4.0), [], {}), master, hi=2)
+    s.step()  # sizes the job: 2 trainers fit, the plan's nodes and reason said
+    said = master.said
+    assert s.step() is None and master.said == said  # nothing new: nothing said
+    master.held = 1  # a trainer was told to stop (deleted, say): the room is still there
+    assert s.step() is None and master.said == said + 1 and master.held == 0 and master.calls == []

@@ -135,3 +135,11 @@ def test_a_trainer_that_left_unasked_is_replaced_only_after_a_fresh_status():
     drained = plan_trainers(2, [pod("a"), pod("b", S, exit=TrainerExit.SUCCEEDED), pod("c", P)], {"b": 5.0}, 10, 60)
     assert drained.create == 0 and drained.delete == ("b",)
     assert plan_trainers(3, [pod("a"), pod("b", S, exit=TrainerExit.SUCCEEDED)], {"b": 5.0}, 10, 60).create == 2
+
+
+def test_trainers_held_for_the_sidecars_decision_are_not_replaced_yet():
+    # Two of four preempted: their pods are gone. Held, nothing is created; once the hold ends, the rest.
+    pods = [pod("a"), pod("b")]
+    assert plan_trainers(4, pods, {}, 10, 60, held=2).create == 0
+    assert plan_trainers(4, pods, {}, 10, 60, held=1).create == 1
+    assert plan_trainers(4, pods, {}, 10, 60).create == 2
