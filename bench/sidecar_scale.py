@@ -91,7 +91,7 @@ class Master:
                        done_rows=(0,), step=0, loss=None, trainers=(), generations=(), checkpoints=(), elapsed_s=0.0,
                        node_hints=self.hints)
 
-    def scale(self, n: int, nodes: tuple[str, ...] = (), reason=None) -> None:
+    def scale(self, n: int, nodes: tuple[str, ...] = (), reason=None, released=None) -> None:
         self.desired, self.hints = n, tuple(nodes)
 
 

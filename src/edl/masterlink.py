@@ -153,12 +153,15 @@ class HttpMaster:
     def summary(self) -> dict[str, Any] | None:
         return self._poll("/v1/summary")
 
-    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None) -> int:
+    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None,
+              released: tuple[str, ...] | None = None) -> int:
         body: dict[str, object] = {"trainers": trainers}
         if nodes:
             body["nodes"] = list(nodes)
         if reason is not None:
             body["reason"] = reason.to_json()
+        if released is not None:
+            body["released"] = list(released)
         return int(self._call("POST", "/v1/scale", body)["desired_trainers"])
 
     def report_unschedulable(self, count: int) -> int:

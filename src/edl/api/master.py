@@ -85,6 +85,9 @@ class Unassigned(str, Enum):
 # At start a master waits this long for its desired trainers to register before it forms the first
 # generation with fewer (``edl.master.membership``); the simulator's jobs wait as long (``edl.sim.engine``).
 START_GRACE_S = 20.0
+# A trainer told to stop is replaced at the sidecar's next decision, or after this long without one (three
+# of its default periods: the sidecar is away, or decides less often than that).
+REPLACEMENT_HOLD_S = 30.0
 
 
 # ------------------------------------------------------------------ the one JSON form
@@ -222,9 +225,9 @@ class JobView:
     # Where the sidecar's plan puts the job's trainers, one node per trainer (``edl.api.policy.Plan``):
     # the launcher gives new trainer pods the ones no trainer has yet as their preferred node.
     node_hints: tuple[str, ...] = ()
-    # Trainers told to stop (preempted, deleted) whose replacements wait for the sidecar's next decision:
-    # the launcher starts ``desired_trainers`` less these.
-    held_replacements: int = 0
+    # Trainers told to stop (preempted, deleted) whose replacements wait for the sidecar's next decision, by
+    # id: the launcher does not fill the places of those whose pods are gone (``plan_trainers``).
+    held_replacements: tuple[str, ...] = ()
     user_error: bool = False  # failed because of the user's input (``error`` names it): a retry cannot help
     # Counts the changes of what the launcher acts on (``Job.control_key``) this master has answered with:
     # ``GET /v1/status?after=`` this and ``wait_s`` answers once it has moved on, or after ``wait_s`` (a long
@@ -254,7 +257,7 @@ class JobView:
             generations=tuple(GenerationSummary.from_json(g) for g in d["generations"]),
             checkpoints=tuple(CheckpointRecord.from_json(c) for c in d["checkpoints"]),
             elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False), user_error=d.get("user_error", False),
-            node_hints=tuple(d.get("node_hints") or ()), held_replacements=d.get("held_replacements", 0),
+            node_hints=tuple(d.get("node_hints") or ()), held_replacements=tuple(d.get("held_replacements") or ()),
             control_version=d.get("control_version", 0),
             reason=SizeReason.from_json(d["reason"]) if d.get("reason") else None,
             budgets={k: BudgetView.from_json(v) for k, v in (d.get("budgets") or {}).items()},
@@ -487,10 +490,12 @@ class ControlLink(Protocol):
         """The run summary, a JSON document that launchers extend and write as is."""
         ...
 
-    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None) -> int:
+    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None,
+              released: tuple[str, ...] | None = None) -> int:
         """Set the desired trainer count, where the trainers should go (``JobView.node_hints``; empty:
         anywhere) and why (``JobView.reason``; ``None``: set by hand); answers the count. Outside the job's
-        min..max: ``UserError``."""
+        min..max: ``UserError``. ``released``: the held trainers (``JobView.held_replacements``) the decision
+        saw, now replaced if the count still asks for them; ``None``: every held trainer."""
         ...
 
     def report_unschedulable(self, count: int) -> int:

@@ -164,7 +164,7 @@ class Sidecar:
                             status.desired_trainers)
                 self.reason = SizeReason(SizeCause.HELD_API_AWAY, f"held at {status.desired_trainers}: the "
                                          "sidecar's view of the cluster is not current (the API is away)")
-                self.master.scale(status.desired_trainers, status.node_hints, self.reason)
+                self.master.scale(status.desired_trainers, status.node_hints, self.reason, ())  # releases none
             self.holding = True
             return None
         self.holding = False
@@ -201,14 +201,16 @@ class Sidecar:
         # Where the plan puts our trainers: the launcher turns the nodes none of them holds yet into
         # preferred node affinities of the trainers it creates next.
         nodes = plan.nodes.get(mine.name, ())[:target]
+        # Trainers told to stop wait for a decision made after they left to be replaced: this one releases
+        # those its status showed, and says an unchanged size for them too.
+        held = status.held_replacements
         if target == mine.current:
-            # Trainers told to stop wait for this decision to be replaced: an unchanged size is said too.
-            if nodes != status.node_hints or reason != status.reason or status.held_replacements:
-                self.master.scale(target, nodes, reason)
+            if nodes != status.node_hints or reason != status.reason or held:
+                self.master.scale(target, nodes, reason, held)
             return None
         log.info("scale %s: %d -> %d trainers (policy %s, %d jobs, %d nodes): %s", self.cfg.job, mine.current, target,
                  self.policy.name, len(peers), len(snapshot.nodes), reason.text)
-        self.master.scale(target, nodes, reason)
+        self.master.scale(target, nodes, reason, held)
         if target < mine.current:
             self.meter.forget_above(target)
         return target

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from edl.api.cluster import Cluster, MasterEndpoint, SizeCause, TrainerExit, TrainerPod
-from edl.api.master import BudgetView, ControlLink, JobStatus, JobView, Phase
+from edl.api.master import REPLACEMENT_HOLD_S, BudgetView, ControlLink, JobStatus, JobView, Phase
 from edl.api.policy import free_hints
 from edl.api.spec import JobSpec
 from edl.console import Bar, Console, clip, plain_console, progress_bars, say
@@ -190,7 +190,7 @@ class Launcher:
         self._read_now = True
         self._trainers_seen: tuple | None = None  # the trainers as the last round saw them
         self._cause_seen: SizeCause | None = None  # the cause of the job's size the last Event gave
-        self._held_seen = 0  # replacements of trainers told to stop held for the sidecar, as last said
+        self._held_seen: tuple[str, ...] = ()  # trainers told to stop, held for the sidecar, as last said
         self._used: tuple[str, int] = ("", 0)  # master uid and control version of the status the last round used
         self._used_serial = 0  # the watch's reading that status came from (0: read directly)
 
@@ -399,11 +399,10 @@ class Launcher:
             user = why in (TrainerExit.USER_ERROR, TrainerExit.CANNOT_START)  # a bad image, a missing key
             self._tell(lambda: self.link.fail_job(message, user))
             raise UserError(message) if user else PermanentError(message)
-        if st.held_replacements != self._held_seen:
-            if st.held_replacements > self._held_seen:
-                say(self.console, f"{st.held_replacements} trainer(s) told to stop: replaced only if the sidecar's "
-                                  "next decision keeps the size")
-            self._held_seen = st.held_replacements
+        if new_held := sorted(set(st.held_replacements) - set(self._held_seen)):
+            say(self.console, f"trainer(s) {', '.join(new_held)} told to stop: replaced once the sidecar's next "
+                              f"decision still asks for them (or in {REPLACEMENT_HOLD_S:.0f} s without one)")
+        self._held_seen = st.held_replacements
         if st.reason is not None and st.reason.cause is not self._cause_seen:
             self._cause_seen = st.reason.cause
             self.cluster.record(size_event(st.reason.cause), st.reason.text)

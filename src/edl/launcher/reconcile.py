@@ -10,7 +10,7 @@ deletes are idempotent).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from edl.api.cluster import PodPhase
 from edl.api.cluster import TrainerExit, TrainerPod
@@ -37,9 +37,10 @@ def _code(t: TrainerPod) -> int:
 
 def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[str, float], now: float,
                   pending_timeout_s: float, drain_timeout_s: float = 60.0, data_done: bool = False,
-                  node_hints: Sequence[str] = (), held: int = 0) -> Plan:
+                  node_hints: Sequence[str] = (), held: Collection[str] = ()) -> Plan:
     """``held``: trainers told to stop whose replacements wait for the sidecar's next decision
-    (``JobView.held_replacements``). ``data_done``: every epoch's data is consumed (the job is finishing: rank 0 writes the last
+    (``JobView.held_replacements``): the places of those whose pods are gone are not filled yet (one still
+    there counts as live until it has gone). ``data_done``: every epoch's data is consumed (the job is finishing: rank 0 writes the last
     checkpoint and the model while its peers exit 0): nothing is started any more, unless no
     trainer is left to finish. ``node_hints``: the sidecar's plan, one node per trainer it keeps or
     adds (``JobView.node_hints``); on a shrink the trainers on nodes it does not keep go first."""
@@ -79,7 +80,9 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
     # Once the data is all consumed nothing is started while a trainer is still there to finish (rank 0
     # writes the last checkpoint and the model); if none is (the finishing one failed or was evicted),
     # one is, or the job would wait for a finish that nobody does.
-    want = max(0, desired - len(live) - len(unschedulable) - held)
+    live_names = {t.name for t in live}
+    waiting = sum(1 for name in held if name not in live_names)
+    want = max(0, desired - len(live) - len(unschedulable) - waiting)
     create = 0 if left_unasked else (min(1, want) if not live else 0) if data_done else want
     drain: list[str] = []
     if len(live) > desired:

@@ -17,6 +17,7 @@ from typing import Any
 from edl.api.cluster import SizeCause, SizeReason
 from edl.api.data import Cursor, Shard, Task
 from edl.api.master import (
+    REPLACEMENT_HOLD_S,
     Assignment,
     BudgetView,
     CheckpointRecord,
@@ -48,9 +49,6 @@ from edl.master.transitions import Transitions
 from edl.master.usercode import UserCodeFailures
 
 MAX_REASONS = 100  # the changes of a job's size reason kept for its summary
-# A trainer told to stop is replaced at the sidecar's next decision, or after this long without one (three
-# of its default periods: the sidecar is away, or decides less often than that).
-HOLD_S = 30.0
 
 STATUS_TRANSITIONS = Transitions("job status", {
     JobStatus.RUNNING: {JobStatus.SUCCEEDED, JobStatus.FAILED},
@@ -101,9 +99,9 @@ class Job:
         # Cuts handed out, by (generation, step), until their checkpoint commits: the queue state to restore.
         self.pending_cuts: dict[tuple[int, int], dict[str, Any]] = {}
         self.unschedulable_at: float | None = None  # last time the launcher gave up on Pending trainers
-        # Trainers told to stop (preempted, their pod deleted) since the sidecar's last decision, and when the
-        # first of them was: their replacements wait for that decision (``held_replacements``).
-        self.told_to_stop: tuple[int, float] | None = None
+        # Trainers told to stop (preempted, their pod deleted), by id, and when they asked to leave: their
+        # replacements wait for the sidecar's next decision (``held_replacements``), which releases them.
+        self.told_to_stop: dict[str, float] = {}
         self.sidecar_decides = False  # the autoscale sidecar has set the size (not only ``edl scale``)
         self.node_hints: tuple[str, ...] = ()  # the sidecar's planned node per trainer (not checkpointed)
         self.size_reason: SizeReason | None = None  # why the job is at its size (``JobView.reason``)
@@ -183,8 +181,10 @@ class Job:
     def abandoned(self) -> bool:
         return self.deadman.abandoned
 
-    def scale(self, n: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None, now: float = 0.0) -> None:
-        """Set the desired count and the planned nodes, and why (``None``: by hand, ``edl scale``)."""
+    def scale(self, n: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None, now: float = 0.0,
+              released: tuple[str, ...] | None = None) -> None:
+        """Set the desired count and the planned nodes, and why (``None``: by hand, ``edl scale``).
+        ``released``: the held trainers (``held_replacements``) the decision saw; ``None``: all of them."""
         lo, hi = self.spec.min_trainers, self.spec.max_trainers
         if not lo <= n <= hi:
             raise UserError(f"--trainers {n} is outside this job's range {lo}..{hi}")
@@ -193,7 +193,10 @@ class Job:
         self.membership.config.desired = n
         self.node_hints = tuple(nodes)
         self.sidecar_decides = reason is not None
-        self.told_to_stop = None  # decided since: the replacements wait no longer
+        # Decided since they left: their replacements wait no longer. Only those the decision saw: one that
+        # left while the sidecar decided waits for the next.
+        for trainer in list(self.told_to_stop) if released is None else released:
+            self.told_to_stop.pop(trainer, None)
         self._explained(reason or SizeReason(SizeCause.FIXED, f"set to {n} by hand (edl scale)"), now)
 
     def _explained(self, reason: SizeReason, now: float) -> None:
@@ -294,18 +297,17 @@ class Job:
         the sidecar sizes the job, its replacement waits for the sidecar's next decision: a trainer preempted
         for a higher-priority pod has no room to come back to, and a replacement created at once would
         only sit Pending until the launcher gave up on it."""
+        t = self.membership.trainers.get(trainer)
+        first = t is not None and t.state in (TrainerState.WAITING, TrainerState.ACTIVE)  # asked again, or drained
         self.drain(trainer, now)
-        if self.sidecar_decides:
-            count, since = self.told_to_stop or (0, now)
-            self.told_to_stop = (count + 1, since)
+        self.told_to_stop = {k: at for k, at in self.told_to_stop.items() if now - at <= REPLACEMENT_HOLD_S}
+        if first and self.sidecar_decides:
+            self.told_to_stop[trainer] = now
 
-    def held_replacements(self, now: float) -> int:
-        """How many trainers the launcher does not replace yet (``leave``); none once the sidecar has decided
-        since, or ``HOLD_S`` after the first of them without a decision (it is away: replace them)."""
-        if self.told_to_stop is None:
-            return 0
-        count, since = self.told_to_stop
-        return count if now - since <= HOLD_S else 0
+    def held_replacements(self, now: float) -> tuple[str, ...]:
+        """The trainers the launcher does not replace yet (``leave``): until a decision of the sidecar
+        releases them, or for ``REPLACEMENT_HOLD_S`` without one (it is away: replace them)."""
+        return tuple(sorted(k for k, at in self.told_to_stop.items() if now - at <= REPLACEMENT_HOLD_S))
 
     def trainer_exited(self, trainer: str, code: int, now: float) -> None:
         m = self.membership
@@ -559,7 +561,7 @@ class Job:
         gen = m.current
         return (self.master_uid, self.status, self.error, self.user_error, self.abandoned, m.phase,
                 gen.id if gen else 0, gen.world_size if gen else 0, self.desired, self.node_hints,
-                self.size_reason.cause if self.size_reason else None, self.told_to_stop,
+                self.size_reason.cause if self.size_reason else None, tuple(self.told_to_stop),
                 self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints), len(m.history),
                 bool(m.history) and m.history[-1].pause_s is not None,
                 tuple((t.id, t.state) for t in m.trainers.values() if not t.state.gone))
@@ -569,7 +571,7 @@ class Job:
         assignment, ``control_key``), and not on a heartbeat that only moves steps, cursors and the loss.
         O(1), unlike ``control_key``: the master compares it after every request and tick."""
         cause = self.size_reason.cause if self.size_reason else None
-        return (self.status, self.abandoned, self.desired, self.node_hints, cause, self.told_to_stop,
+        return (self.status, self.abandoned, self.desired, self.node_hints, cause, tuple(self.told_to_stop),
                 self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints),
                 self.membership.revision())
 

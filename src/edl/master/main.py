@@ -45,6 +45,14 @@ def restore(ckpts: CheckpointStore) -> tuple[dict | None, str | None]:
     return state, ckpt.uri
 
 
+def still_newest(ckpts: CheckpointStore, uri: str | None) -> bool:
+    """Whether the checkpoint at ``uri`` (``None``: none) is still the newest committed one (one listing)."""
+    names = ckpts.committed()
+    if uri is None:
+        return not names
+    return bool(names) and uri.rstrip("/").rsplit("/", 1)[-1] == names[-1]
+
+
 def process_age_s() -> float | None:
     """Seconds since this process started (Linux: ``/proc``), to 10 ms; None where that cannot be read."""
     try:
@@ -126,17 +134,19 @@ def run_master(spec: JobSpec, host: str, port: int, token: str, woken_at: float 
         startup.mark("checks")
     # One live run per job.
     restarted = claim.acquire(holder)
-    startup.mark("lock")
-    if claim.predecessor is not None:
-        # A predecessor of this run may live on (a lost node's processes run until fenced), and so may its
-        # rank 0, committing checkpoints and pruning older ones: the one read above may be gone by the time
-        # the trainers load it. Choose the checkpoint once the predecessor has stopped.
-        claim.wait_fenced()
-        restored = restore(ckpts)
-        startup.mark("fence")
-        if restored[0] is None and not shards:
-            shards = check_data(spec)
     try:
+        claim.keep_renewing(_lost_lock)
+        startup.mark("lock")
+        if claim.predecessor is not None:
+            # A predecessor of this run may live on (a lost node's processes run until fenced), and so may its
+            # rank 0, committing checkpoints and pruning older ones: the one read above may be gone by the
+            # time the trainers load it. Choose the checkpoint once the predecessor has stopped.
+            claim.wait_fenced()
+            if restored is not None and not still_newest(ckpts, restored[1]):
+                restored = restore(ckpts)
+                if restored[0] is None and not shards:
+                    shards = check_data(spec)
+            startup.mark("fence")
         return _serve_job(spec, shards, ckpts, claim, host, port, token, restarted, startup, restored)
     finally:
         claim.release()
@@ -187,7 +197,6 @@ def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim
                port: int, token: str, restarted: bool = False, startup: StartUp | None = None,
                restored: tuple[dict | None, str | None] | None = None) -> int:
     startup = startup or StartUp()
-    claim.keep_renewing(_lost_lock)
     if restored is None:
         restored = restore(ckpts)
         startup.mark("checkpoint")

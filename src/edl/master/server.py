@@ -174,6 +174,8 @@ class ScaleBody(Body, frozen=True):
     trainers: int
     nodes: list[str] = msgspec.field(default_factory=list)  # the plan's node per trainer (at most MAX_PLANNED_NODES)
     reason: ReasonBody | None = None  # why (the sidecar's); none: set by hand
+    # The held trainers the decision saw (``JobView.held_replacements``); none: all of them (by hand).
+    released: list[str] | None = None
 
 
 class BudgetBody(Body, frozen=True):
@@ -652,7 +654,8 @@ def _control_routes(master: Master) -> list[BaseRoute]:
             except ValueError:
                 raise UserError(f"/v1/scale: unknown reason cause {body.reason.cause!r}") from None
         before = (job.desired, job.node_hints, job.size_reason)
-        job.scale(body.trainers, tuple(body.nodes), reason, master.clock())
+        job.scale(body.trainers, tuple(body.nodes), reason, master.clock(),
+                  None if body.released is None else tuple(body.released))
         if before[:2] != (job.desired, job.node_hints):
             log.info("desired trainers set to %d%s", body.trainers,
                      f" (planned on {len(set(body.nodes))} node(s))" if body.nodes else "")

@@ -132,7 +132,9 @@ class SimMaster:
         st = self.status()  # the simulated job keeps no run summary beyond its status
         return None if st is None else st.to_json()
 
-    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None) -> int:
+    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None,
+              released: tuple[str, ...] | None = None) -> int:
+        # Simulated trainers are not told to stop (a preempted one is deleted at once): none is ever held.
         self._reachable()
         spec = self._js().spec
         if not spec.min <= trainers <= spec.max:

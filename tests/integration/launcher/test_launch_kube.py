@@ -340,6 +340,10 @@ def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
     assert not stuck, f"trainers started with no room for them: {sorted(stuck)}\n{steps.log(step)[-3000:]}"
     assert "TrainersUnschedulable" not in steps.events()
     assert steps.phase(step) == "Running"
+    # The service leaves: the job grows back into the room (it once stayed small: its replacements had sat
+    # Pending, and the sidecar held off growing after the launcher reported them unschedulable).
+    apps.delete_namespaced_deployment("web", steps.ns)
+    steps.wait(lambda: len(steps.trainers("yield")) >= 3, 90, "the job grown back to 3+ trainers")
     steps.core.delete_namespaced_pod(step, steps.ns)
     steps.wait_gone("yield", 90, "cleanup")
 

@@ -107,7 +107,7 @@ def test_a_new_reason_alone_is_sent_and_the_same_one_is_not_sent_again():
     s = sidecar("ns/a", view, master)
     sent = []
     scale = master.scale
-    master.scale = lambda n, nodes=(), reason=None: (sent.append(reason), scale(n, nodes, reason))
+    master.scale = lambda n, nodes=(), reason=None, released=None: (sent.append(reason), scale(n, nodes, reason))
     assert s.step() is None and [r.cause for r in sent] == [SizeCause.AT_MAX]
     assert s.step() is None and len(sent) == 1  # unchanged: no call
 

@@ -57,7 +57,7 @@ class MemoryMaster:
     def status(self):
         return replace(job_view(self.st, self.desired), node_hints=self.hints, reason=self.reason)
 
-    def scale(self, n, nodes=(), reason=None):
+    def scale(self, n, nodes=(), reason=None, released=None):
         if n != self.desired:
             self.calls.append(n)  # size changes; a new placement or reason alone is in ``hints``, ``reason``
         self.desired, self.hints, self.reason = n, tuple(nodes), reason
@@ -212,26 +212,28 @@ def test_a_job_shrunk_for_higher_priority_work_grows_back_when_the_work_leaves()
 
 
 class HoldingMaster(MemoryMaster):
-    """A master holding the replacements of trainers told to stop until the sidecar decides again."""
+    """A master holding the replacements of trainers told to stop until a decision releases them."""
 
-    def __init__(self, desired: int, held: int) -> None:
+    def __init__(self, desired: int, held: tuple[str, ...]) -> None:
         super().__init__(desired)
-        self.held, self.said = held, 0
+        self.held, self.said, self.released = held, 0, []
 
     def status(self):
         return replace(super().status(), held_replacements=self.held)
 
-    def scale(self, n, nodes=(), reason=None):
+    def scale(self, n, nodes=(), reason=None, released=None):
         self.said += 1
-        self.held = 0
+        self.released.append(released)
+        self.held = tuple(t for t in self.held if released is not None and t not in released)
         super().scale(n, nodes, reason)
 
 
 def test_an_unchanged_size_is_said_again_while_replacements_wait_for_the_decision():
-    master = HoldingMaster(2, held=0)
+    master = HoldingMaster(2, held=())
     s = sidecar("ns/a", MemoryView(nodes(1, cpu=4.0), [], {}), master, hi=2)
     s.step()  # sizes the job: 2 trainers fit, the plan's nodes and reason said
     said = master.said
     assert s.step() is None and master.said == said  # nothing new: nothing said
-    master.held = 1  # a trainer was told to stop (deleted, say): the room is still there
-    assert s.step() is None and master.said == said + 1 and master.held == 0 and master.calls == []
+    master.held = ("ns-a-t1",)  # a trainer was told to stop (deleted, say): the room is still there
+    assert s.step() is None and master.said == said + 1 and master.calls == []
+    assert master.released[-1] == ("ns-a-t1",) and master.held == ()  # released what it saw, no more

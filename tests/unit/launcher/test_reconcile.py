@@ -138,8 +138,13 @@ def test_a_trainer_that_left_unasked_is_replaced_only_after_a_fresh_status():
 
 
 def test_trainers_held_for_the_sidecars_decision_are_not_replaced_yet():
-    # Two of four preempted: their pods are gone. Held, nothing is created; once the hold ends, the rest.
+    # Two of four preempted: their pods are gone. Held, nothing is created; once released, the rest.
     pods = [pod("a"), pod("b")]
-    assert plan_trainers(4, pods, {}, 10, 60, held=2).create == 0
-    assert plan_trainers(4, pods, {}, 10, 60, held=1).create == 1
+    assert plan_trainers(4, pods, {}, 10, 60, held=("c", "d")).create == 0
+    assert plan_trainers(4, pods, {}, 10, 60, held=("d",)).create == 1
     assert plan_trainers(4, pods, {}, 10, 60).create == 2
+    # A held trainer whose pod is still there (terminating, still listed) counts once, as live: the place of
+    # another that crashed meanwhile is filled at once.
+    pods = [pod("a"), pod("b"), pod("c"), pod("d", F, exit=TrainerExit.PREEMPTED)]
+    plan = plan_trainers(4, pods, {}, 10, 60, held=("c",))
+    assert plan.create == 1 and plan.relaunched == ("d",)
