@@ -168,11 +168,13 @@ class FileStore(ObjectStore):
 
 
 def _transient(fn):
-    """Retry transient storage failures with exponential backoff (bounded)."""
+    """Retry transient storage failures with exponential backoff (bounded). The wait is capped at 1 s:
+    a trainer's step waits on some of these calls (its audit record, its task's rows), and a store that is
+    back should be seen within a second, not after a back-off of several."""
     return retry(
         retry=retry_if_exception_type(StorageError),
-        wait=wait_exponential(multiplier=0.2, max=5),
-        stop=stop_after_delay(float(os.environ.get("EDL_STORAGE_RETRY_S", "60"))) | stop_after_attempt(50),
+        wait=wait_exponential(multiplier=0.2, max=1),
+        stop=stop_after_delay(float(os.environ.get("EDL_STORAGE_RETRY_S", "60"))) | stop_after_attempt(100),
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )(fn)
