@@ -113,26 +113,27 @@ def edl(*args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "edl", *args], capture_output=True, text=True, **kw)
 
 
-def prepare(core, work: Path, a: argparse.Namespace, console: Console) -> None:
-    """The namespace, the S3 Secret, edl's RBAC and the data in MinIO."""
+def prepare(core, work: Path, namespace: str, launch_args: list[str], data: str, console: Console) -> None:
+    """The namespace, the S3 Secret, edl's RBAC (``edl k8s render`` of ``launch_args``) and the data in MinIO
+    at ``data`` (40,000 rows of 256 features; ``DATA/train`` is the training split). Idempotent."""
     from kubernetes import client
 
     from edl.data.prepare import prepare_synthetic
 
     try:
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        core.create_namespace({"metadata": {"name": namespace}})
     except client.exceptions.ApiException as e:
         if e.status != 409:
             raise
     env = {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")}
     try:
-        core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": "minio"}, "stringData": env})
+        core.create_namespaced_secret(namespace, {"metadata": {"name": "minio"}, "stringData": env})
     except client.exceptions.ApiException as e:
         if e.status != 409:
             raise
-    r = edl("k8s", "render", *common_args(a), "--out", str(work / "k8s"), timeout=120)
+    r = edl("k8s", "render", *launch_args, "--out", str(work / "k8s"), timeout=120)
     if r.returncode != 0:
-        raise SystemExit(f"soak_cluster: edl k8s render failed: {r.stderr.strip()}")
+        raise SystemExit(f"edl k8s render failed: {r.stderr.strip()}")
     import yaml
     from kubernetes import utils
 
@@ -140,21 +141,29 @@ def prepare(core, work: Path, a: argparse.Namespace, console: Console) -> None:
         if not obj:
             continue
         try:
-            utils.create_from_dict(core.api_client, obj, namespace=NAMESPACE)
+            utils.create_from_dict(core.api_client, obj, namespace=namespace)
         except utils.FailToCreateError as e:
             if not all(getattr(x, "status", None) == 409 for x in e.api_exceptions):
                 raise
     console.print("preparing 40,000 rows in MinIO ...")
-    prepare_synthetic(f"s3://soak-data/{a.seed}", 40000, 256, 10)
+    prepare_synthetic(data, 40000, 256, 10)
+
+
+def launch_args(job: str, namespace: str, data: str, epochs: int, checkpoints: str, trainers: tuple[int, int, int],
+                *extra: str) -> list[str]:
+    """``edl launch``'s flags for ``edl.zoo.mlp`` on ``DATA/train`` with 1-CPU trainers (min, max, first)."""
+    reg = os.environ["EDL_REGISTRY"]
+    lo, hi, first = trainers
+    return ["--job-name", job, "--model-def", "edl.zoo.mlp", "--data", f"{data}/train", "--epochs", str(epochs),
+            "--batch-size", "64", "--min-trainers", str(lo), "--max-trainers", str(hi), "--trainers", str(first),
+            "--checkpoint-uri", checkpoints, "--s3-secret", "minio", "--namespace", namespace,
+            "--trainer-cpu", "1", "--trainer-memory", "2Gi", "--image", f"{reg}/edl-runtime:0.1.0",
+            "--trainer-image", f"{reg}/edl-trainer-cpu:0.1.0", *extra]
 
 
 def common_args(a: argparse.Namespace) -> list[str]:
-    reg = os.environ["EDL_REGISTRY"]
-    return ["--job-name", JOB, "--model-def", "edl.zoo.mlp", "--data", f"s3://soak-data/{a.seed}/train",
-            "--epochs", str(a.epochs), "--batch-size", "64", "--min-trainers", "1", "--max-trainers", "3",
-            "--trainers", "2", "--checkpoint-uri", a.checkpoints, "--checkpoint-interval", "4",
-            "--s3-secret", "minio", "--namespace", NAMESPACE, "--trainer-cpu", "1", "--trainer-memory", "2Gi",
-            "--image", f"{reg}/edl-runtime:0.1.0", "--trainer-image", f"{reg}/edl-trainer-cpu:0.1.0"]
+    return launch_args(JOB, NAMESPACE, f"s3://soak-data/{a.seed}", a.epochs, a.checkpoints, (1, 3, 2),
+                       "--checkpoint-interval", "4")
 
 
 def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
@@ -166,7 +175,7 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
     if state is None:
         raise SystemExit("soak_cluster: KUBECONFIG is not a ./dev cluster's (no plane.json beside it)")
     core = client.CoreV1Api(config.new_client_from_config(os.environ["KUBECONFIG"]))
-    prepare(core, work, a, console)
+    prepare(core, work, NAMESPACE, common_args(a), f"s3://soak-data/{a.seed}", console)
     rng = random.Random(a.seed)
     soak = ClusterSoak(core, state, rng)
     t0 = time.time()
