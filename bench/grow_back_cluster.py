@@ -52,8 +52,9 @@ class Watch:
 
     def __init__(self, core, coord) -> None:
         self.core, self.coord = core, coord
+        self.t0 = time.time()  # the reasons' times are from here: the job's launch
         self.unschedulable: set[str] = set()  # trainer pods the scheduler found no room for
-        self.reasons: list[tuple[float, str, str]] = []  # (t, cause, text), each change
+        self.reasons: list[tuple[float, str, str]] = []  # (t from t0, cause, text), each change
 
     def trainers(self) -> list:
         pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=f"edl.dev/job={JOB},edl.dev/role=trainer").items
@@ -63,7 +64,7 @@ class Watch:
                 self.unschedulable.add(p.metadata.name)
         return [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
 
-    def reason(self, t0: float) -> tuple[str, str]:
+    def reason(self) -> tuple[str, str]:
         from kubernetes.client.exceptions import ApiException
 
         from edl.cluster.demand_lease import REASON_ANNOTATION
@@ -76,7 +77,7 @@ class Watch:
         said = json.loads(raw) if raw else {}
         cause, text = said.get("cause", ""), said.get("text", "")
         if not self.reasons or self.reasons[-1][1:] != (cause, text):
-            self.reasons.append((round(time.time() - t0, 2), cause, text))
+            self.reasons.append((round(time.time() - self.t0, 2), cause, text))
         return cause, text
 
     def until(self, what: str, pred, timeout_s: float, t0: float, launcher: subprocess.Popen) -> float:
@@ -87,7 +88,7 @@ class Watch:
                 raise SystemExit(f"grow_back_cluster: the job ended (exit {launcher.returncode}) while waiting "
                                  f"for {what}")
             running = len(self.trainers())
-            self.reason(t0)
+            self.reason()
             if pred(running):
                 return time.time() - t0
             time.sleep(0.5)
@@ -115,10 +116,12 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
                                  os.environ["KUBECONFIG"], "--master-via", "pod-ip"],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     watch = Watch(core, coord)
-    t0 = time.time()
+    t0 = watch.t0
     try:
         with console.status("growing to six trainers ..."):
-            watch.until("growth to six trainers", lambda n: n == MAX_TRAINERS, 600, t0, launcher)
+            watch.until("six trainers training", lambda n: n == MAX_TRAINERS and
+                        f"→ {MAX_TRAINERS} trainers" in (work / "launcher.log").read_text(errors="replace"),
+                        600, t0, launcher)
         image = f"{os.environ['EDL_REGISTRY']}/edl-runtime:0.1.0"
         apps.create_namespaced_deployment(NAMESPACE, web(image))
         t_web = time.time()
@@ -129,7 +132,7 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
             settle = time.time() + 2 * a.period  # whatever replacement the launcher would start, it has
             while time.time() < settle:
                 smaller = len(watch.trainers())
-                watch.reason(t0)
+                watch.reason()
                 time.sleep(0.5)
         during = watch.reasons[-1][1:] if watch.reasons else ("", "")
         apps.delete_namespaced_deployment("web", NAMESPACE)
@@ -144,7 +147,7 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
                                     t_free, launcher)
             except SystemExit as e:
                 console.print(str(e))
-        after = watch.reason(t0)
+        after = watch.reason()
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGTERM)
@@ -160,6 +163,8 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
             "grow_back_s": None if grown is None else round(grown, 2),
             "grow_back_periods": None if grown is None else round(grown / a.period, 2),
             "reason_after": {"cause": after[0], "text": after[1]},
+            "master_restarts": (work / "launcher.log").read_text(errors="replace").count("master lost"),
+            "work_arrived_s": round(t_web - t0, 2), "work_gone_s": round(t_free - t0, 2),
             "reasons": [{"t": t, "cause": c, "text": x} for t, c, x in watch.reasons]}
 
 

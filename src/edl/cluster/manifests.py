@@ -184,6 +184,11 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None, node:
                 "securityContext": {"runAsNonRoot": True, "fsGroup": RUN_AS,
                                     "seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [master, sidecar], "volumes": [vol]}
+    if opts.priority_class:
+        # The trainers' class: a master without one has priority 0, below its own trainers, and the scheduler
+        # preempts it first (a master restart where a trainer's drain would do). Of equal priority, the
+        # longest running pods are the last the scheduler picks as victims, and the master started first.
+        pod_spec["priorityClassName"] = opts.priority_class
     _prefer_node(pod_spec, node)
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": _pod_meta(names(spec.job)["master"], spec.job, "master", opts, owner), "spec": pod_spec}

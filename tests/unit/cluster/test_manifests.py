@@ -86,6 +86,8 @@ def test_pods_are_locked_down_and_sized():
     trainer = containers(m.trainer_pod(SPEC, GPU, "t"))[0]
     assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "1" and "nccl" in trainer["args"]
     assert m.trainer_pod(SPEC, GPU, "t")["spec"]["priorityClassName"] == "batch-low"
+    # The master too: without a class it has priority 0, and a higher-priority pod's preemption takes it first.
+    assert m.master_pod(SPEC, GPU)["spec"]["priorityClassName"] == "batch-low"
 
 
 def test_no_secret_in_args_or_specs_only_in_secrets():
