@@ -134,6 +134,11 @@ class Cancelled(Exception):
     """SIGTERM or SIGINT: the run was cancelled."""
 
 
+# The exit code reported for a trainer whose pod vanished before its exit was seen: a kill, as far as
+# the master knows (it fails the trainer, if it has not left).
+VANISHED_EXIT = 137
+
+
 class Launcher:
     def __init__(self, spec: JobSpec, cluster: Cluster, *, max_trainer_failures: int = 5,
                  pending_timeout_s: float = 120.0, drain_timeout_s: float = 60.0, trainer_prefix: str = "",
@@ -376,9 +381,14 @@ class Launcher:
         # A trainer that came or went (an exit this round reports, one it starts): the next round reads the
         # master afresh rather than the watch's copy, which may predate it (see ``plan_trainers`` on exits).
         self._read_now = self._read_now or seen != self._trainers_seen
+        # A pod that vanished without the launcher seeing its exit (deleted by force, or gracefully between two
+        # rounds) has no process left: told now, its master re-forms at once instead of waiting out the
+        # lease. (A trainer that already left is gone to the master, which ignores the report.)
+        vanished = sorted({name for name, phase, _ in self._trainers_seen or () if not phase.terminated}
+                          - {t.name for t in trainers})
         self._trainers_seen = seen
         by_name = {t.name: t for t in trainers}
-        for name, code in plan.exited:
+        for name, code in [*plan.exited, *((name, VANISHED_EXIT) for name in vanished)]:
             self._tell(lambda: self.link.report_exit(name, code))
         for name in plan.relaunched:
             self.relaunches += 1

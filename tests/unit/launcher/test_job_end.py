@@ -95,3 +95,17 @@ def test_a_status_read_before_an_exit_0_starts_nothing_the_next_round_decides():
     assert cluster.created == []
     la.tick()
     assert cluster.created == ["j-t3"]
+
+
+def test_a_pod_that_vanished_before_its_exit_was_seen_is_reported_as_a_kill_once():
+    # Deleted by force (or gracefully between two rounds): no exit to see, and no process left. The master
+    # hears of it at once instead of waiting out the trainer's lease; an exit already reported is not again.
+    la, cluster = launcher([RUNNING])
+    la.tick()
+    del cluster.pods["j-t2"]
+    la.tick()
+    assert la.master.exits == [("j-t2", 137)]
+    cluster.exit("j-t1")
+    la.tick()  # reported with its code, and deleted
+    la.tick()
+    assert la.master.exits == [("j-t2", 137), ("j-t1", 0)]
