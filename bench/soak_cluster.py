@@ -100,7 +100,7 @@ class ClusterSoak:
                     return
                 self.core.delete_namespaced_pod(masters[0].metadata.name, NAMESPACE)
             elif kind == "apiserver-stop":
-                if not self._pause(self.state.pids["apiserver"], 10.0):
+                if not self._pause(self.state.pids["kube-apiserver"], 10.0):
                     return
         except ApiException:
             return  # the apiserver is stopped, or the pod went meanwhile: no fault this time
