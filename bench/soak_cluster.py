@@ -220,6 +220,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule (and the job's data prefix)")
     p.add_argument("--kinds", default=",".join(KINDS),
                    help=f"comma-separated faults to draw from; default all: {','.join(KINDS)}")
+    p.add_argument("--keep", default=None, metavar="DIR",
+                   help="work in DIR and leave it there (the launcher's log, the rendered objects); default a "
+                        "temporary directory, removed at the end")
     p.add_argument("--out", default=None, help="result JSON; default bench/results/soak_cluster.json")
     p.add_argument("--plot", default=str(ROOT / "docs" / "soak-cluster.png"),
                    help="figure of the steps with the faults marked; '' for none")
@@ -238,8 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     sys.path.insert(0, str(ROOT))
     console = Console()
-    with tempfile.TemporaryDirectory(prefix="edl-soak-cluster-") as d:
-        res = run(a, Path(d), console)
+    if a.keep:
+        Path(a.keep).mkdir(parents=True, exist_ok=True)
+        res = run(a, Path(a.keep), console)
+    else:
+        with tempfile.TemporaryDirectory(prefix="edl-soak-cluster-") as d:
+            res = run(a, Path(d), console)
     return report(res, "soak_cluster", a.out, a.plot, console)
 
 
