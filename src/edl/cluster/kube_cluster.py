@@ -113,6 +113,10 @@ class KubeCluster:
                 ip = (pod.get("status") or {}).get("podIP")
                 if ip and (uid is None or pod["metadata"]["uid"] == uid):
                     return f"{ip}:{m.MASTER_PORT}"
+                if uid is not None and (pod.get("metadata") or {}).get("uid") != uid:
+                    # Gone before it got an address (evicted from a node that went away meanwhile): the
+                    # launcher's next round finds no master and creates another.
+                    raise TemporaryError(f"master pod {self.names['master']} is gone before it got an address")
                 self.sleep(0.2)
             raise UserError(f"master pod {self.names['master']} got no IP within 300 s")
         return m.master_address(self.spec.job, self.opts.namespace)

@@ -228,6 +228,29 @@ def test_with_pod_ip_a_recreated_master_is_reached_at_its_own_ip_not_its_predece
     assert clock.t >= kube.created_at + 2  # waited for the successor's IP
 
 
+class EvictingKube(ReschedulingKube):
+    """The successor is evicted before it gets an address (its node went away just after it was bound)."""
+
+    def get(self, resource: str, name: str) -> dict | None:
+        pod = super().get(resource, name)
+        if pod is not None and pod["metadata"]["uid"] == "new" and self.clock.t >= (self.created_at or 0) + 1:
+            del self.pods[name]
+            return None
+        return pod
+
+
+def test_a_recreated_master_evicted_before_it_got_an_address_is_given_up_at_once():
+    from edl.errors import TemporaryError
+
+    clock = FakeClock(0.0)
+    kube = EvictingKube(clock)
+    c = KubeCluster(kube, SPEC, K8sOptions(namespace="ml"), master_via="pod-ip", clock=clock, sleep=clock.sleep)
+    with pytest.raises(TemporaryError, match="gone before it got an address"):
+        c.recreate_master()  # it waited for an IP the pod would never get (300 s, then the job failed)
+    assert clock.t < kube.created_at + 2
+    assert not c.master_alive()  # the next round creates another
+
+
 def test_the_master_is_created_preferring_the_node_the_plan_gives_it():
     from edl.cluster.manifests import preferred_node
 
