@@ -38,11 +38,11 @@ def _code(t: TrainerPod) -> int:
 def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[str, float], now: float,
                   pending_timeout_s: float, drain_timeout_s: float = 60.0, data_done: bool = False,
                   node_hints: Sequence[str] = (), held: Collection[str] = ()) -> Plan:
-    """``held``: trainers told to stop whose replacements wait for the sidecar's next decision
-    (``JobView.held_replacements``): the places of those whose pods are gone are not filled yet (one still
-    there counts as live until it has gone). ``data_done``: every epoch's data is consumed (the job is finishing: rank 0 writes the last
+    """``data_done``: every epoch's data is consumed (the job is finishing: rank 0 writes the last
     checkpoint and the model while its peers exit 0): nothing is started any more, unless no
-    trainer is left to finish. ``node_hints``: the sidecar's plan, one node per trainer it keeps or
+    trainer is left to finish. ``held``: trainers told to stop whose replacements wait for the sidecar's
+    next decision (``JobView.held_replacements``): the places of those whose pods are gone are not filled
+    yet (one still there counts as live until it has gone). ``node_hints``: the sidecar's plan, one node per trainer it keeps or
     adds (``JobView.node_hints``); on a shrink the trainers on nodes it does not keep go first."""
     delete: list[str] = []
     left_unasked = False  # a trainer exited 0 without being drained

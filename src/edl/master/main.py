@@ -20,7 +20,7 @@ from edl.jobcheck import check_data, open_checkpoints, resolve_data
 from edl.master.job import Job, Timeouts
 from edl.master.server import Master, build_app
 from edl.storage.audit import clear_audit
-from edl.storage.checkpoint import FINAL, CheckpointStore
+from edl.storage.checkpoint import FINAL, CheckpointStore, name_of
 from edl.storage.claim import Holder, PrefixClaim
 
 log = logging.getLogger("edl.master")
@@ -50,7 +50,7 @@ def still_newest(ckpts: CheckpointStore, uri: str | None) -> bool:
     names = ckpts.committed()
     if uri is None:
         return not names
-    return bool(names) and uri.rstrip("/").rsplit("/", 1)[-1] == names[-1]
+    return bool(names) and name_of(uri) == names[-1]
 
 
 def process_age_s() -> float | None:

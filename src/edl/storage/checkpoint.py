@@ -49,6 +49,11 @@ def checkpoint_name(step: int) -> str:
     return f"{PREFIX}{step:012d}"
 
 
+def name_of(uri: str) -> str:
+    """A checkpoint's name (``ckpt-...``) from its URI (``Checkpoint.uri``)."""
+    return uri.rstrip("/").rsplit("/", 1)[-1]
+
+
 def encode_arrays(arrays: dict[str, np.ndarray]) -> bytes:
     import numpy as np  # here: a master reads checkpoints' master.json only, and need not import numpy
 

@@ -18,7 +18,8 @@ import numpy as np
 from edl.api.data import Cursor
 from edl.api.master import TrainerLink
 from edl.errors import StaleError, TemporaryError
-from edl.storage.checkpoint import AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays, encode_arrays
+from edl.storage.checkpoint import (AsyncCheckpointWriter, Checkpoint, CheckpointStore, WriteJob, decode_arrays,
+                                    encode_arrays, name_of)
 
 log = logging.getLogger("edl.trainer")
 
@@ -108,7 +109,7 @@ class Checkpointer:
 
     def read(self, uri: str) -> LoadedCheckpoint:
         """The committed checkpoint at ``uri``, verified."""
-        ckpt, files = self.ckpts.read(uri.rstrip("/").rsplit("/", 1)[-1])
+        ckpt, files = self.ckpts.read(name_of(uri))
         meta = json.loads(files["trainer.json"])
         return LoadedCheckpoint(ckpt.uri, ckpt.step, decode_arrays(files["model.npz"]),
                                 decode_arrays(files["optimizer.npz"]), meta["opt_extra"])
