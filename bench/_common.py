@@ -52,7 +52,21 @@ class EdlJob:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+                self._kill_left()
         self.log.close()
+
+    def _kill_left(self) -> None:
+        """SIGKILL what a launcher killed without its cleanup left running (they outlive it, for a relaunch)."""
+        try:
+            info = self.info()
+        except (OSError, ValueError):
+            return
+        for pid in [info.get("master_pid"), info.get("standby_pid"), *(info.get("trainers") or {}).values()]:
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 def write_result(name: str, data: dict) -> Path:

@@ -187,7 +187,7 @@ async def timed_call(http: httpx.AsyncClient, samples: Samples, kind: str, metho
 
 
 def die_with_parent() -> None:
-    """As the launcher's children do (``edl.cluster.local``): SIGKILL when this process dies."""
+    """SIGKILL when this process dies: a benchmark leaves no simulated trainer behind."""
     with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 

@@ -140,7 +140,7 @@ class RunningJob:
         pids = []
         try:
             info = self.info()
-            pids = [info["master_pid"], *info["trainers"].values()]
+            pids = [info["master_pid"], info.get("standby_pid"), *info["trainers"].values()]
         except (OSError, ValueError, KeyError):
             pass
         if self.proc is not None and self.proc.poll() is None:
@@ -148,7 +148,8 @@ class RunningJob:
             self.proc.wait()
         for pid in pids:
             try:
-                os.kill(pid, signal.SIGKILL)
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         time.sleep(0.2)

@@ -1,7 +1,9 @@
-"""Whether a process on this machine has ended, read from ``/proc`` (no signal is sent)."""
+"""Processes on this machine, read from ``/proc`` (no signal is sent): whether one ended, which one a pid
+is, and the exit code one left for a launcher that is not its parent."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -26,3 +28,45 @@ def wait_ended(pid: int, timeout_s: float, every_s: float = 0.05) -> bool:
             return False
         time.sleep(every_s)
     return True
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process ``pid`` started (clock ticks since boot, ``/proc/PID/stat``'s 22nd field): with
+    the pid, which process it is (a pid is reused, a pid and its start are not). ``None`` once it has
+    ended (or where ``/proc`` cannot tell)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def same_process(pid: int | None, ticks: int | None) -> bool:
+    """``pid`` is alive and is still the process that started at ``ticks``."""
+    return pid is not None and ticks is not None and start_ticks(pid) == ticks
+
+
+# Where a process started by a launcher leaves its exit code: a relaunched launcher that adopted it is
+# not its parent and cannot wait for it (``edl.cluster.local``).
+EXIT_FILE_ENV = "EDL_EXIT_FILE"
+
+
+def record_exit(code: int) -> None:
+    """Leave ``code`` in the file ``EDL_EXIT_FILE`` names, if it names one (best effort: the process is
+    leaving)."""
+    path = os.environ.get(EXIT_FILE_ENV)
+    if path:
+        try:
+            Path(path).write_text(f"{code}\n")
+        except OSError:
+            pass
+
+
+def recorded_exit(path: Path) -> int | None:
+    """The exit code a process left in ``path``; ``None`` if it left none (killed, or still running)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -44,20 +43,14 @@ def cmd_trainer(a: argparse.Namespace) -> int:
         raise UserError("--id is required (or set EDL_TRAINER_ID)")
     # Which one the model needs, the master says; with none here, say so before asking it.
     require_any_framework("a trainer needs one (on Kubernetes: run trainers from a trainer image, --trainer-image)")
-    from edl.trainer.worker import run_trainer
+    from edl.trainer.worker import leave_process, run_trainer
 
     try:
         code = run_trainer(a.id, a.master, token_from_env(), a.backend)
     except EdlError as e:
         print(f"edl: error: {e}", file=sys.stderr)
         code = e.exit_code
-    # Leave at once: Paddle's C++ threads that may still run (a group forming for a prepared generation
-    # the master dropped, a collective left to Gloo) abort the process when the interpreter's teardown
-    # destroys what they use, which would turn a clean exit into SIGABRT.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    leave_process(code)
 
 
 def cmd_sidecar(a: argparse.Namespace) -> int:

@@ -1,19 +1,23 @@
 """Local processes as the job's "cluster": spawn, watch and stop master and trainers.
 
-Children die with the launcher (``PR_SET_PDEATHSIG``), so a killed ``edl train``
-leaves no orphans behind; their output goes to one log file each.
+The master and the trainers outlive a launcher killed without its cleanup (SIGKILL, a lost terminal), as
+pods outlive a step's pod on Kubernetes: the same command run again adopts them (``left_job``: its master
+alive, its launcher not, the same job) and the job goes on without a restart. Nobody left behind runs for
+long: a master whose launcher stopped beating ends the job (``edl.master.deadman``, ``--launcher-timeout``),
+and its trainers leave with it. A launcher interrupted (Ctrl-C, SIGTERM) stops them all before it exits.
+Each process's output goes to a log file of its own; a trainer leaves its exit code in a file beside it
+(``edl.procs.record_exit``) for a launcher that adopted it and so cannot wait for it.
 
 A spare master waits beside the master (``edl master --standby``: its imports done, nothing
-read or served) and is woken when the master dies, so that the trainers wait for a restart
-without a Python start-up in it. It is started ``STANDBY_AFTER_S`` after each master, not with it:
-the job's start has the machine to itself. It is started on the launcher's own thread (when the
-launcher asks whether the master is alive): a child's ``PR_SET_PDEATHSIG`` fires when the *thread*
-that started it ends, so a spare started from a timer thread was killed at once.
+read or served) and is woken when the master dies (a line on its stdin), so that the trainers wait for a
+restart without a Python start-up in it. It is started ``STANDBY_AFTER_S`` after each master, not with
+it: the job's start has the machine to itself. Its stdin closes with the launcher that started it, which
+ends it: an adopting launcher starts a spare of its own.
 """
 
 from __future__ import annotations
 
-import ctypes
+import json
 import logging
 import os
 import secrets
@@ -32,35 +36,44 @@ from edl.console import clip
 from edl.jobargs import spec_to_argv
 from edl.api.spec import JobSpec
 from edl.net import free_port
+from edl.procs import EXIT_FILE_ENV, recorded_exit, same_process, start_ticks
 
 log = logging.getLogger("edl.launcher")
 
-_PR_SET_PDEATHSIG = 1
 STANDBY_AFTER_S = 5.0  # a spare master is started this long after each master
 # "0": no spare (it holds about 40 MB; without it a restart is a cold start, as on Kubernetes)
 STANDBY_ENV = "EDL_STANDBY_MASTER"
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
+KILLED = -signal.SIGKILL  # an adopted process that ended without leaving its exit code was killed
 
 
 @dataclass
 class Proc:
+    """A process of the job: a child of this launcher (``Child``), or one a killed launcher left (``Adopted``)."""
+
     name: str
-    popen: subprocess.Popen
     log_path: Path
-    started_at: float = field(default_factory=time.monotonic)
+    ticks: int | None  # its start (``edl.procs.start_ticks``): which process its pid is, for a relaunch
+    started_at: float = field(default_factory=time.monotonic, kw_only=True)
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        raise NotImplementedError
 
     def poll(self) -> int | None:
-        return self.popen.poll()
+        """Its exit code (negative: the signal that ended it) once it ended, else ``None``."""
+        raise NotImplementedError
+
+    def send_signal(self, sig: int) -> None:
+        raise NotImplementedError
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether it ended within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.poll() is None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def last_line(self) -> str:
         try:
@@ -73,6 +86,55 @@ class Proc:
         return lines[-1] if lines else ""
 
 
+@dataclass
+class Child(Proc):
+    popen: subprocess.Popen
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def send_signal(self, sig: int) -> None:
+        self.popen.send_signal(sig)
+
+    def wait(self, timeout_s: float) -> bool:
+        try:
+            self.popen.wait(timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+
+@dataclass
+class Adopted(Proc):
+    """A process a killed launcher started: alive while its pid is still the process that started at
+    ``ticks``; its exit code the one it left in ``exit_path`` (``KILLED`` if none)."""
+
+    own_pid: int
+    exit_path: Path | None
+    _code: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.own_pid
+
+    def poll(self) -> int | None:
+        if self._code is None and not same_process(self.own_pid, self.ticks):
+            left = recorded_exit(self.exit_path) if self.exit_path is not None else None
+            self._code = KILLED if left is None else left
+        return self._code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.own_pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 class LocalProcesses:
     def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
         self.log_dir = log_dir
@@ -82,8 +144,11 @@ class LocalProcesses:
     def log_path(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
 
+    def exit_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.exit"
+
     def spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None,
-              stdin_pipe: bool = False, own_session: bool = False) -> Proc:
+              stdin_pipe: bool = False, own_session: bool = False) -> Child:
         log_path = self.log_path(name)
         f = log_path.open("ab")
         env = dict(self.env)
@@ -91,29 +156,27 @@ class LocalProcesses:
         popen = subprocess.Popen(
             [sys.executable, "-m", "edl", *args],
             stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-            env=env, preexec_fn=_die_with_parent, close_fds=True, start_new_session=own_session,
+            env=env, close_fds=True, start_new_session=own_session,
         )
         f.close()
-        return Proc(name, popen, log_path)
+        return Child(name, log_path, start_ticks(popen.pid), popen)
 
     @staticmethod
     def stop_all(procs: list[Proc], grace_s: float = 5.0) -> None:
         """SIGTERM every process at once, then SIGKILL whatever is left after ``grace_s``."""
         live = [p for p in procs if p.poll() is None]
         for p in live:
-            p.popen.send_signal(signal.SIGTERM)
+            p.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for p in live:
-            try:
-                p.popen.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait()
+            if not p.wait(max(0.0, deadline - time.monotonic())):
+                p.send_signal(signal.SIGKILL)
+                p.wait(5.0)
 
 
 def _wake(standby: Proc) -> bool:
-    """Start a spare master (a line on its stdin); ``False`` if it is gone."""
-    if standby.poll() is not None or standby.popen.stdin is None:
+    """Start a spare master (a line on its stdin); ``False`` if it is gone (or not this launcher's)."""
+    if not isinstance(standby, Child) or standby.poll() is not None or standby.popen.stdin is None:
         return False
     try:
         standby.popen.stdin.write(b"start\n")
@@ -123,31 +186,85 @@ def _wake(standby: Proc) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class LeftJob:
+    """A job a killed launcher left running in its directory, to adopt: its master alive, its launcher
+    not, the same job with the same arguments (``left_job``)."""
+
+    address: str
+    token: str
+    master: Adopted
+    standby: Adopted | None
+    trainers: dict[str, Adopted]
+
+
+def left_job(spec: JobSpec, job_dir: Path) -> LeftJob | None:
+    """The job a killed launcher of ``spec`` left running in ``job_dir`` (its ``job.json``), if any."""
+    try:
+        info = json.loads((job_dir / "job.json").read_text())
+    except (OSError, ValueError):
+        return None
+    ticks = {int(pid): t for pid, t in (info.get("ticks") or {}).items()}
+
+    def alive(pid: int | None) -> bool:
+        return pid is not None and same_process(pid, ticks.get(pid))
+
+    if info.get("argv") != spec_to_argv(spec) or alive(info.get("launcher_pid")) or not alive(info.get("master_pid")):
+        return None
+    logs = job_dir / "logs"
+
+    def adopted(name: str, pid: int, exit_file: bool) -> Adopted:
+        return Adopted(name, logs / f"{name}.log", ticks.get(pid), pid, logs / f"{name}.exit" if exit_file else None)
+
+    standby = info.get("standby_pid")
+    return LeftJob(info["address"], info["token"], adopted("master", info["master_pid"], False),
+                   adopted("master", standby, False) if alive(standby) else None,
+                   {name: adopted(name, pid, True) for name, pid in (info.get("trainers") or {}).items()})
+
+
 class LocalCluster:
-    """The ``Cluster`` of local processes: the master and each trainer are children of the launcher.
+    """The ``Cluster`` of local processes: the master and each trainer started by this launcher, or
+    adopted from a killed one (``adopt``).
 
     The job's address and token go to ``DIR/job.json`` (mode 0600) so that ``edl status``
-    and ``edl scale`` can reach the master.
+    and ``edl scale`` can reach the master; with its processes' pids and starts, for a relaunch to adopt.
     """
 
-    def __init__(self, spec: JobSpec, job_dir: Path, env: dict[str, str]) -> None:
+    def __init__(self, spec: JobSpec, job_dir: Path, env: dict[str, str], adopt: LeftJob | None = None) -> None:
         self.spec = spec
         self.dir = job_dir
         self.procs = LocalProcesses(job_dir / "logs", env)
-        self.token = secrets.token_urlsafe(32)
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
         self.master: Proc | None = None
         self.standby: Proc | None = None  # the spare master (``edl master --standby``), once started
         self._standby_due: float | None = None  # when to start the next spare (monotonic)
         self.procs_by_name: dict[str, Proc] = {}
+        if adopt is None:
+            self.token = secrets.token_urlsafe(32)
+            self.port = free_port()
+            self.address = f"127.0.0.1:{self.port}"
+            return
+        self.token, self.address = adopt.token, adopt.address
+        self.port = int(adopt.address.rsplit(":", 1)[1])
+        self.master = adopt.master
+        self.procs_by_name.update(adopt.trainers)
+        if adopt.standby is not None:  # it cannot be woken (its stdin was the killed launcher's): a new one
+            LocalProcesses.stop_all([adopt.standby], 3.0)
+        if self.procs.env.get(STANDBY_ENV, "1") != "0":
+            self._standby_due = time.monotonic() + STANDBY_AFTER_S
+        self._save()
 
     def _save(self) -> None:
+        procs = [p for p in (self.master, self.standby, *self.procs_by_name.values()) if p is not None]
+        me = os.getpid()
         write_json_atomic(self.dir / "job.json", {
-            "job": self.spec.job, "address": self.address, "token": self.token, "launcher_pid": os.getpid(),
+            "job": self.spec.job, "address": self.address, "token": self.token, "launcher_pid": me,
+            "argv": spec_to_argv(self.spec),
             "master_pid": self.master.pid if self.master else None,
             "standby_pid": self.standby.pid if self.standby else None,
             "trainers": {k: p.pid for k, p in self.procs_by_name.items() if p.poll() is None},
+            # Which process each pid is (a pid is reused): a relaunch adopts only these (``left_job``).
+            "ticks": {str(pid): t for pid, t in [(me, start_ticks(me)), *((p.pid, p.ticks) for p in procs)]
+                      if t is not None},
         }, mode=0o600)  # it holds the job token
 
     def _master_args(self) -> list[str]:
@@ -164,7 +281,7 @@ class LocalCluster:
             self._standby_due = time.monotonic() + STANDBY_AFTER_S
 
     def _keep_standby(self) -> None:
-        """Start the spare once it is due (on the launcher's thread: see the module's docstring)."""
+        """Start the spare once it is due."""
         if self._standby_due is None or time.monotonic() < self._standby_due:
             return
         self._standby_due = None
@@ -214,9 +331,10 @@ class LocalCluster:
         # A session of its own, as paddle.distributed.launch gives each worker: where the kernel groups
         # processes by session for CPU shares (autogroup, on in most distributions), each trainer then
         # gets a share of a busy machine, as a DataParallel worker does, instead of all of the job's
-        # processes sharing one. It still dies with the launcher (``PR_SET_PDEATHSIG``), which stops it.
+        # processes sharing one. EDL_EXIT_FILE: where it leaves its exit code for a launcher that adopts it.
         self.procs_by_name[name] = self.procs.spawn(name, args, {"EDL_TOKEN": self.token,
-                                                                 "EDL_TRAINER_LOG": str(self.procs.log_path(name))},
+                                                                 "EDL_TRAINER_LOG": str(self.procs.log_path(name)),
+                                                                 EXIT_FILE_ENV: str(self.procs.exit_path(name))},
                                                     own_session=True)
         self._save()
 

@@ -3,7 +3,8 @@
 The shared ``Launcher`` drives a ``LocalCluster``: it starts the master, keeps the
 number of trainers at the master's desired count (spawning, or draining the
 youngest first), reports trainer exits, restarts a master that died, and shows
-progress. A relaunch of the same command resumes from the checkpoint.
+progress. A relaunch of the same command adopts the master and trainers a killed launcher left running
+(``edl.cluster.local.left_job``), or else resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from edl.autoscale.local_view import SLOT, CapacitySchedule, LocalClusterView
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.errors import EdlError, UserError
-from edl.cluster.local import LocalCluster
+from edl.cluster.local import LocalCluster, left_job
 from edl.api.spec import JobSpec
 from edl.launcher.core import JobResult, Launcher, ProgressView, audit_summary, http_master
 from edl.jobcheck import prepare_job
@@ -113,7 +114,11 @@ class LocalLauncher:
         # Before anything is started or written: the framework the model definition imports, installed here.
         require_frameworks_of(self.spec.model_def, "edl train runs its trainers on this machine")
         self.spec, _, ckpts, claim = prepare_job(self.spec)  # fail fast on bad data, storage or a foreign prefix
-        claim.check_not_running()  # before this job's directory is touched: it may be the running one's
+        # The same job left running by a killed launcher goes on as it is; any other running job is refused
+        # before this job's directory is touched: it may be the running one's.
+        left = left_job(self.spec, self.dir)
+        if left is None:
+            claim.check_not_running()
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         resuming = bool(ckpts.committed())
@@ -122,7 +127,7 @@ class LocalLauncher:
         # Each trainer an equal share of this machine's cores at the job's largest size: the frameworks'
         # own default (every core per process) oversubscribes them, PyTorch's by twice on two cores.
         env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // self.spec.max_trainers)))
-        cluster = LocalCluster(self.spec, self.dir, env)
+        cluster = LocalCluster(self.spec, self.dir, env, adopt=left)
         # The status from a long poll (``edl.launcher.watch``): the loop comes round ten times a second for
         # the trainers' exits, and asks the master only when something changed.
         launcher = Launcher(self.spec, cluster, max_trainer_failures=self.max_trainer_failures,
@@ -135,7 +140,9 @@ class LocalLauncher:
             launcher.start()
             say(self.console, (f"job {self.spec.job}", "bold"),
                 f": master at {cluster.address}, trainers {self.spec.min_trainers}..{self.spec.max_trainers}, "
-                f"logs in {self.dir / 'logs'}" + (" (resuming from checkpoint)" if resuming else ""))
+                f"logs in {self.dir / 'logs'}" + (
+                    f" (adopted its running master and {len(left.trainers)} trainer(s))" if left is not None
+                    else " (resuming from checkpoint)" if resuming else ""))
             if self.autoscale is not None:
                 self._start_sidecar(cluster, self.autoscale, stop_sidecar)
                 say(self.console, f"autoscale sidecar: {self.autoscale.slots} trainer slots on this machine, "

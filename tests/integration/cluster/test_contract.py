@@ -82,7 +82,7 @@ def _local(request) -> Backend:
     def lose_master():
         assert cluster.master is not None
         os.kill(cluster.master.pid, signal.SIGKILL)
-        cluster.master.popen.wait(10)
+        assert cluster.master.wait(10)
 
     def settle(pred, timeout, what):
         return wait_for(pred, timeout, what)

@@ -1,6 +1,6 @@
 """Local trainers each run in a session of their own (as ``paddle.distributed.launch`` starts its workers):
 where the kernel shares a busy CPU between sessions (autogroup), each trainer gets its share instead of
-the whole job sharing one. They still die with the launcher that started them."""
+the whole job sharing one. They outlive a killed launcher, for the same command run again to adopt."""
 
 from __future__ import annotations
 
@@ -31,14 +31,20 @@ time.sleep(600)
 """
 
 
-def test_a_local_trainer_runs_in_a_session_of_its_own_and_dies_with_its_launcher(tmp_path):
+def test_a_local_trainer_runs_in_a_session_of_its_own_and_outlives_a_killed_launcher(tmp_path):
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], stdout=subprocess.PIPE,
                                 env={**os.environ, "EDL_MASTER_GIVE_UP_S": "600"})
+    trainer = None
     try:
         trainer = int(launcher.stdout.readline())
         assert os.getsid(trainer) == trainer != os.getsid(launcher.pid)
         os.kill(launcher.pid, signal.SIGKILL)
-        wait_for(lambda: not running(trainer), 30, "the trainer to die with its launcher", every=0.2)
+        launcher.wait(10)
+        # Its exit is not tied to the launcher's: it waits on for its master (which the dead-man switch ends).
+        with pytest.raises(AssertionError, match="timed out"):
+            wait_for(lambda: not running(trainer), 2, "the trainer to end (it must not)", every=0.2)
     finally:
         launcher.kill()
         launcher.wait()
+        if trainer is not None and running(trainer):
+            os.kill(trainer, signal.SIGKILL)

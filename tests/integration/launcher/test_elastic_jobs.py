@@ -243,3 +243,37 @@ def test_everything_killed_then_the_same_command_resumes(digits, tmp_path, job_r
     assert_exactly_once(s, epochs)
     assert s["resumed_from"] and "ckpt-" in s["resumed_from"]
     assert "resuming from checkpoint" in second.output()
+
+
+def test_a_killed_launchers_job_is_adopted_by_the_same_command(digits, tmp_path, job_runner):
+    """``edl train`` SIGKILLed alone (as a workflow engine's retried step finds it) leaves its master and
+    trainers training; the same command run again adopts them: no master restart, no resume from a
+    checkpoint. The adopted trainers' exits are still told apart: one drained leaves (exit 0, no failure),
+    one SIGKILLed is a failure and is replaced; the job ends exactly once."""
+    epochs = 30
+    args = job_args(digits, tmp_path, epochs=epochs, trainers=2)
+    first = job_runner("adopt", args).start()
+    first.wait_for(lambda s: s["step"] > 50 and s["world_size"] == 2, what="two trainers training")
+    before = first.info()
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    step = first.status()["step"]
+    wait_for(lambda: (first.status() or {"step": 0})["step"] > step + 20, 60,
+             "the job training on without its launcher")
+    second = job_runner("adopt", args).start()
+    wait_for(lambda: second.info()["launcher_pid"] == second.proc.pid, 60, "the new launcher to take the job")
+    after = second.info()
+    assert after["master_pid"] == before["master_pid"] and after["trainers"] == before["trainers"], (before, after)
+    headers = {"Authorization": f"Bearer {after['token']}"}
+    assert httpx.post(f"http://{after['address']}/v1/scale", json={"trainers": 1}, headers=headers).status_code == 200
+    second.wait_for(lambda s: s["world_size"] == 1 and len(s["trainers"]) == 1, what="one adopted trainer drained")
+    (survivor,) = [pid for pid in before["trainers"].values() if pid in second.info()["trainers"].values()]
+    os.kill(survivor, signal.SIGKILL)
+    assert second.wait() == 0, second.output()
+    s = summary(tmp_path)
+    assert_exactly_once(s, epochs)
+    assert "adopted its running master and 2 trainer(s)" in second.output()
+    assert s["master_restarts"] == 0 and not s["resumed_from"], s
+    assert not [g for g in s["generations"] if g["reason"] == "resume"], s["generations"]
+    assert s["trainer_failures"] == 1, s  # the killed one; the drained one left
+    assert "started adopt-t3" in second.output()  # in the killed one's place, numbered after the adopted ones
