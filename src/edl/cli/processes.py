@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
+from typing import NoReturn
 
 from edl.autoscale.policy import POLICY_NAMES
 from edl.cli.common import add_kubeconfig, token_from_env
@@ -36,21 +38,38 @@ def cmd_master(a: argparse.Namespace) -> int:
     return run_master(spec, a.host, a.port, token, woken_at=woken_at)
 
 
-def cmd_trainer(a: argparse.Namespace) -> int:
+def cmd_trainer(a: argparse.Namespace) -> NoReturn:
+    from edl.procs import leave_process
+
+    # Every way out goes through ``leave_process``: the code is left for a launcher that adopted this
+    # trainer (``edl.cluster.local``), and no interpreter teardown runs: Paddle's C++ threads that may
+    # still run (a group forming for a prepared generation the master dropped, a collective left to
+    # Gloo) abort the process when it destroys what they use, turning a clean exit into SIGABRT.
+    try:
+        code = _trainer(a)
+    except EdlError as e:
+        print(f"edl: error: {e}", file=sys.stderr)
+        code = e.exit_code
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    leave_process(code)
+
+
+def _trainer(a: argparse.Namespace) -> int:
     from edl.modeldef import require_any_framework
 
     if not a.id:
         raise UserError("--id is required (or set EDL_TRAINER_ID)")
     # Which one the model needs, the master says; with none here, say so before asking it.
     require_any_framework("a trainer needs one (on Kubernetes: run trainers from a trainer image, --trainer-image)")
-    from edl.trainer.worker import leave_process, run_trainer
+    from edl.trainer.worker import run_trainer
 
-    try:
-        code = run_trainer(a.id, a.master, token_from_env(), a.backend)
-    except EdlError as e:
-        print(f"edl: error: {e}", file=sys.stderr)
-        code = e.exit_code
-    leave_process(code)
+    return run_trainer(a.id, a.master, token_from_env(), a.backend)
 
 
 def cmd_sidecar(a: argparse.Namespace) -> int:

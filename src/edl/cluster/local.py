@@ -1,8 +1,9 @@
 """Local processes as the job's "cluster": spawn, watch and stop master and trainers.
 
-The master and the trainers outlive a launcher killed without its cleanup (SIGKILL, a lost terminal), as
-pods outlive a step's pod on Kubernetes: the same command run again adopts them (``left_job``: its master
-alive, its launcher not, the same job) and the job goes on without a restart. Nobody left behind runs for
+The master and the trainers outlive a launcher killed without its cleanup (SIGKILL, a closed terminal:
+each runs in a session of its own), as pods outlive a step's pod on Kubernetes: the same command run
+again within ``--launcher-timeout`` adopts them (``left_job``: its master alive, its launcher not, the
+same job) and the job goes on without a restart. Nobody left behind runs for
 long: a master whose launcher stopped beating ends the job (``edl.master.deadman``, ``--launcher-timeout``),
 and its trainers leave with it. A launcher interrupted (Ctrl-C, SIGTERM) stops them all before it exits.
 Each process's output goes to a log file of its own; a trainer leaves its exit code in a file beside it
@@ -148,7 +149,11 @@ class LocalProcesses:
         return self.log_dir / f"{name}.exit"
 
     def spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None,
-              stdin_pipe: bool = False, own_session: bool = False) -> Child:
+              stdin_pipe: bool = False) -> Child:
+        """``python -m edl ARGS`` in a session of its own: a closed terminal or a signal to the launcher's
+        process group leaves it running (for a relaunch to adopt), and where the kernel shares a busy CPU
+        between sessions (autogroup), each process gets its share (as ``paddle.distributed.launch`` starts
+        its workers) instead of the job's processes sharing one."""
         log_path = self.log_path(name)
         f = log_path.open("ab")
         env = dict(self.env)
@@ -156,7 +161,7 @@ class LocalProcesses:
         popen = subprocess.Popen(
             [sys.executable, "-m", "edl", *args],
             stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-            env=env, close_fds=True, start_new_session=own_session,
+            env=env, close_fds=True, start_new_session=True,
         )
         f.close()
         return Child(name, log_path, start_ticks(popen.pid), popen)
@@ -328,21 +333,18 @@ class LocalCluster:
     def create_trainer(self, name: str, node: str | None = None) -> None:  # one machine: no node to prefer
         args = ["trainer", "--id", name, "--master", self.address]  # --audit: the log goes under the checkpoints
         # EDL_TRAINER_LOG: where a trainer whose user code raised says its traceback is (its output's file).
-        # A session of its own, as paddle.distributed.launch gives each worker: where the kernel groups
-        # processes by session for CPU shares (autogroup, on in most distributions), each trainer then
-        # gets a share of a busy machine, as a DataParallel worker does, instead of all of the job's
-        # processes sharing one. EDL_EXIT_FILE: where it leaves its exit code for a launcher that adopts it.
+        # EDL_EXIT_FILE: where it leaves its exit code for a launcher that adopts it.
+        self.procs.exit_path(name).unlink(missing_ok=True)  # an earlier run's trainer of that name left it
         self.procs_by_name[name] = self.procs.spawn(name, args, {"EDL_TOKEN": self.token,
                                                                  "EDL_TRAINER_LOG": str(self.procs.log_path(name)),
-                                                                 EXIT_FILE_ENV: str(self.procs.exit_path(name))},
-                                                    own_session=True)
+                                                                 EXIT_FILE_ENV: str(self.procs.exit_path(name))})
         self._save()
 
     def delete_trainer(self, name: str) -> None:
         p = self.procs_by_name.pop(name, None)
         if p is not None:
+            self._save()  # first: a relaunch must not adopt it
             LocalProcesses.stop_all([p], 3.0)
-            self._save()
 
     def delete_job(self) -> None:
         self._standby_due = None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from edl.api.cluster import Cluster, MasterEndpoint, SizeCause, TrainerExit, TrainerPod
-from edl.api.master import REPLACEMENT_HOLD_S, BudgetView, ControlLink, JobStatus, JobView, Phase
+from edl.api.master import REPLACEMENT_HOLD_S, BudgetView, ControlLink, JobStatus, JobView, Phase, TrainerState
 from edl.api.policy import free_hints
 from edl.api.spec import JobSpec
 from edl.console import Bar, Console, clip, plain_console, progress_bars, say
@@ -170,6 +170,7 @@ class Launcher:
         # How to talk to the master: HTTP with the job token, or the simulator's job model.
         self.master_factory = master_factory
         self.draining: dict[str, float] = {}
+        self._first_round = True
         self.relaunches = 0
         self.unschedulable = 0
         self.counter = 0  # the highest trainer index used or seen: names are never reused
@@ -374,6 +375,9 @@ class Launcher:
         self.progress = max(self.progress, st.step)
         trainers = self._observed_trainers(now)
         self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers])
+        if self._first_round:  # an adopted job: those a launcher before this one drained are still leaving
+            self._first_round = False
+            self.draining.update({t.id: now for t in st.trainers if t.state is TrainerState.DRAINING})
         plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
                              self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs,
                              node_hints=st.node_hints, held=st.held_replacements)

@@ -9,6 +9,7 @@ progress. A relaunch of the same command adopts the master and trainers a killed
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 from edl.api.master import JobView
 from edl.console import Console, plain_console, say
@@ -98,6 +99,7 @@ class LocalLauncher:
         self.on_status = on_status
         self.started_at = time.time()
         self.view: LocalClusterView | None = None
+        self._hold: IO[str] | None = None  # the job directory's lock (``hold_job``), while this launcher runs
 
     def _start_sidecar(self, cluster: LocalCluster, a: LocalAutoscale, stop: threading.Event) -> threading.Thread:
         self.view = LocalClusterView(self.spec.job, a.slots, a.schedule, self.started_at, time.time)
@@ -116,6 +118,7 @@ class LocalLauncher:
         self.spec, _, ckpts, claim = prepare_job(self.spec)  # fail fast on bad data, storage or a foreign prefix
         # The same job left running by a killed launcher goes on as it is; any other running job is refused
         # before this job's directory is touched: it may be the running one's.
+        self._hold = hold_job(self.spec.job, self.dir)  # for this launcher's life: one launcher per job here
         left = left_job(self.spec, self.dir)
         if left is None:
             claim.check_not_running()
@@ -174,6 +177,27 @@ class LocalLauncher:
 
     def _audit(self, summary: dict) -> None:
         audit_summary(self.spec, summary)
+
+
+def hold_job(job: str, directory: Path) -> IO[str]:
+    """The lock a launcher holds on its job's directory while it lives (released with its process, however
+    it ends): a second ``edl train`` of the job on this machine is refused at once, and two relaunches of a
+    killed one cannot both adopt its processes. Keep the file open: closing it releases the lock."""
+    directory.mkdir(parents=True, exist_ok=True)
+    f = (directory / "launcher.lock").open("a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise UserError(f"job {job!r} is already running on this machine: its edl train is pid {holder}; "
+                        "wait for it to end or stop it") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _interrupt(signum: int, _frame) -> None:

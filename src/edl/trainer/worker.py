@@ -23,12 +23,11 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Callable, NoReturn
+from typing import Callable
 
 from edl.api.data import Cursor, Task
 from edl.api.framework import Framework, Group
@@ -52,7 +51,7 @@ from edl.frameworks import framework_of, load
 from edl.masterlink import HttpMaster, MasterUnavailable
 from edl.modeldef import ModelDef, load_model_def
 from edl.net import free_port
-from edl.procs import record_exit
+from edl.procs import leave_process
 from edl.storage.checkpoint import FINAL, CheckpointStore
 from edl.storage.store import ObjectStore, open_store
 from edl.trainer.audit import AuditLog
@@ -100,18 +99,6 @@ class Links:
                    checkpoints=lambda: HttpMaster(master, token, give_up_s=120))
 
 
-def leave_process(code: int) -> NoReturn:
-    """End this process at once with ``code``, its output flushed and the code left for a launcher that
-    adopted the trainer (``edl.procs.record_exit``). At once: Paddle's C++ threads that may still run (a
-    group forming for a prepared generation the master dropped, a collective left to Gloo) abort the
-    process when the interpreter's teardown destroys what they use, turning a clean exit into SIGABRT."""
-    record_exit(code)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 class Trainer:
     """One trainer's loop. Its parts come from the caller (``build_trainer`` puts the real ones together):
     the job's spec, the model definition and its framework, the links to the master, the data set and
@@ -121,7 +108,7 @@ class Trainer:
                  dataset: Dataset, job_store: ObjectStore, *, master_addr: str = "", backend: str = "gloo",
                  collective_deadline_s: float = COLLECTIVE_DEADLINE_S, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, exit_process: Callable[[int], None] | None = None) -> None:
-        exit_process = exit_process or leave_process
+        exit_process = exit_process or leave_process  # at once: see ``edl.cli.processes.cmd_trainer``
         self.id = trainer_id
         self.master_addr = master_addr
         self.host = host

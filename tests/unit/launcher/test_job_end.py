@@ -8,7 +8,7 @@ from dataclasses import replace
 from rich.console import Console
 
 from edl.api.cluster import MasterEndpoint, PodPhase, TrainerExit, TrainerPod
-from edl.api.master import JobStatus, JobView, Phase
+from edl.api.master import JobStatus, JobView, Phase, TrainerState, TrainerView
 from edl.api.spec import JobSpec
 from edl.launcher.core import Launcher
 from tests.clock import FakeClock
@@ -109,3 +109,20 @@ def test_a_pod_that_vanished_before_its_exit_was_seen_is_reported_as_a_kill_once
     la.tick()  # reported with its code, and deleted
     la.tick()
     assert la.master.exits == [("j-t2", 137), ("j-t1", 0)]
+
+
+def test_an_adopted_job_keeps_draining_what_the_launcher_before_drained_and_drains_no_other():
+    # The launcher before this one (killed, its command run again) asked the master to drain j-t3: the
+    # master says so; this one neither drains a second trainer for the same scale-down nor replaces j-t3.
+    views = [replace(RUNNING, trainers=(TrainerView("j-t1", 0, 1, TrainerState.ACTIVE, 9),
+                                        TrainerView("j-t2", 1, 2, TrainerState.ACTIVE, 9),
+                                        TrainerView("j-t3", None, 3, TrainerState.DRAINING, 9)))]
+    la, cluster = launcher(views)
+    cluster.pods["j-t3"] = TrainerPod("j-t3", PodPhase.RUNNING, 0.0, "node")
+    la.counter = 3
+    la.tick()  # (Master has no drain: asking it to drain one more would fail here)
+    assert "j-t3" in la.draining and cluster.created == []
+    cluster.exit("j-t3")
+    la.tick()
+    la.tick()
+    assert cluster.created == [] and la.master.exits == [("j-t3", 0)] and set(cluster.pods) == {"j-t1", "j-t2"}
