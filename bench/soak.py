@@ -18,8 +18,10 @@ average (uniform in 2/3..4/3 of it), drawn from ``--kinds``:
 It reports the **effective training time ratio**: the time spent in the steps the final model kept, over
 the wall time from its first step to its last (the start-up before and the export after are left out),
 from the audit log, where each trainer records when it made each step (``account``). Time in which no
-kept step was made (a pause, a restart, a stall, steps made and then rolled back) is lost, and charged to
-the latest fault before training went on; the table gives each kind's count and its lost seconds. Writes
+kept step was made (a pause, a restart, a stall longer than four typical steps, steps made and then
+rolled back) is lost, and charged to the latest fault before training went on; the table gives each
+kind's count and its lost seconds. A stricter ratio counts every step at most at its generation's median
+pace (a slow step's excess lost too). Writes
 bench/results/soak.json and docs/soak.png (the kept steps over time, the faults marked).
 """
 
@@ -53,6 +55,7 @@ KINDS = ("trainer-sigkill", "trainer-sigterm", "master-sigkill", "trainer-hang",
          "launcher-restart")
 POLL_S = 0.1
 HANG_S = 4.0
+STALL_STEPS = 4.0  # a gap between kept steps longer than this many typical steps is a stall (``account``)
 
 
 # ------------------------------------------------------------------ the accounting (pure)
@@ -72,10 +75,16 @@ class Accounting:
     lost_each: dict[int, float] = field(default_factory=dict)  # per fault (its index): seconds lost after it
     step_s: float = 0.0  # the median step's length
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (wall time, step) of the kept steps
+    paced_s: float = 0.0  # in the kept steps at their generation's median pace (every slow step's excess lost)
 
     @property
     def ratio(self) -> float:
         return self.kept_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def paced_ratio(self) -> float:
+        """A stricter figure: a step slower than its generation's median loses the difference too."""
+        return self.paced_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
 def account(kept: list[KeptStep], faults: list[Fault]) -> Accounting:
@@ -83,10 +92,12 @@ def account(kept: list[KeptStep], faults: list[Fault]) -> Accounting:
     time lost, from the audit's records of the kept steps (``edl.storage.audit.kept_steps``: when each
     trainer logged each step, before its all-reduce; a step's time is its latest trainer's).
 
-    Between two kept steps the job spends what a step takes in their generation (its median), or the
-    gap if shorter; the rest of the gap is lost (a pause, a restart, a stall, or steps made and then
-    rolled back, which are not in the lineage) and charged to the latest fault before training went on
-    (the one that caused it: a rollback's lost steps were made before it)."""
+    A gap between two kept steps up to ``STALL_STEPS`` times what a step takes in their generation (its
+    median) is a step, however slow (a busy machine, a collection of garbage, a peer starting beside
+    it); a longer one is a stall: the job spent one step's time in it, the rest is lost (a pause, a
+    restart, a hang, or steps made and then rolled back, which are not in the lineage) and charged to
+    the latest fault before training went on (the one that caused it: a rollback's lost steps were made
+    before it). ``paced_s`` counts every step at most at the median's pace."""
     out = Accounting()
     when: dict[int, tuple[tuple[int, int], float]] = {}
     for s in kept:
@@ -111,7 +122,8 @@ def account(kept: list[KeptStep], faults: list[Fault]) -> Accounting:
         gap = when[s][1] - when[p][1]
         expected = typical.get(when[s][0], out.step_s) * (s - p)
         excess = gap - expected
-        if excess <= 1e-3:  # (a millisecond: the records' resolution)
+        out.paced_s += min(max(0.0, gap), expected)
+        if excess <= 1e-3 or gap <= STALL_STEPS * expected:  # (a millisecond: the records' resolution)
             out.kept_s += max(0.0, gap)
             continue
         out.kept_s += expected
@@ -310,6 +322,7 @@ def result(a: argparse.Namespace, epochs: int, code: int, summary: dict, faults:
         "status": summary.get("status"), "error": summary.get("error"),
         "lost_samples": summary.get("lost_samples"), "duplicate_samples": summary.get("duplicate_samples"),
         "wall_s": round(acc.wall_s, 1), "kept_s": round(acc.kept_s, 1), "effective_ratio": round(acc.ratio, 4),
+        "paced_ratio": round(acc.paced_ratio, 4),
         "lost_before_first_fault_s": round(acc.lost_s.get("start", 0.0), 2), "median_step_s": round(acc.step_s, 4),
         "rolled_back_steps": rolled_back,  # made, then undone: not in the final model's lineage
         "faults": per_kind,
@@ -359,6 +372,7 @@ def print_table(res: dict, console: Console) -> None:
         t.add_row(kind, str(k["count"]), f"{statistics.mean(lost):.2f}", f"{max(lost):.2f}", f"{sum(lost):.1f}")
     t.add_row("wall time, first to last step", "", "", "", f"{res['wall_s']:.0f}")
     t.add_row("effective training time", "", "", "", f"{100 * res['effective_ratio']:.1f} %")
+    t.add_row("  every step at the median's pace", "", "", "", f"{100 * res['paced_ratio']:.1f} %")
     t.add_row("steps rolled back", "", "", "", str(res["rolled_back_steps"]))
     console.print(t)
 

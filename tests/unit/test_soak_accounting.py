@@ -66,3 +66,18 @@ def test_each_generation_is_judged_by_its_own_step_time(soak):
     lines = log((1, 1), 0, range(1, 21), 0.0, 0.1) + log((1, 2), 20, range(21, 41), 2.0, 0.3)
     acc = soak.account(kept_steps(lines), [])
     assert sum(acc.lost_s.values()) == pytest.approx(0.0, abs=1e-9) and acc.ratio == pytest.approx(1.0)
+
+
+def test_a_slow_step_is_training_and_a_stall_is_lost_but_the_paced_ratio_counts_both(soak):
+    # 0.1 s steps; step 11 takes 0.3 s (a slow step: within four typical steps), step 21 takes 0.6 s (a stall).
+    times, t = [], 0.0
+    for step in range(1, 31):
+        t += 0.3 if step == 11 else 0.6 if step == 21 else 0.1
+        times.append(t)
+    lines = [json.dumps({"gen": [1, 1], "base": 0})] + [
+        json.dumps({"gen": [1, 1], "step": step, "at": at, "records": {"0": [step]}})
+        for step, at in zip(range(1, 31), times)]
+    acc = soak.account(kept_steps(lines), [soak.Fault(0.5, "scale")])
+    assert acc.lost_s == {"scale": pytest.approx(0.5)}  # the stall, beyond its one step
+    assert acc.ratio == pytest.approx((acc.wall_s - 0.5) / acc.wall_s)
+    assert acc.paced_ratio == pytest.approx((acc.wall_s - 0.5 - 0.2) / acc.wall_s)  # the slow step's 0.2 s too
