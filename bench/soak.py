@@ -73,6 +73,9 @@ class Accounting:
     kept_s: float = 0.0  # in steps the final model kept
     lost_s: dict[str, float] = field(default_factory=dict)  # per fault kind ("start": before the first fault)
     lost_each: dict[int, float] = field(default_factory=dict)  # per fault (its index): seconds lost after it
+    # Per fault: the steps after it slower than their generation's median, by how much in all (not lost: the
+    # cost of training on slowed down, a replacement starting beside the survivors, and the machine's noise)
+    slow_each: dict[int, float] = field(default_factory=dict)
     step_s: float = 0.0  # the median step's length
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (wall time, step) of the kept steps
     paced_s: float = 0.0  # in the kept steps at their generation's median pace (every slow step's excess lost)
@@ -94,10 +97,12 @@ def account(kept: list[KeptStep], faults: list[Fault]) -> Accounting:
 
     A gap between two kept steps up to ``STALL_STEPS`` times what a step takes in their generation (its
     median) is a step, however slow (a busy machine, a collection of garbage, a peer starting beside
-    it); a longer one is a stall: the job spent one step's time in it, the rest is lost (a pause, a
+    it); a longer one is a stall: the job spent a step's time in it, the rest is lost (a pause, a
     restart, a hang, or steps made and then rolled back, which are not in the lineage) and charged to
     the latest fault before training went on (the one that caused it: a rollback's lost steps were made
-    before it). ``paced_s`` counts every step at most at the median's pace."""
+    before it). A gap over several steps (``s - p`` of them) is judged as that many. ``paced_s`` counts
+    every step at most at the median's pace; ``slow_each`` charges the rest of each slow step to the
+    latest fault before it."""
     out = Accounting()
     when: dict[int, tuple[tuple[int, int], float]] = {}
     for s in kept:
@@ -123,11 +128,13 @@ def account(kept: list[KeptStep], faults: list[Fault]) -> Accounting:
         expected = typical.get(when[s][0], out.step_s) * (s - p)
         excess = gap - expected
         out.paced_s += min(max(0.0, gap), expected)
-        if excess <= 1e-3 or gap <= STALL_STEPS * expected:  # (a millisecond: the records' resolution)
+        i = max((k for k, ft in enumerate(fault_at) if ft <= when[s][1]), default=-1)
+        if gap <= max(STALL_STEPS * expected, expected + 1e-3):  # a step, however slow (1 ms: the records' resolution)
             out.kept_s += max(0.0, gap)
+            if excess > 0 and i >= 0:
+                out.slow_each[i] = out.slow_each.get(i, 0.0) + excess
             continue
         out.kept_s += expected
-        i = max((k for k, ft in enumerate(fault_at) if ft <= when[s][1]), default=-1)
         kind = faults[i].kind if i >= 0 else "start"
         out.lost_s[kind] = out.lost_s.get(kind, 0.0) + excess
         if i >= 0:
@@ -260,7 +267,7 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
         console.print("MinIO is not built here (./dev test builds it): no s3-outage faults")
     checkpoints = "s3://soak/ckpt" if minio is not None else str(work / "ckpt")
     try:
-        epochs = a.epochs
+        epochs, epoch_s = a.epochs, None
         if epochs is None:
             epoch_s = pilot_epoch_s(work, data, checkpoints)
             epochs = max(1, round(a.minutes * 60 / epoch_s))
@@ -292,7 +299,7 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
         kept = kept_steps(lines)
         acc = account(kept, soak.faults)
         return result(a, epochs, code, summary, soak.faults, soak.t0, acc,
-                      len(made_steps(lines) - {(k.key, k.step) for k in kept}))
+                      len(made_steps(lines) - {(k.key, k.step) for k in kept}), epoch_s)
     finally:
         if minio is not None:
             minio.stop()
@@ -309,20 +316,24 @@ def made_steps(lines: list[str]) -> set[tuple[tuple[int, int], int]]:
 
 
 def result(a: argparse.Namespace, epochs: int, code: int, summary: dict, faults: list[Fault], t0: float,
-           acc: Accounting, rolled_back: int) -> dict:
+           acc: Accounting, rolled_back: int, pilot_epoch: float | None = None) -> dict:
     per_kind: dict[str, dict] = {}
     lost_by_fault: dict[int, float] = {}
     lost_by_fault.update(acc.lost_each)
     for i, f in enumerate(faults):
-        k = per_kind.setdefault(f.kind, {"count": 0, "lost_s": []})
+        k = per_kind.setdefault(f.kind, {"count": 0, "lost_s": [], "slow_s": []})
         k["count"] += 1
         k["lost_s"].append(round(lost_by_fault.get(i, 0.0), 3))
+        k["slow_s"].append(round(acc.slow_each.get(i, 0.0), 3))
     return {
         "seed": a.seed, "minutes": getattr(a, "minutes", None) if a.epochs is None else None, "interval_s": a.interval, "epochs": epochs, "exit_code": code,
         "status": summary.get("status"), "error": summary.get("error"),
         "lost_samples": summary.get("lost_samples"), "duplicate_samples": summary.get("duplicate_samples"),
         "wall_s": round(acc.wall_s, 1), "kept_s": round(acc.kept_s, 1), "effective_ratio": round(acc.ratio, 4),
         "paced_ratio": round(acc.paced_ratio, 4),
+        # The job's pace against its fault-free pilot: the epochs at the pilot's epoch time, over the wall time.
+        "pilot_epoch_s": round(pilot_epoch, 2) if pilot_epoch else None,
+        "goodput_ratio": round(epochs * pilot_epoch / acc.wall_s, 4) if pilot_epoch and acc.wall_s else None,
         "lost_before_first_fault_s": round(acc.lost_s.get("start", 0.0), 2), "median_step_s": round(acc.step_s, 4),
         "rolled_back_steps": rolled_back,  # made, then undone: not in the final model's lineage
         "faults": per_kind,
@@ -367,13 +378,17 @@ def print_table(res: dict, console: Console) -> None:
     t.add_column("lost: mean (s)", justify="right")
     t.add_column("max (s)", justify="right")
     t.add_column("total (s)", justify="right")
+    t.add_column("slower steps after it (s)", justify="right")
     for kind, k in sorted(res["faults"].items()):
         lost = k["lost_s"]
-        t.add_row(kind, str(k["count"]), f"{statistics.mean(lost):.2f}", f"{max(lost):.2f}", f"{sum(lost):.1f}")
-    t.add_row("wall time, first to last step", "", "", "", f"{res['wall_s']:.0f}")
-    t.add_row("effective training time", "", "", "", f"{100 * res['effective_ratio']:.1f} %")
-    t.add_row("  every step at the median's pace", "", "", "", f"{100 * res['paced_ratio']:.1f} %")
-    t.add_row("steps rolled back", "", "", "", str(res["rolled_back_steps"]))
+        t.add_row(kind, str(k["count"]), f"{statistics.mean(lost):.2f}", f"{max(lost):.2f}", f"{sum(lost):.1f}",
+                  f"{sum(k.get('slow_s', [])):.1f}")
+    t.add_row("wall time, first to last step", "", "", "", f"{res['wall_s']:.0f}", "")
+    t.add_row("effective training time", "", "", "", f"{100 * res['effective_ratio']:.1f} %", "")
+    t.add_row("  every step at the median's pace", "", "", "", f"{100 * res['paced_ratio']:.1f} %", "")
+    if res.get("goodput_ratio") is not None:
+        t.add_row("  the fault-free pilot's pace", "", "", "", f"{100 * res['goodput_ratio']:.1f} %", "")
+    t.add_row("steps rolled back", "", "", "", str(res["rolled_back_steps"]), "")
     console.print(t)
 
 

@@ -81,3 +81,12 @@ def test_a_slow_step_is_training_and_a_stall_is_lost_but_the_paced_ratio_counts_
     assert acc.lost_s == {"scale": pytest.approx(0.5)}  # the stall, beyond its one step
     assert acc.ratio == pytest.approx((acc.wall_s - 0.5) / acc.wall_s)
     assert acc.paced_ratio == pytest.approx((acc.wall_s - 0.5 - 0.2) / acc.wall_s)  # the slow step's 0.2 s too
+    assert acc.slow_each == {0: pytest.approx(0.2)}  # charged to the fault before it, apart from the lost time
+
+
+def test_a_gap_of_four_typical_steps_is_still_a_step(soak):
+    lines = log((1, 1), 0, range(1, 21), 0.0, 0.1) + log((1, 1), 20, range(21, 31), 1.9 + 0.4, 0.1)[1:]
+    acc = soak.account(kept_steps(lines), [])
+    assert acc.lost_s == {} and acc.ratio == pytest.approx(1.0)
+    lines = log((1, 1), 0, range(1, 21), 0.0, 0.1) + log((1, 1), 20, range(21, 31), 1.9 + 0.45, 0.1)[1:]
+    assert soak.account(kept_steps(lines), []).lost_s == {"start": pytest.approx(0.35)}
