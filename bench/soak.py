@@ -331,9 +331,7 @@ def result(a: argparse.Namespace, epochs: int, code: int, summary: dict, faults:
         "lost_samples": summary.get("lost_samples"), "duplicate_samples": summary.get("duplicate_samples"),
         "wall_s": round(acc.wall_s, 1), "kept_s": round(acc.kept_s, 1), "effective_ratio": round(acc.ratio, 4),
         "paced_ratio": round(acc.paced_ratio, 4),
-        # The job's pace against its fault-free pilot: the epochs at the pilot's epoch time, over the wall time.
         "pilot_epoch_s": round(pilot_epoch, 2) if pilot_epoch else None,
-        "goodput_ratio": round(epochs * pilot_epoch / acc.wall_s, 4) if pilot_epoch and acc.wall_s else None,
         "lost_before_first_fault_s": round(acc.lost_s.get("start", 0.0), 2), "median_step_s": round(acc.step_s, 4),
         "rolled_back_steps": rolled_back,  # made, then undone: not in the final model's lineage
         "faults": per_kind,
@@ -386,8 +384,6 @@ def print_table(res: dict, console: Console) -> None:
     t.add_row("wall time, first to last step", "", "", "", f"{res['wall_s']:.0f}", "")
     t.add_row("effective training time", "", "", "", f"{100 * res['effective_ratio']:.1f} %", "")
     t.add_row("  every step at the median's pace", "", "", "", f"{100 * res['paced_ratio']:.1f} %", "")
-    if res.get("goodput_ratio") is not None:
-        t.add_row("  the fault-free pilot's pace", "", "", "", f"{100 * res['goodput_ratio']:.1f} %", "")
     t.add_row("steps rolled back", "", "", "", str(res["rolled_back_steps"]), "")
     console.print(t)
 
