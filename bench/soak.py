@@ -376,16 +376,15 @@ def print_table(res: dict, console: Console) -> None:
     t.add_column("lost: mean (s)", justify="right")
     t.add_column("max (s)", justify="right")
     t.add_column("total (s)", justify="right")
-    t.add_column("slower steps after it (s)", justify="right")
+    t.add_column("slowed (s)", justify="right")  # the slower steps after it (not lost: see ``account``)
     for kind, k in sorted(res["faults"].items()):
         lost = k["lost_s"]
         t.add_row(kind, str(k["count"]), f"{statistics.mean(lost):.2f}", f"{max(lost):.2f}", f"{sum(lost):.1f}",
                   f"{sum(k.get('slow_s', [])):.1f}")
-    t.add_row("wall time, first to last step", "", "", "", f"{res['wall_s']:.0f}", "")
-    t.add_row("effective training time", "", "", "", f"{100 * res['effective_ratio']:.1f} %", "")
-    t.add_row("  every step at the median's pace", "", "", "", f"{100 * res['paced_ratio']:.1f} %", "")
-    t.add_row("steps rolled back", "", "", "", str(res["rolled_back_steps"]), "")
     console.print(t)
+    console.print(f"effective training time {100 * res['effective_ratio']:.1f} % of {res['wall_s']:.0f} s from the "
+                  f"first step to the last (every step at the median's pace: {100 * res['paced_ratio']:.1f} %); "
+                  f"{res['rolled_back_steps']} steps rolled back")
 
 
 def parse_kinds(p: argparse.ArgumentParser, given: str, kinds: tuple[str, ...]) -> list[str]:

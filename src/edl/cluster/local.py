@@ -3,9 +3,9 @@
 The master and the trainers outlive a launcher killed without its cleanup (SIGKILL, a closed terminal:
 each runs in a session of its own), as pods outlive a step's pod on Kubernetes: the same command run
 again within ``--launcher-timeout`` adopts them (``left_job``: its master alive, its launcher not, the
-same job) and the job goes on without a restart. Nobody left behind runs for
-long: a master whose launcher stopped beating ends the job (``edl.master.deadman``, ``--launcher-timeout``),
-and its trainers leave with it. A launcher interrupted (Ctrl-C, SIGTERM) stops them all before it exits.
+same job) and the job goes on without a restart. Nobody left behind runs for long: a master whose
+launcher stopped beating ends the job (``edl.master.deadman``), and its trainers leave with it. A
+launcher interrupted (Ctrl-C, SIGTERM) stops them all before it exits.
 Each process's output goes to a log file of its own; a trainer leaves its exit code in a file beside it
 (``edl.procs.record_exit``) for a launcher that adopted it and so cannot wait for it.
 
