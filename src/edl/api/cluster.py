@@ -66,6 +66,10 @@ class Pod:
     node: str | None = None  # None while unscheduled
     job: str | None = None  # owning elastic job, if any
     role: str = "other"  # "trainer" for elastic trainers; "fixed" for a job's other pods
+    # A waiting pod's node as the scheduler chose it when it preempted pods there for it
+    # (``status.nominatedNodeName``): where it will run once they are gone, whatever a model of
+    # the scheduler would pick.
+    nominated: str | None = None
 
 
 @dataclass(frozen=True)

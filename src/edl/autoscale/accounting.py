@@ -7,6 +7,7 @@ of candidate nodes ordered by free CPU (best fit), checked lazily.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -109,6 +110,23 @@ class Capacity:
                 heapq.heapreplace(heap, (free_cpu[i] + off[i] if off else free_cpu[i], i))
             return i
         return None
+
+    def place_nominated(self, pod: Pod) -> int | None:
+        """Bind a waiting pod to the node the scheduler nominated for it (``Pod.nominated``) if it fits
+        there now; ``None`` if it has none, or that node is not counted or full."""
+        if pod.nominated is None:
+            return None
+        i = self.node_index(pod.nominated)
+        r = pod.requests
+        if i is None or not self._fits(i, r.cpu, r.memory, r.gpu):
+            return None
+        self.take(i, r)
+        return i
+
+    def node_index(self, name: str) -> int | None:
+        """A node's index (``names`` is sorted); ``None`` for a node not counted."""
+        i = bisect.bisect_left(self.names, name)
+        return i if i < len(self.names) and self.names[i] == name else None
 
     def place_spread(self, req: Resources) -> int | None:
         """Bind one pod of ``req`` to the fitting node with the most free CPU (what kube-scheduler's

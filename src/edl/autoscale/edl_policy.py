@@ -238,14 +238,15 @@ class EdlPolicy:
             surplus[name] -= 1
             cap.release(index[node], by_job[name].trainer)
 
-        def make_room(req: Resources, below: int, own: str | None, force: bool = False) -> int | None:
+        def make_room(req: Resources, below: int, own: str | None, force: bool = False,
+                      only: int | None = None) -> int | None:
             """The node where the fewest trainers that go anyway (of jobs that shrink, below priority
             ``below`` or the pod's own job) leave room for ``req``: those are the ones given up. The
             waiting pod then has room in the plan's own count, not only in total. With ``force``, the
             trainers of lower-priority jobs above their minimum may go too (the fewest such first): the
             sizing packs from scratch and can find room that the cluster as it is does not have. A
             caller passing ``below`` one above its own level lets its level's jobs give up trainers
-            too (a minimum, which must run)."""
+            too (a minimum, which must run). ``only``: that node alone (the one the scheduler nominated)."""
             on: dict[int, list[str]] = {}
             allowed = cap.eligible.get(own) if own is not None else None  # a trainer's own selector
             budget0 = {name: surplus[name] if not force or by_job[name].priority >= below else
@@ -253,7 +254,7 @@ class EdlPolicy:
             for name, nodes in held.items():
                 if budget0[name] > 0 and (by_job[name].priority < below or name == own):
                     for n in nodes:
-                        if allowed is None or index[n] in allowed:
+                        if (allowed is None or index[n] in allowed) and (only is None or index[n] == only):
                             on.setdefault(index[n], []).append(name)
             best: tuple[int, int, float, int, list[str]] | None = None
             for i, names in on.items():
@@ -304,7 +305,13 @@ class EdlPolicy:
                     give_up(j.name, n)
                     given.setdefault(j.name, []).append(n)
             for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
-                i = cap.place_spread(p.requests) if p.job is None else cap.place_packed(p.requests, fill)
+                # Where the scheduler preempted for it, it goes: the trainers there are the ones that go.
+                i = cap.place_nominated(p)
+                if i is None and (at := cap.node_index(p.nominated or "")) is not None:
+                    squeezed = max(squeezed, p.priority)
+                    i = make_room(p.requests, p.priority, p.job, only=at)
+                if i is None:
+                    i = cap.place_spread(p.requests) if p.job is None else cap.place_packed(p.requests, fill)
                 if i is None:
                     squeezed = max(squeezed, p.priority)
                     i = make_room(p.requests, p.priority, p.job)
@@ -371,7 +378,8 @@ class EdlPolicy:
         # Strict priority for what must run: waiting pods and every job's minimum, tier by tier.
         for tier in tiers:
             for p in sorted((p for p in pending if p.priority == tier), key=lambda p: p.name):
-                cap.place(p.requests)  # a pod that fits nowhere stays pending either way
+                if cap.place_nominated(p) is None:
+                    cap.place(p.requests)  # a pod that fits nowhere stays pending either way
             for j in sorted((j for j in snapshot.jobs if j.priority == tier), key=lambda j: j.name):
                 self._place_min(cap, j, alloc)
         after_min = cap.copy()

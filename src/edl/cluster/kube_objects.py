@@ -136,10 +136,12 @@ def decode_pod(obj: dict) -> Pod:
     job = labels.get("edl.dev/job")
     role = labels.get("edl.dev/role")
     ns = meta.get("namespace", "")
+    node = spec.get("nodeName")
     return Pod(name=f"{ns}/{meta['name']}", requests=_requests(spec), phase=pod_phase(obj),
-               priority=int(spec.get("priority") or 0), node=spec.get("nodeName"),
+               priority=int(spec.get("priority") or 0), node=node,
                job=f"{ns}/{job}" if job else None,
-               role="trainer" if role == "trainer" else ("fixed" if job else "other"))
+               role="trainer" if role == "trainer" else ("fixed" if job else "other"),
+               nominated=None if node else (obj.get("status") or {}).get("nominatedNodeName") or None)
 
 
 def decode_node(obj: dict) -> Node | None:

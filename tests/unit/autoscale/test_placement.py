@@ -346,3 +346,36 @@ def test_a_minimum_that_cannot_fit_takes_nothing_from_its_level():
     jobs = (JobDemand("a", 3, 4, 0, Resources(6, 1), 1), JobDemand("b", 1, 8, 8, T, 1))
     plan = get_policy("edl").plan(Snapshot((node("n0", 8), node("n1", 8)), pods, jobs))
     assert plan.sizes["b"] == 8 and plan.nodes["a"] == ()
+
+
+def test_a_waiting_pod_goes_to_the_node_the_scheduler_nominated_for_it():
+    # The plane's case: two 4-CPU nodes, 1.5-CPU trainers, the job's master and launcher on n0. The job
+    # asked for four trainers; two 2-CPU pods of a higher priority came: one is bound to n1 already (the
+    # trainers there were preempted), the scheduler preempts n0's for the other.
+    t = Resources(1.5, 1)
+    pods = (Pod("master", Resources(0.75, 1), PodPhase.RUNNING, 0, "n0", "a", "fixed"),
+            Pod("step", Resources(0.1, 1), PodPhase.RUNNING, 0, "n0"),
+            Pod("a-t0", t, PodPhase.RUNNING, 0, "n0", "a", "trainer"),
+            Pod("a-t1", t, PodPhase.RUNNING, 0, "n0", "a", "trainer"),
+            Pod("web-1", Resources(2, 1), PodPhase.RUNNING, 1000, "n1"))
+
+    def size(nominated: str | None) -> int:
+        web = Pod("web-0", Resources(2, 1), PodPhase.PENDING, 1000, None, nominated=nominated)
+        return get_policy("edl").plan(Snapshot((node("n0", 4), node("n1", 4)), (*pods, web),
+                                               (JobDemand("a", 1, 4, 4, t),))).sizes["a"]
+
+    # Modelled, the waiting pod would fit beside web-1 on n1 and leave n0 room for two trainers...
+    assert size(None) == 2
+    # ...but the scheduler chose n0: no room is left for a second trainer, so none is asked for.
+    assert size("n0") == 1
+    assert size("n1") == 2
+
+
+def test_a_pending_pods_nominated_node_is_read_from_its_status():
+    from edl.cluster.kube_objects import decode_pod
+
+    obj = {"metadata": {"name": "web-0", "namespace": "ns"}, "spec": {"containers": []},
+           "status": {"phase": "Pending", "nominatedNodeName": "n1"}}
+    assert decode_pod(obj).nominated == "n1"
+    obj["spec"]["nodeName"] = "n1"
+    assert decode_pod(obj).nominated is None and decode_pod(obj).node == "n1"
