@@ -3,9 +3,10 @@
     python bench/sidecar_scale.py
 
 Pods and nodes are built as the API server sends them (JSON objects with the usual
-metadata, spec and status), decoded by the informer's own decoders into its cache,
-and the sidecar's decision step runs over that cache: snapshot, all 100 jobs'
-demands, the ``edl`` policy. Targets: decision ≤ 200 ms, cache ≤ 1 GiB.
+metadata, spec and status), decoded by the informer's own decoders into its cache
+and its pod ledger (the sums a decision reads, kept as pods change), and the
+sidecar's decision step runs over that cache: snapshot, all 100 jobs' demands, the
+``edl`` policy. Targets: decision ≤ 100 ms, cache ≤ 1 GiB.
 Writes bench/results/sidecar_scale.json.
 """
 
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result  # noqa: E402
 
 from edl.api.cluster import JobDemand, Resources  # noqa: E402
+from edl.api.ledger import PodLedger  # noqa: E402
 from edl.api.master import JobStatus, JobView, Phase  # noqa: E402
 from edl.autoscale.policy import get_policy  # noqa: E402
 from edl.autoscale.sidecar import Sidecar, SidecarConfig  # noqa: E402
@@ -58,8 +60,11 @@ def pod_json(i: int, rng: random.Random, job: str | None) -> dict:
 
 
 class CacheView:
-    def __init__(self, nodes, pods, demands) -> None:
-        self._nodes, self._pods, self.demands = nodes, pods, demands
+    """``KubeClusterView`` over caches filled in place of its informers."""
+
+    def __init__(self, nodes, pods, ledger: PodLedger, demands) -> None:
+        self._nodes, self._pods, self.ledger, self.demands = nodes, pods, ledger, demands
+        self._totals = None
 
     def healthy(self):
         return True
@@ -68,7 +73,11 @@ class CacheView:
         return sorted(self._nodes.values(), key=lambda n: n.name)
 
     def pods(self):
+        self._totals = self.ledger.totals()
         return list(self._pods.values())
+
+    def totals(self):
+        return self._totals
 
     def peer_demands(self, now):
         return self.demands
@@ -108,21 +117,24 @@ def main() -> int:
         n = decode_node(node_json(i))
         node_cache[f"/{n.name}"] = n
     pod_cache = {}
+    ledger = PodLedger()  # as the informer keeps it, pod by pod
     i = 0
     for j in jobs:
         for _ in range(sizes[j]):
             p = decode_pod(pod_json(i, rng, j))
             pod_cache[p.name] = p
+            ledger.put(p.name, p)
             i += 1
     while i < N_PODS:
         p = decode_pod(pod_json(i, rng, None))
         pod_cache[p.name] = p
+        ledger.put(p.name, p)
         i += 1
     decode_s = time.perf_counter() - t
     cache_bytes, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     demands = [JobDemand(f"ml/{j}", 2, 200, sizes[j], Resources(4, 8), 0) for j in jobs]
-    view = CacheView(node_cache, pod_cache, demands)
+    view = CacheView(node_cache, pod_cache, ledger, demands)
     sidecar = Sidecar(SidecarConfig("ml/job-000", Resources(4, 8), 2, 200), view, Master(sizes["job-000"]),
                       get_policy("edl"), clock=lambda: 1000.0)
     times = []
@@ -137,7 +149,7 @@ def main() -> int:
                   f"decoded in {decode_s:.1f} s")
     console.print(f"sidecar decision (snapshot + {N_JOBS} demands + edl policy): median "
                   f"{1000 * result['decision_median_s']:.0f} ms, max {1000 * result['decision_max_s']:.0f} ms "
-                  "(target ≤ 200 ms)")
+                  "(target ≤ 100 ms)")
     console.print(f"written to {write_result('sidecar_scale', result)}")
     return 0
 

@@ -122,11 +122,33 @@ def may_run_on(d: JobDemand, n: Node) -> bool:
 
 
 @dataclass(frozen=True)
+class PodTotals:
+    """Sums over a snapshot's live pods (``edl.api.ledger.PodLedger`` keeps them as pods change), so a
+    decision reads the load per node instead of adding up every pod. Requests in exact units: CPU and
+    GPU in thousandths, memory in bytes (``units``).
+
+    Trainers (``role == "trainer"``) are kept per job, whatever their state; of the other live pods,
+    those waiting for a node (pending, unbound) are listed, and the rest are summed per node."""
+
+    load: dict[str, tuple[int, int, int]]  # node -> requests of the bound pods other than trainers
+    requested: tuple[int, int, int]  # requests of the live pods other than trainers and waiting ones
+    waiting: tuple[Pod, ...]  # pods other than trainers waiting for a node
+    trainers: dict[str, tuple[Pod, ...]]  # job -> its live trainer pods
+    shapes: frozenset[float]  # CPU requests of the jobs' other pods (not waiting)
+
+
+def units(r: Resources) -> tuple[int, int, int]:
+    """``r`` in exact integer units: thousandths of a CPU and of a GPU, bytes of memory."""
+    return round(r.cpu * 1000), round(r.memory * 2 ** 30), round(r.gpu * 1000)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[Node, ...]
     pods: tuple[Pod, ...]
     jobs: tuple[JobDemand, ...]
     now: float = 0.0
+    totals: PodTotals | None = None  # ``pods`` summed, when the observer keeps the sums as pods change
 
 
 class TrainerExit(str, Enum):
@@ -237,6 +259,10 @@ class ClusterView(Protocol):
     def nodes(self) -> list[Node]: ...
 
     def pods(self) -> list[Pod]: ...
+
+    def totals(self) -> PodTotals | None:
+        """The sums of the pods the last ``pods()`` returned, where the view keeps them (else ``None``)."""
+        ...
 
     def peer_demands(self, now: float) -> list[JobDemand]:
         """Every live published demand, this job's included once published."""

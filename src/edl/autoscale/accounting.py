@@ -18,6 +18,7 @@ import numpy as np
 from edl.api.cluster import Pod, PodPhase, Resources, Snapshot, may_run_on
 
 _TERMINATED = (PodPhase.SUCCEEDED, PodPhase.FAILED)
+GIB = float(2 ** 30)
 EPS = 1e-9
 WASTE_LOOKAHEAD = 8  # how many best fits ``place`` weighs against the waste each would leave
 GPU_NODE_LAST = 1e9  # added to a GPU node's free CPU when ordering nodes for a pod that needs no GPU
@@ -110,6 +111,15 @@ class Capacity:
                 heapq.heapreplace(heap, (free_cpu[i] + off[i] if off else free_cpu[i], i))
             return i
         return None
+
+    def count_fits(self, req: Resources) -> int:
+        """How many pods of ``req`` (some CPU) fit on the nodes as they are: each node holds whole pods,
+        so for one shape the count does not depend on the order they are placed in."""
+        each = np.floor((np.asarray(self.free_cpu) + EPS) / req.cpu)
+        for free, r in ((self.free_mem, req.memory), (self.free_gpu, req.gpu)):
+            if r > 0:
+                each = np.minimum(each, np.floor((np.asarray(free) + EPS) / r))
+        return int(np.maximum(each, 0).sum())
 
     def place_nominated(self, pod: Pod) -> int | None:
         """Bind a waiting pod to the node the scheduler nominated for it (``Pod.nominated``) if it fits
@@ -276,7 +286,8 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
     ``bound`` collects, per planned job, the nodes its left-out trainers are bound to, and
     ``shapes`` the CPU requests of the jobs' other pods (fixed pods), and ``running`` the planned
     jobs with a trainer running.
-    One pass over the pods: this is the hot loop of a decision on a large cluster.
+    One pass over the pods, the hot loop of a decision on a large cluster; with the snapshot's
+    ``totals``, one pass over the nodes with load, the trainers and the waiting pods instead.
     """
     nodes = sorted(snapshot.nodes, key=lambda n: n.name)
     names = [n.name for n in nodes]
@@ -289,7 +300,26 @@ def capacity(snapshot: Snapshot, planned: frozenset[str] | None = None,
     total = Resources(sum(free_cpu), sum(free_mem), sum(free_gpu))
     rc = rm = rg = 0.0
     waiting = PodPhase.PENDING
-    for p in snapshot.pods:
+    totals = snapshot.totals
+    pods: tuple[Pod, ...] | list[Pod] = snapshot.pods
+    if totals is not None:
+        # The sums the observer keeps: the pods other than trainers per node; the trainers and the
+        # waiting pods one by one below (a decision's cost grows with them, not with the cluster's pods).
+        for loaded, (c, m, g) in totals.load.items():
+            i = index.get(loaded)
+            if i is not None:
+                free_cpu[i] -= c / 1000
+                free_mem[i] -= m / GIB
+                free_gpu[i] -= g / 1000
+        rc, rm, rg = totals.requested[0] / 1000, totals.requested[1] / GIB, totals.requested[2] / 1000
+        if shapes is not None:
+            shapes |= totals.shapes
+        pods = [p for mine in totals.trainers.values() for p in mine]
+        if planned is None:
+            pods += totals.waiting
+        elif pending is not None:
+            pending += totals.waiting
+    for p in pods:
         phase = p.phase
         if phase in _TERMINATED:
             continue

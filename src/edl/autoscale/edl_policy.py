@@ -38,6 +38,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
+from typing import Callable
 
 from edl.autoscale.accounting import EPS, Capacity, capacity
 from edl.api.cluster import JobDemand, Pod, Resources, SizeCause, SizeReason, Snapshot
@@ -509,6 +510,32 @@ class EdlPolicy:
             alloc[j.name] = j.min
 
     @staticmethod
+    def _grow_counted(room: int, jobs: list[JobDemand], alloc: dict[str, int],
+                      entry: Callable[[JobDemand, int], tuple[float, int, str, int] | None]) -> bool:
+        """``_grow``'s heap, for trainers of one shape that fit ``room`` times: each job's steps listed
+        ahead, all sorted once, and handed out in that order until the room is taken. That is the
+        order the heap pops them in when every job's steps come in the heap's order (its gains do
+        not rise as it grows, as a concave speed-up has it): then the cost is the jobs' steps up to
+        their maximum, not a heap round per trainer. ``False``, with nothing changed, when a job's
+        steps do not (a measured curve with a bend up): the caller runs the heap."""
+        steps: list[tuple[float, int, str, int]] = []
+        for j in jobs:
+            n, last = alloc[j.name], None
+            while (e := entry(j, n)) is not None:
+                if last is not None and e < last:
+                    return False
+                steps.append(e)
+                last, n = e, n + e[3]
+        steps.sort()
+        for _, _, name, step in steps:
+            if room <= 0:
+                break
+            got = min(step, room)
+            alloc[name] += got
+            room -= got
+        return True
+
+    @staticmethod
     def _grow(cap: Capacity, jobs: list[JobDemand], alloc: dict[str, int], weight: dict[str, float],
               keep_bonus: float = 1.0, charge: dict[str, float] | None = None) -> None:
         """Spare capacity, trainer by trainer, to the largest weighted gain in log throughput.
@@ -525,35 +552,45 @@ class EdlPolicy:
         # The bonus only holds between jobs of one priority: a higher-priority job gets its share.
         top = max((j.priority for j in jobs), default=0)
 
+        def entry(j: JobDemand, n: int) -> tuple[float, int, str, int] | None:
+            """What the job's next step weighs at ``n`` trainers, as the heap orders it (smallest first):
+            ``(-value, 0 if held, name, step)``; ``None`` when it grows no further."""
+            if not (j.min <= n < j.max and n > 0):
+                return None
+            # Larger weighted gain first; a trainer the job holds now weighs ``keep_bonus`` more,
+            # and on a tie the job that holds it keeps it.
+            held = j.current > n and j.priority == top
+            step, value = 1, weight[j.name] * log_gain(j, n) * (keep_bonus if held else 1.0)
+            kappa = charge.get(j.name, 0.0) if n == j.current else 0.0
+            if kappa > 0 and j.speed(n) > 0:
+                if kappa == math.inf:
+                    return None
+                base, best = math.log(j.speed(n)), -math.inf
+                for m in range(n + 1, j.max + 1):
+                    s = j.speed(m)
+                    rate = (math.log(s) - base - kappa) / (m - n) if s > 0 else -math.inf
+                    if rate > best:
+                        best, step = rate, m - n
+                if best <= 0:
+                    return None  # no step pays for the pause
+                value = weight[j.name] * best
+            return (-value, 0 if held else 1, j.name, step)
+
         def push(j: JobDemand) -> None:
-            n = alloc[j.name]
-            if j.min <= n < j.max and n > 0:
-                # Larger weighted gain first; a trainer the job holds now weighs ``keep_bonus`` more,
-                # and on a tie the job that holds it keeps it.
-                held = j.current > n and j.priority == top
-                step, value = 1, weight[j.name] * log_gain(j, n) * (keep_bonus if held else 1.0)
-                kappa = charge.get(j.name, 0.0) if n == j.current else 0.0
-                if kappa > 0 and j.speed(n) > 0:
-                    if kappa == math.inf:
-                        return
-                    base, best = math.log(j.speed(n)), -math.inf
-                    for m in range(n + 1, j.max + 1):
-                        s = j.speed(m)
-                        rate = (math.log(s) - base - kappa) / (m - n) if s > 0 else -math.inf
-                        if rate > best:
-                            best, step = rate, m - n
-                    if best <= 0:
-                        return  # no step pays for the pause
-                    value = weight[j.name] * best
-                heapq.heappush(heap, (-value, 0 if held else 1, j.name, step))
+            e = entry(j, alloc[j.name])
+            if e is not None:
+                heapq.heappush(heap, e)
 
         # Where every job's trainer has one shape and may go anywhere, which job a trainer is for does
-        # not change where best fit puts it: the trainers that fit are a count, placed ahead in batches
-        # that double (``place_many`` fills node by node, as repeated best fit places them) rather than
-        # by a heap look-up per trainer, and handed out in the order the jobs win them. The caller
-        # reads only the sizes from this capacity, not its nodes.
+        # not change where best fit puts it: the trainers that fit are a count (``count_fits``), handed
+        # out in the order the jobs win them (``_grow_counted``); where that order needs the heap, they
+        # are placed ahead in batches that double (``place_many`` fills node by node, as repeated best
+        # fit places them) rather than by a heap look-up per trainer. The caller reads only the sizes
+        # from this capacity, not its nodes.
         shapes = {j.trainer for j in jobs}
         one_shape = len(shapes) == 1 and next(iter(shapes)).cpu > 0 and not any(j.name in cap.eligible for j in jobs)
+        if one_shape and EdlPolicy._grow_counted(cap.count_fits(next(iter(shapes))), jobs, alloc, entry):
+            return
         pool, batch, full = 0, 1, False  # placed ahead, not yet handed out; the next batch; nothing more fits
 
         def take(j: JobDemand, step: int) -> int:

@@ -71,6 +71,9 @@ class LocalClusterView:
         taken = min(self.slots, self.schedule.taken(self.clock() - self.started_at))
         return [Pod(f"tenant-{i}", SLOT, PodPhase.RUNNING, TENANT_PRIORITY, "localhost") for i in range(taken)]
 
+    def totals(self) -> None:
+        return None  # a few pods: the policy adds them up
+
     def peer_demands(self, now: float) -> list[JobDemand]:
         return [self.demand] if self.demand is not None else []
 

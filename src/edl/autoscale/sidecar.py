@@ -180,7 +180,7 @@ class Sidecar:
         peers = {d.name: d for d in self.view.peer_demands(now)}
         peers[mine.name] = mine  # our freshest figures, whatever the cache holds
         snapshot = Snapshot(tuple(self.view.nodes()), tuple(pods), tuple(sorted(peers.values(), key=lambda d: d.name)),
-                            now)
+                            now, self.view.totals())
         plan = self.policy.plan(snapshot)
         self.decisions += 1
         target = max(self.cfg.min, min(self.cfg.max, plan.sizes.get(mine.name, mine.current)))

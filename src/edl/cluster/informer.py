@@ -6,13 +6,23 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Protocol, TypeVar
 
 from edl.cluster.kube_api import ListWatch, WatchStream
 from edl.errors import KubeExpiredError, KubeRefusedError, TemporaryError
 
 log = logging.getLogger("edl.kubernetes")
 T = TypeVar("T")
+R = TypeVar("R")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Index(Protocol[T_contra]):
+    """Kept in step with the cache, under its lock (``edl.api.ledger.PodLedger``)."""
+
+    def reset(self) -> None: ...
+
+    def put(self, key: str, value: T_contra | None) -> None: ...
 
 
 @dataclass
@@ -27,11 +37,14 @@ class Informer(Generic[T]):
     ``decode`` turns an object into the cached value (or ``None`` to drop it). Keys
     are ``namespace/name``. Readers get a consistent copy of the values with
     ``values()``; ``healthy()`` says whether the cache reflects a recent list+watch.
+    ``index``, if given, is told every change as it is applied.
     """
 
     def __init__(self, name: str, source: ListWatch, decode: Callable[[dict], T | None],
-                 selector: str | None = None, page: int = 500, watch_timeout_s: int = 60) -> None:
+                 selector: str | None = None, page: int = 500, watch_timeout_s: int = 60,
+                 index: Index[T] | None = None) -> None:
         self.name = name
+        self.index = index
         self.source = source
         self.decode = decode
         self.selector = selector
@@ -65,6 +78,10 @@ class Informer(Generic[T]):
                 break
         with self._lock:
             self._state = _State(items, body["metadata"]["resourceVersion"])
+            if self.index is not None:
+                self.index.reset()
+                for key, value in items.items():
+                    self.index.put(key, value)
         self.lists += 1
         log.debug("%s: listed %d objects at resourceVersion %s", self.name, len(items),
                   self._state.resource_version)
@@ -79,14 +96,19 @@ class Informer(Generic[T]):
                 break
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             with self._lock:
+                key = self.key(obj)
                 if kind in ("ADDED", "MODIFIED"):
                     value = self.decode(obj)
                     if value is None:
-                        self._state.items.pop(self.key(obj), None)
+                        self._state.items.pop(key, None)
                     else:
-                        self._state.items[self.key(obj)] = value
+                        self._state.items[key] = value
+                    if self.index is not None:
+                        self.index.put(key, value)
                 elif kind == "DELETED":
-                    self._state.items.pop(self.key(obj), None)
+                    self._state.items.pop(key, None)
+                    if self.index is not None:
+                        self.index.put(key, None)
                 if rv:
                     self._state.resource_version = rv
 
@@ -133,6 +155,11 @@ class Informer(Generic[T]):
     def values(self) -> list[T]:
         with self._lock:
             return list(self._state.items.values())
+
+    def values_and(self, also: Callable[[], R]) -> tuple[list[T], R]:
+        """``values()`` and what ``also`` reads (of the ``index``) at the same moment."""
+        with self._lock:
+            return list(self._state.items.values()), also()
 
     def get(self, key: str) -> T | None:
         with self._lock:

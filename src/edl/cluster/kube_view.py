@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from edl.api.cluster import JobDemand, Node, Pod, SizeReason
+from edl.api.cluster import JobDemand, Node, Pod, PodTotals, SizeReason
+from edl.api.ledger import PodLedger
 from edl.cluster.demand_lease import demand_from_lease, demand_lease
 from edl.cluster.informer import Informer
 from edl.cluster.kube_api import KubeApi
@@ -31,8 +32,11 @@ class KubeClusterView:
         self.lease_labels = labels(job, "demand")
         self.lease_duration_s = lease_duration_s
         self.node_cache = Informer("nodes", kube.list_watch("nodes"), decode_node, watch_timeout_s=watch_timeout_s)
-        self.pod_cache = Informer("pods", kube.list_watch("pods", all_namespaces=True), decode_pod,
-                                  watch_timeout_s=watch_timeout_s)
+        # The pods summed as they change: a decision reads the sums, not every pod (``Snapshot.totals``).
+        self.ledger = PodLedger()
+        self._totals: PodTotals | None = None
+        self.pod_cache: Informer[Pod] = Informer("pods", kube.list_watch("pods", all_namespaces=True), decode_pod,
+                                  watch_timeout_s=watch_timeout_s, index=self.ledger)
         self.lease_cache = Informer("leases", kube.list_watch("leases"), lambda o: o, selector=self.LEASE_SELECTOR,
                                     watch_timeout_s=watch_timeout_s)
         self._caches = (self.node_cache, self.pod_cache, self.lease_cache)
@@ -60,7 +64,12 @@ class KubeClusterView:
         return sorted(self.node_cache.values(), key=lambda n: n.name)
 
     def pods(self) -> list[Pod]:
-        return self.pod_cache.values()
+        pods, self._totals = self.pod_cache.values_and(self.ledger.totals)
+        return pods
+
+    def totals(self) -> PodTotals | None:
+        """The sums of the pods the last ``pods()`` returned."""
+        return self._totals
 
     def peer_demands(self, now: float) -> list[JobDemand]:
         out = []

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from edl.api.cluster import JobDemand, MasterEndpoint, Node, Pod, PodPhase, Resources, SizeReason, TrainerPod
+from edl.api.cluster import (JobDemand, MasterEndpoint, Node, Pod, PodPhase, PodTotals, Resources, SizeReason,
+                             TrainerPod)
 from edl.api.master import BudgetView, CheckpointRecord, JobStatus, JobView, Phase
 from edl.autoscale.sidecar import Sidecar
 from edl.errors import TemporaryError, UserError
@@ -180,6 +181,7 @@ class SimClusterView:
         self.board = {} if board is None else board
         self.lease_s = lease_s
         self.up = True  # tests switch it off to play an unreachable API
+        self._totals: PodTotals | None = None
 
     def healthy(self) -> bool:
         return self.up
@@ -188,7 +190,12 @@ class SimClusterView:
         return [n for n in self.sim.nodes_view() if n.allocatable.cpu > 0]  # a lost node has nothing left
 
     def pods(self) -> list[Pod]:
-        return list(self.sim.pods_view())
+        pods, self._totals = self.sim.pods_and_totals()
+        return list(pods)
+
+    def totals(self) -> PodTotals | None:
+        """The sums of the pods the last ``pods()`` returned."""
+        return self._totals
 
     def peer_demands(self, now: float) -> list[JobDemand]:
         return [d for d, at in self.board.values() if now - at <= self.lease_s]

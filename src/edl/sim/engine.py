@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, Snapshot
+from edl.api.cluster import JobDemand, Node, Pod, PodPhase, PodTotals, Resources, Snapshot, units
+from edl.api.ledger import PodLedger
 from edl.api.master import START_GRACE_S
 from edl.api.policy import free_hints, leaving
 from edl.autoscale.policy import get_policy
@@ -146,6 +147,11 @@ class Simulation:
         # services (and fixed pods) kept where they ran; for the bounds of what placement could reach.
         self.placed: list[tuple[PlacedInstant, PlacedInstant]] | None = [] if record_placement else None
         self.placement_version = 0  # counts changes to which pods exist, where they are bound, which jobs run
+        # The pods summed as the sidecar's informer keeps them (``Snapshot.totals``), by pod id: the pods
+        # changed since the last snapshot are handed to it then.
+        self.ledger = PodLedger()
+        self._changed_pods: set[int] = set()
+        self._views: dict[int, Pod] = {}  # every pod's view, in the order the pods were created
         self._placed_version = -1
 
     # ------------------------------------------------------------------ pods
@@ -155,6 +161,7 @@ class Simulation:
         pod = SimPod(self.next_id, owner, kind, role, np.array([req.cpu, req.memory, req.gpu]), priority, t, jitter,
                      grace_s)
         self.pods[pod.id] = pod
+        self._touch(pod)
         self.by_owner.setdefault(owner, {})[pod.id] = pod
         self.next_id += 1
         self.changed = True
@@ -163,6 +170,10 @@ class Simulation:
         key = (owner, role)
         self.active[key] = self.active.get(key, 0) + 1
         return pod
+
+    def _touch(self, pod: SimPod) -> None:
+        """The pod's view changes (created, bound, started, terminating, gone)."""
+        self._changed_pods.add(pod.id)
 
     def _deactivate(self, pod: SimPod) -> None:
         """The pod stops counting for its owner (it terminates or is gone)."""
@@ -175,6 +186,7 @@ class Simulation:
         """Delete now (``t`` None), or start the pod's grace period: it holds its node until then."""
         self.changed = True
         self.placement_version += 1
+        self._touch(pod)
         if t is not None and pod.node is not None and pod.grace_s > 0:
             if pod.terminating_until is None:
                 pod.terminating_until = t + pod.grace_s
@@ -277,10 +289,25 @@ class Simulation:
         return self._nodes_view
 
     def pods_view(self) -> tuple[Pod, ...]:
-        return tuple(self._view(p) for p in self.pods.values())
+        return self.pods_and_totals()[0]
+
+    def pods_and_totals(self) -> tuple[tuple[Pod, ...], PodTotals]:
+        """Every pod as the sidecar's informer would hold it, and their sums (``Snapshot.totals``): the
+        views of the pods changed since the last call are made again, the others kept."""
+        for pid in sorted(self._changed_pods):  # new pods (higher ids) after the others, as created
+            p = self.pods.get(pid)
+            if p is None:
+                self._views.pop(pid, None)
+                self.ledger.put(str(pid), None)
+            else:
+                self._views[pid] = v = self._view(p)
+                self.ledger.put(str(pid), v)
+        self._changed_pods.clear()
+        return tuple(self._views.values()), self.ledger.totals()
 
     def snapshot(self, t: float, jobs: tuple[JobDemand, ...] | None = None) -> Snapshot:
-        return Snapshot(self.nodes_view(), self.pods_view(), self._demands() if jobs is None else jobs, t)
+        pods, totals = self.pods_and_totals()
+        return Snapshot(self.nodes_view(), pods, self._demands() if jobs is None else jobs, t, totals)
 
     def _view(self, p: SimPod) -> Pod:
         """What the sidecar's informer would hold for this pod (rebuilt only when it changes)."""
@@ -332,6 +359,7 @@ class Simulation:
                 if node is None:
                     continue
             p.node, p.bound_at = node, t
+            self._touch(p)
             self.used[node] += p.req
             self.changed = True
             self.placement_version += 1
@@ -371,6 +399,7 @@ class Simulation:
             assert p.bound_at is not None  # a starting pod is bound
             if t >= p.bound_at + p.startup:
                 p.running = True
+                self._touch(p)
                 self.running_cpu += p.req[0]
                 self.changed = True
                 del self.starting[p.id]
@@ -431,6 +460,15 @@ class Simulation:
         if self.check:
             if np.any(self.used > self.alloc + 1e-6):
                 raise AssertionError(f"t={t}: a node is over-committed")
+            if t % 600 < self.sc.period_s:  # every ten minutes: the sums the policy reads are the pods'
+                snap = self.snapshot(t, ())
+                load: dict[str, list[int]] = {}
+                for v in snap.pods:
+                    if v.role != "trainer" and v.node is not None:
+                        u = units(v.requests)
+                        load[v.node] = [a + b for a, b in zip(load.get(v.node, [0, 0, 0]), u)]
+                if snap.totals is None or {k: tuple(x) for k, x in load.items() if any(x)} != snap.totals.load:
+                    raise AssertionError(f"t={t}: the pod ledger's load is not its pods'")
 
     def _placed_instants(self, t: float) -> tuple[PlacedInstant, PlacedInstant]:
         """Now, for two bounds: (1) every pod but the trainers kept where it is bound, which is all a

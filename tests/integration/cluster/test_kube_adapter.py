@@ -8,6 +8,7 @@ import pytest
 from kubernetes import client
 
 from edl.api.cluster import PodPhase
+from edl.api.ledger import PodLedger
 from edl.cluster import manifests as m
 from edl.cluster.informer import Informer
 from edl.cluster.kube_api import KubeApi
@@ -89,12 +90,26 @@ def test_wrong_token_forbidden_account_and_unreachable_api_are_reported_as_such(
         KubeApi(token_client(plane, "x", host="https://127.0.0.1:1"), namespace).list("pods")
 
 
+def summed_as_listed(ledger: PodLedger, pods: Informer) -> bool:
+    """The ledger the informer kept as events came is the one its pods give, summed afresh."""
+    fresh = PodLedger()
+    for p in pods.values():
+        fresh.put(p.name, p)
+    a, b = ledger.totals(), fresh.totals()
+    def key(t):
+        return (t.load, t.requested, sorted(p.name for p in t.waiting),
+                {j: sorted(p.name for p in ps) for j, ps in t.trainers.items()}, t.shapes)
+    return key(a) == key(b)
+
+
 def test_informers_follow_the_real_watch_and_relist_only_after_410(kube, namespace, runtime_image):
     kube_api = KubeApi(kube, namespace)
     core = client.CoreV1Api(kube)
     n_nodes = len(core.list_node().items)
     nodes = Informer("nodes", kube_api.list_watch("nodes"), decode_node, page=1, watch_timeout_s=1).start()
-    pods = Informer("pods", kube_api.list_watch("pods", all_namespaces=True), decode_pod, watch_timeout_s=1).start()
+    ledger = PodLedger()
+    pods = Informer("pods", kube_api.list_watch("pods", all_namespaces=True), decode_pod, watch_timeout_s=1,
+                    index=ledger).start()
     key = f"{namespace}/edl-mnist-trainer-a"
     node_name = core.list_node().items[0].metadata.name
     try:
@@ -111,6 +126,8 @@ def test_informers_follow_the_real_watch_and_relist_only_after_410(kube, namespa
         assert (p.job, p.role, p.requests.cpu, p.requests.memory) == (f"{namespace}/mnist", "trainer", 2.0, 1.0)
         until(lambda: pods.get(key).phase is PodPhase.RUNNING)  # bound by the scheduler, run by the kubelet
         assert pods.get(key).node and pods.get(key).node.startswith("node-")
+        until(lambda: summed_as_listed(ledger, pods))
+        assert [p.name for p in ledger.totals().trainers[f"{namespace}/mnist"]] == [key]
         # Cordoning a node drops it from the schedulable set.
         core.patch_node(node_name, {"spec": {"unschedulable": True}})
         until(lambda: len(nodes.values()) == n_nodes - 1)
@@ -121,6 +138,11 @@ def test_informers_follow_the_real_watch_and_relist_only_after_410(kube, namespa
         assert pods.lists == lists_before
         kube_api.delete("pods", "edl-mnist-trainer-a", grace_s=0)
         until(lambda: pods.get(key) is None)
+        until(lambda: summed_as_listed(ledger, pods))
+        assert f"{namespace}/mnist" not in ledger.totals().trainers
+        pods.relist()  # a 410's list: the ledger is summed again from it
+        until(lambda: summed_as_listed(ledger, pods))
+        assert len(ledger) == sum(not p.phase.terminated for p in pods.values())
     finally:
         nodes.stop()
         pods.stop()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -252,3 +253,37 @@ def test_growth_counts_one_shapes_trainers_as_placing_each_one_does(free, jobs, 
         return alloc
 
     assert grown(False) == grown(True)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_growth_counted_for_one_shape_hands_out_what_the_heap_does(seed, monkeypatch):
+    """``_grow_counted`` (every job's steps sorted once) sizes as the heap does, trainer by trainer."""
+    import random
+
+    from edl.autoscale.edl_policy import EdlPolicy
+
+    rng = random.Random(seed)
+    t = Resources(4, 8)
+    nodes = tuple(Node(f"n{i}", Resources(rng.choice([16, 31.5, 64]), 256)) for i in range(30))
+    jobs = []
+    for i in range(12):
+        curve = ()
+        if rng.random() < 0.7:  # measured, mostly concave; some with a bend up (the heap's case)
+            per, eff = rng.uniform(50, 150), rng.uniform(0.7, 1.05)
+            curve = (0.0, *(per * n ** eff for n in range(1, rng.randint(3, 12))))
+        jobs.append(JobDemand(f"j{i}", rng.randint(1, 3), rng.randint(4, 40), rng.randint(0, 12), t, rng.choice([0, 0, 5]),
+                              curve, rng.choice([0.0, 2.0, 30.0]), rng.choice([None, 1e5, 1e7])))
+    if seed % 2:  # a measured curve with a bend up: the heap's order, not the sorted steps'
+        jobs.append(JobDemand("bend", 1, 20, 1, t, 0, (0.0, 100.0, 105.0, 400.0, 420.0)))
+    pods = tuple(Pod(f"{j.name}-t{k}", t, PodPhase.RUNNING, j.priority, nodes[rng.randrange(30)].name, j.name, "trainer")
+                 for j in jobs for k in range(j.current))
+    snap = Snapshot(nodes, pods, tuple(jobs))
+    counted_ok = []
+    grow_counted = EdlPolicy._grow_counted
+    monkeypatch.setattr(EdlPolicy, "_grow_counted", staticmethod(lambda *a: counted_ok.append(grow_counted(*a))
+                                                                 or counted_ok[-1]))
+    counted = EdlPolicy().plan(snap)
+    assert counted_ok == [not seed % 2]
+    monkeypatch.setattr(EdlPolicy, "_grow_counted", staticmethod(lambda *a: False))
+    heap = EdlPolicy().plan(snap)
+    assert counted.sizes == heap.sizes and counted.nodes == heap.nodes
