@@ -137,6 +137,11 @@ def main() -> int:
     view = CacheView(node_cache, pod_cache, ledger, demands)
     sidecar = Sidecar(SidecarConfig("ml/job-000", Resources(4, 8), 2, 200), view, Master(sizes["job-000"]),
                       get_policy("edl"), clock=lambda: 1000.0)
+    # The first decision after the caches are filled also pays Python's first full garbage collection
+    # of them (a one-off of the sidecar's start): it is reported apart from the ones that follow.
+    t = time.perf_counter()
+    sidecar.step()
+    first = time.perf_counter() - t
     times = []
     for _ in range(5):
         t = time.perf_counter()
@@ -144,12 +149,12 @@ def main() -> int:
         times.append(time.perf_counter() - t)
     result = {"nodes": N_NODES, "pods": N_PODS, "jobs": N_JOBS, "cache_mib": cache_bytes / 2 ** 20,
               "decode_s": decode_s, "decision_median_s": statistics.median(times),
-              "decision_max_s": max(times)}
+              "decision_max_s": max(times), "first_decision_s": first}
     console.print(f"cache of {N_NODES} nodes and {N_PODS} pods: {result['cache_mib']:.0f} MiB (target ≤ 1024 MiB), "
                   f"decoded in {decode_s:.1f} s")
     console.print(f"sidecar decision (snapshot + {N_JOBS} demands + edl policy): median "
                   f"{1000 * result['decision_median_s']:.0f} ms, max {1000 * result['decision_max_s']:.0f} ms "
-                  "(target ≤ 100 ms)")
+                  f"(target ≤ 100 ms); the first {1000 * first:.0f} ms")
     console.print(f"written to {write_result('sidecar_scale', result)}")
     return 0
 
