@@ -164,6 +164,16 @@ class ControlPlane:
         self._wait(lambda: self._component_ready(), timeout_s, "controller-manager and scheduler")
         return self
 
+    def start_api_only(self, timeout_s: float = 120) -> "ControlPlane":
+        """etcd and kube-apiserver alone: for hollow nodes (``bench/control_scale.py``), Node objects no
+        kubelet keeps, which a node controller would mark NotReady and a scheduler would place on."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.state.apiserver = f"https://127.0.0.1:{free_port()}"
+        self._prepare()
+        self._start_etcd()
+        self.start_apiserver(timeout_s)
+        return self
+
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
         self.state.etcd = f"http://127.0.0.1:{client}"

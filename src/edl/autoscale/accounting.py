@@ -116,9 +116,11 @@ class Capacity:
         """How many pods of ``req`` (some CPU) fit on the nodes as they are: each node holds whole pods,
         so for one shape the count does not depend on the order they are placed in."""
         each = np.floor((np.asarray(self.free_cpu) + EPS) / req.cpu)
-        for free, r in ((self.free_mem, req.memory), (self.free_gpu, req.gpu)):
+        for free, r in ((np.asarray(self.free_mem), req.memory), (np.asarray(self.free_gpu), req.gpu)):
             if r > 0:
-                each = np.minimum(each, np.floor((np.asarray(free) + EPS) / r))
+                each = np.minimum(each, np.floor((free + EPS) / r))
+            else:
+                each[free + EPS < 0] = 0  # over-committed there: nothing fits, as ``place`` finds
         return int(np.maximum(each, 0).sum())
 
     def place_nominated(self, pod: Pod) -> int | None:

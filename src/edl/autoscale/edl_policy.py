@@ -310,7 +310,8 @@ class EdlPolicy:
                 i = cap.place_nominated(p)
                 if i is None and (at := cap.node_index(p.nominated or "")) is not None:
                     squeezed = max(squeezed, p.priority)
-                    i = make_room(p.requests, p.priority, p.job, only=at)
+                    # The scheduler's victims go whatever the sizing kept of their jobs: force.
+                    i = make_room(p.requests, p.priority, p.job, force=True, only=at)
                 if i is None:
                     i = cap.place_spread(p.requests) if p.job is None else cap.place_packed(p.requests, fill)
                 if i is None:
@@ -521,7 +522,8 @@ class EdlPolicy:
         steps: list[tuple[float, int, str, int]] = []
         for j in jobs:
             n, last = alloc[j.name], None
-            while (e := entry(j, n)) is not None:
+            # Steps beyond the room are never handed out: a job's list stops there.
+            while n < alloc[j.name] + room and (e := entry(j, n)) is not None:
                 if last is not None and e < last:
                     return False
                 steps.append(e)

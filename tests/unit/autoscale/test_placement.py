@@ -379,3 +379,24 @@ def test_a_pending_pods_nominated_node_is_read_from_its_status():
     assert decode_pod(obj).nominated == "n1"
     obj["spec"]["nodeName"] = "n1"
     assert decode_pod(obj).nominated is None and decode_pod(obj).node == "n1"
+
+
+def test_the_nominated_nodes_trainers_go_even_where_the_sizing_kept_their_job_whole():
+    # a's two trainers fill n0; the sizing re-packs them elsewhere and keeps a at 2, but the scheduler
+    # preempts on n0 for web-0: one of a's trainers goes, not b's on n1.
+    a, b = Resources(1.5, 1), Resources(2, 1)
+    pods = (Pod("a-t0", a, PodPhase.RUNNING, 0, "n0", "a", "trainer"), Pod("a-t1", a, PodPhase.RUNNING, 0, "n0", "a", "trainer"),
+            Pod("b-t0", b, PodPhase.RUNNING, 0, "n1", "b", "trainer"), Pod("b-t1", b, PodPhase.RUNNING, 0, "n1", "b", "trainer"),
+            Pod("other", Resources(3, 1), PodPhase.RUNNING, 0, "n2"),
+            Pod("web-0", Resources(2, 1), PodPhase.PENDING, 1000, None, nominated="n0"))
+    plan = get_policy("edl").plan(Snapshot((node("n0", 4), node("n1", 4), node("n2", 4)), pods,
+                                           (JobDemand("a", 1, 2, 2, a), JobDemand("b", 1, 2, 2, b))))
+    assert plan.sizes == {"a": 1, "b": 1} and plan.nodes["a"] == ("n0",)
+
+
+def test_count_fits_counts_no_pod_on_a_node_over_committed_in_any_dimension():
+    from edl.autoscale.accounting import Capacity
+
+    cap = Capacity(["n0", "n1"], [8.0, 8.0], [16.0, 16.0], [-1.0, 0.0], Resources(16, 32, 0), Resources())
+    t = Resources(1, 1, 0)
+    assert cap.count_fits(t) == 8 == len(cap.copy().place_many(t, 100))
