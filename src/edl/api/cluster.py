@@ -231,6 +231,7 @@ class SizeCause(str, Enum):
     HANDED_BACK = "handed_back"  # it gave trainers up to pods of a higher priority
     HELD_API_AWAY = "held_api_away"  # the sidecar holds the size: its view of the cluster is not current
     HELD_UNSCHEDULABLE = "held_unschedulable"  # trainers could not be scheduled lately: no growth for a while
+    HELD_NO_PLAN = "held_no_plan"  # the namespace's deciding sidecar has not planned the job (yet)
     FIXED = "fixed"  # set by hand (``edl scale``), or no autoscaler runs
 
 
@@ -249,8 +250,30 @@ class SizeReason:
         return cls(SizeCause(d["cause"]), str(d["text"]))
 
 
+@dataclass(frozen=True)
+class PlanLine:
+    """One job's line of a plan: what the sidecar that decides for a namespace tells each job's own."""
+
+    size: int
+    nodes: tuple[str, ...]  # where its trainers go (``Plan.nodes``, up to ``size``)
+    reason: SizeReason
+
+    def to_json(self) -> dict:
+        return {"size": self.size, "nodes": list(self.nodes), "reason": self.reason.to_json()}
+
+    @classmethod
+    def from_json(cls, d: dict) -> PlanLine:
+        return cls(int(d["size"]), tuple(str(n) for n in d.get("nodes") or ()), SizeReason.from_json(d["reason"]))
+
+
 class ClusterView(Protocol):
-    """What the sidecar reads and writes of the cluster; one implementation per backend."""
+    """What the sidecar reads and writes of the cluster; one implementation per backend.
+
+    Where several jobs' sidecars share a view of one cluster (Kubernetes: a namespace), one of them
+    decides for all (``lead``): it reads the nodes, pods and demands, plans every job and publishes
+    each job's line (``publish_plan``); the others read their own line (``plan_line``). A backend
+    where every sidecar decides for itself leads always and publishes nowhere.
+    """
 
     def healthy(self) -> bool:
         """The view is current (listed and watching); if not, the sidecar holds the size."""
@@ -270,6 +293,19 @@ class ClusterView(Protocol):
 
     def publish(self, demand: JobDemand, now: float, reason: SizeReason | None = None) -> None:
         """Renew this job's demand, and why it is at its size (``None``: not decided yet)."""
+
+    def lead(self, now: float) -> bool:
+        """Whether this sidecar decides for every job of its view now (taking that over when nobody
+        does), with the nodes, pods and demands read; ``False``: it follows its ``plan_line``."""
+        ...
+
+    def publish_plan(self, lines: dict[str, PlanLine], now: float) -> bool:
+        """Every job's line of the plan the leading sidecar made; ``False`` when it no longer leads."""
+        ...
+
+    def plan_line(self, job: str, now: float) -> PlanLine | None:
+        """This job's line of the leading sidecar's latest plan (``None``: none, or too old)."""
+        ...
 
 
 # ------------------------------------------------------------ the demand, as text

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources, SizeReason
+from edl.api.cluster import JobDemand, Node, PlanLine, Pod, PodPhase, Resources, SizeReason
 from edl.errors import UserError
 
 SLOT = Resources(1.0, 1.0, 0.0)
@@ -79,3 +79,12 @@ class LocalClusterView:
 
     def publish(self, demand: JobDemand, now: float, reason: SizeReason | None = None) -> None:
         self.demand = demand
+
+    def lead(self, now: float) -> bool:
+        return True  # every sidecar decides for itself here
+
+    def publish_plan(self, lines: dict[str, PlanLine], now: float) -> bool:
+        return True
+
+    def plan_line(self, job: str, now: float) -> PlanLine | None:
+        return None

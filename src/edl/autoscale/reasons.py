@@ -43,6 +43,8 @@ def fits(snapshot: Snapshot, j: JobDemand, total: int) -> bool:
     cap = capacity(snapshot, frozenset({j.name}), pending)
     for p in sorted((p for p in pending if p.priority >= j.priority), key=lambda p: (-p.priority, p.name)):
         cap.place(p.requests)
+    if j.trainer.cpu > 0 and j.name not in cap.eligible:  # one shape, any node: a count (``count_fits``)
+        return cap.count_fits(j.trainer) >= total
     return all(cap.place(j.trainer, job=j.name) is not None for _ in range(total))
 
 

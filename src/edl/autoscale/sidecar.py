@@ -13,6 +13,7 @@ local backend and in tests.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import statistics
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from edl.api.cluster import ClusterView, JobDemand, Pod, Resources, SizeCause, SizeReason, Snapshot
+from edl.api.cluster import ClusterView, JobDemand, PlanLine, Pod, Resources, SizeCause, SizeReason, Snapshot
 from edl.api.master import ControlLink, JobStatus, JobView, Reason
 from edl.api.policy import Policy
 
@@ -168,23 +169,48 @@ class Sidecar:
             self.holding = True
             return None
         self.holding = False
-        pods = self.view.pods()
+        leading = self.view.lead(now)
+        pods = self.view.pods() if leading else []
         mine = self.demand(status, pods)
         try:
-            return self._decide(now, status, mine, pods)
+            line = None
+            if leading:
+                lines = self._plan(now, mine, pods)
+                if self.view.publish_plan(lines, now):  # else another sidecar took the namespace meanwhile
+                    line = lines[mine.name]
+            else:
+                line = self.view.plan_line(mine.name, now)
+            if line is None:
+                line = PlanLine(status.desired_trainers, status.node_hints,
+                                SizeReason(SizeCause.HELD_NO_PLAN, f"held at {status.desired_trainers}: the sidecar that "
+                                                                   "decides for the namespace has not planned this job yet"))
+            return self._apply(now, status, mine, line)
         finally:
             # After the decision, so that the Lease carries its reason; whatever the decision raised.
             self.view.publish(mine, now, self.reason)
 
-    def _decide(self, now: float, status: JobView, mine: JobDemand, pods: list[Pod]) -> int | None:
+    def _plan(self, now: float, mine: JobDemand, pods: list[Pod]) -> dict[str, PlanLine]:
+        """Every job's line of one plan, over the demands the view holds and ours (the freshest). A job's
+        priority is its trainers' as the scheduler resolved it, where this sidecar sees them."""
+        priority: dict[str, int] = {}
+        for p in pods:
+            if p.role == "trainer" and p.job is not None:
+                priority[p.job] = max(priority.get(p.job, p.priority), p.priority)
         peers = {d.name: d for d in self.view.peer_demands(now)}
         peers[mine.name] = mine  # our freshest figures, whatever the cache holds
-        snapshot = Snapshot(tuple(self.view.nodes()), tuple(pods), tuple(sorted(peers.values(), key=lambda d: d.name)),
-                            now, self.view.totals())
+        jobs = tuple(dataclasses.replace(d, priority=priority[d.name]) if priority.get(d.name, d.priority) != d.priority
+                     else d for d in sorted(peers.values(), key=lambda d: d.name))
+        snapshot = Snapshot(tuple(self.view.nodes()), tuple(pods), jobs, now, self.view.totals())
         plan = self.policy.plan(snapshot)
         self.decisions += 1
-        target = max(self.cfg.min, min(self.cfg.max, plan.sizes.get(mine.name, mine.current)))
-        reason = self.policy.explain(snapshot, plan, mine.name)
+        return {d.name: PlanLine(size := max(d.min, min(d.max, plan.sizes.get(d.name, d.current))),
+                                 plan.nodes.get(d.name, ())[:size], self.policy.explain(snapshot, plan, d.name))
+                for d in jobs}
+
+    def _apply(self, now: float, status: JobView, mine: JobDemand, line: PlanLine) -> int | None:
+        """Set our job's size from its line of the plan, unless trainers could not be scheduled lately."""
+        target = max(self.cfg.min, min(self.cfg.max, line.size))
+        reason = line.reason
         if status.unschedulable_at is not None and status.unschedulable_at != self._blocked_report:
             # A new report, timed on this sidecar's clock: the master's is its own (monotonic) one.
             self._blocked_report, self._blocked_since = status.unschedulable_at, now
@@ -200,7 +226,7 @@ class Sidecar:
         self.reason = reason
         # Where the plan puts our trainers: the launcher turns the nodes none of them holds yet into
         # preferred node affinities of the trainers it creates next.
-        nodes = plan.nodes.get(mine.name, ())[:target]
+        nodes = line.nodes[:target]
         # Trainers told to stop wait for a decision made after they left to be replaced: this one releases
         # those its status showed, and says an unchanged size for them too.
         held = status.held_replacements
@@ -208,8 +234,8 @@ class Sidecar:
             if nodes != status.node_hints or reason != status.reason or held:
                 self.master.scale(target, nodes, reason, held)
             return None
-        log.info("scale %s: %d -> %d trainers (policy %s, %d jobs, %d nodes): %s", self.cfg.job, mine.current, target,
-                 self.policy.name, len(peers), len(snapshot.nodes), reason.text)
+        log.info("scale %s: %d -> %d trainers (policy %s): %s", self.cfg.job, mine.current, target, self.policy.name,
+                 reason.text)
         self.master.scale(target, nodes, reason, held)
         if target < mine.current:
             self.meter.forget_above(target)

@@ -14,12 +14,18 @@ DEMAND_ANNOTATION = "edl.dev/demand"
 REASON_ANNOTATION = "edl.dev/size-reason"  # why the job is at its size: {"cause", "text"} as JSON
 
 
-def _rfc3339_micro(t: float) -> str:
+def renew_time(t: float) -> str:
+    """A Lease's ``renewTime`` (RFC 3339, microseconds)."""
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse_time(s: str) -> float:
-    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+def lapsed(obj: dict, now: float) -> bool:
+    """Whether a Lease's holder stopped renewing it (``leaseDurationSeconds`` passed), or it has no time."""
+    spec = obj.get("spec") or {}
+    if not spec.get("renewTime"):
+        return True
+    when = datetime.fromisoformat(spec["renewTime"].replace("Z", "+00:00")).timestamp()
+    return now - when > float(spec.get("leaseDurationSeconds") or 0)
 
 
 def demand_lease(d: JobDemand, name: str, namespace: str, holder: str, now: float, duration_s: int,
@@ -32,17 +38,16 @@ def demand_lease(d: JobDemand, name: str, namespace: str, holder: str, now: floa
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
             "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_s,
-                     "renewTime": _rfc3339_micro(now)}}
+                     "renewTime": renew_time(now)}}
 
 
 def demand_from_lease(obj: dict, now: float) -> JobDemand | None:
     """The demand a Lease carries, or ``None`` if it expired or is not ours to read."""
     text = ((obj.get("metadata") or {}).get("annotations") or {}).get(DEMAND_ANNOTATION)
-    spec = obj.get("spec") or {}
-    if not text or not spec.get("renewTime"):
+    if not text:
         return None
     try:
-        if now - _parse_time(spec["renewTime"]) > float(spec.get("leaseDurationSeconds") or 0):
+        if lapsed(obj, now):
             return None  # its sidecar stopped renewing: the job is gone or stuck
         return decode_demand(text)
     except ValueError as e:

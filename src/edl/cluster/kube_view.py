@@ -1,23 +1,35 @@
-"""The sidecar's ``ClusterView`` on Kubernetes: informer caches of nodes, pods and demand Leases."""
+"""The sidecar's ``ClusterView`` on Kubernetes: the namespace's deciding sidecar, elected by a Lease, and
+its informer caches of nodes, pods and demand Leases."""
 
 from __future__ import annotations
 
-from edl.api.cluster import JobDemand, Node, Pod, PodTotals, SizeReason
+import logging
+
+from edl.api.cluster import JobDemand, Node, PlanLine, Pod, PodTotals, SizeReason
 from edl.api.ledger import PodLedger
+from edl.cluster import autoscaler_lease
 from edl.cluster.demand_lease import demand_from_lease, demand_lease
 from edl.cluster.informer import Informer
 from edl.cluster.kube_api import KubeApi
 from edl.cluster.kube_objects import decode_node, decode_pod
 from edl.cluster.manifests import labels, names, owner_references
-from edl.errors import KubeConflictError, KubeNotFoundError, TemporaryError
+from edl.errors import EdlError, KubeConflictError, KubeNotFoundError, TemporaryError
+
+log = logging.getLogger("edl.sidecar")
 
 
 class KubeClusterView:
-    """The sidecar's ``ClusterView`` on Kubernetes: informer caches of nodes, pods and demand Leases.
+    """The sidecar's ``ClusterView`` on Kubernetes: informer caches of nodes, pods and demand Leases,
+    held by the one sidecar that decides for the namespace.
 
-    No full list per period: the caches follow watch events. Demands are Leases in
-    the sidecar's namespace labelled ``edl.dev/role=demand`` (the namespaced Role allows
-    only that); jobs in other namespaces still count, as the pods they run.
+    The sidecars of a namespace's jobs elect one of them through the namespace's autoscaler Lease
+    (``edl.cluster.autoscaler_lease``): it follows nodes, pods and the jobs' demand Leases, plans every
+    job and writes each job's line into the Lease as it renews it. The others follow that one Lease
+    only, so the apiserver serves one set of caches per namespace, not one per job. When the holder
+    stops renewing (its job ended, its pod is gone), the next sidecar to find the Lease lapsed takes
+    it and lists the cluster. No full list per period: the caches follow watch events. Demands are
+    Leases in the namespace labelled ``edl.dev/role=demand`` (the namespaced Role allows only that);
+    jobs in other namespaces still count, as the pods they run.
     """
 
     LEASE_SELECTOR = "edl.dev/role=demand"
@@ -31,15 +43,29 @@ class KubeClusterView:
         self.lease_name = names(job)["lease"]
         self.lease_labels = labels(job, "demand")
         self.lease_duration_s = lease_duration_s
-        self.node_cache = Informer("nodes", kube.list_watch("nodes"), decode_node, watch_timeout_s=watch_timeout_s)
+        self.watch_timeout_s = watch_timeout_s
+        self.leader_cache: Informer[dict] = Informer(
+            "autoscaler", kube.list_watch("leases"), lambda o: o,
+            selector=f"edl.dev/role={autoscaler_lease.ROLE}", watch_timeout_s=watch_timeout_s)
+        self.leading = False
+        self._leader_version: str | None = None  # of the autoscaler Lease as this sidecar last wrote it
+        self._demand_version: str | None = None  # of its demand Lease, likewise
+        self._totals: PodTotals | None = None
+        self._build_caches()
+
+    def _build_caches(self) -> None:
+        """Fresh caches of nodes, pods and demands (an Informer runs once: a new leader builds new ones)."""
+        w = self.watch_timeout_s
+        self.node_cache: Informer[Node] = Informer("nodes", self.kube.list_watch("nodes"), decode_node,
+                                                   watch_timeout_s=w)
         # The pods summed as they change: a decision reads the sums, not every pod (``Snapshot.totals``).
         self.ledger = PodLedger()
-        self._totals: PodTotals | None = None
-        self.pod_cache: Informer[Pod] = Informer("pods", kube.list_watch("pods", all_namespaces=True), decode_pod,
-                                  watch_timeout_s=watch_timeout_s, index=self.ledger)
-        self.lease_cache = Informer("leases", kube.list_watch("leases"), lambda o: o, selector=self.LEASE_SELECTOR,
-                                    watch_timeout_s=watch_timeout_s)
+        self.pod_cache: Informer[Pod] = Informer("pods", self.kube.list_watch("pods", all_namespaces=True), decode_pod,
+                                                 watch_timeout_s=w, index=self.ledger)
+        self.lease_cache: Informer[dict] = Informer("leases", self.kube.list_watch("leases"), lambda o: o,
+                                                    selector=self.LEASE_SELECTOR, watch_timeout_s=w)
         self._caches = (self.node_cache, self.pod_cache, self.lease_cache)
+        self._caches_started = False
 
     def list_once(self) -> "KubeClusterView":
         """Fill each cache with one list and follow no watch: a one-off reader (the launcher, placing
@@ -49,17 +75,99 @@ class KubeClusterView:
         return self
 
     def start(self) -> "KubeClusterView":
-        for c in self._caches:
-            c.start()
+        self.leader_cache.start()
         return self
 
     def stop(self) -> None:
-        for c in self._caches:
-            c.stop()
+        """Stop following; a leading sidecar hands the namespace on at once (it deletes its Lease)."""
+        if self.leading:
+            try:
+                self.kube.delete("leases", autoscaler_lease.LEASE_NAME)
+            except EdlError as e:
+                log.warning("could not hand the autoscaler Lease on (it lapses by itself): %s", e)
+            self.leading = False
+        self.leader_cache.stop()
+        self._stop_caches()
+
+    def _stop_caches(self) -> None:
+        if self._caches_started:
+            for c in self._caches:
+                c.stop()
+            self._build_caches()  # and the old ones, with what they held, are dropped
 
     def healthy(self) -> bool:
-        return all(c.healthy() for c in self._caches)
+        return self.leader_cache.healthy() and (not self.leading or all(c.healthy() for c in self._caches))
 
+    # ------------------------------------------------------------ who decides
+    def lead(self, now: float) -> bool:
+        lease = self.leader_cache.get(f"{self.kube.namespace}/{autoscaler_lease.LEASE_NAME}")
+        holder = autoscaler_lease.holder_of(lease, now)
+        if holder is not None and holder != self.holder:
+            if self.leading:
+                log.info("the sidecar %s decides for namespace %s now; %s follows", holder, self.kube.namespace,
+                         self.job)
+                self._follow()
+            return False
+        if holder is None:  # nobody holds it, or its holder (this sidecar too) let it lapse: take it
+            version = self._leader_version if self.leading else None
+            if not self._take(lease, now, version):
+                if self.leading:
+                    self._follow()
+                return False
+        elif not self.leading:  # ours, renewed before this sidecar restarted
+            assert lease is not None
+            self._leader_version = lease["metadata"]["resourceVersion"]
+        if not self.leading:
+            log.info("%s's sidecar decides for the jobs of namespace %s", self.job, self.kube.namespace)
+            self.leading = True
+        if not self._caches_started:
+            for c in self._caches:
+                c.start()
+            self._caches_started = True
+        return all(c.healthy() for c in self._caches)  # listed: it may decide
+
+    def _follow(self) -> None:
+        self.leading = False
+        self._stop_caches()
+
+    def _take(self, lease: dict | None, now: float, version: str | None = None) -> bool:
+        """Take the Lease: create it, or replace the lapsed one at the version read (``version``: the one
+        this sidecar last wrote); ``False`` when another sidecar got there first."""
+        body = autoscaler_lease.autoscaler_lease(self.kube.namespace, self.holder, now, self.lease_duration_s,
+                                                 labels(self.job, autoscaler_lease.ROLE))
+        try:
+            if lease is None and version is None:
+                written, created = self.kube.create(body)
+                if not created:
+                    return False
+            else:
+                body["metadata"]["resourceVersion"] = version or (lease or {})["metadata"]["resourceVersion"]
+                written = self.kube.replace(body)
+        except (KubeConflictError, KubeNotFoundError):
+            return False
+        self._leader_version = written["metadata"]["resourceVersion"]
+        return True
+
+    def publish_plan(self, lines: dict[str, PlanLine], now: float) -> bool:
+        """Renew the autoscaler Lease with every job's line; ``False`` when it was taken (this one follows)."""
+        if not self.leading:
+            return False
+        body = autoscaler_lease.autoscaler_lease(self.kube.namespace, self.holder, now, self.lease_duration_s,
+                                                 labels(self.job, autoscaler_lease.ROLE), lines)
+        body["metadata"]["resourceVersion"] = self._leader_version
+        try:
+            self._leader_version = self.kube.replace(body)["metadata"]["resourceVersion"]
+            return True
+        except (KubeConflictError, KubeNotFoundError):
+            log.info("the autoscaler Lease of namespace %s was taken: %s follows", self.kube.namespace, self.job)
+            self._follow()
+            return False
+
+    def plan_line(self, job: str, now: float) -> PlanLine | None:
+        lease = self.leader_cache.get(f"{self.kube.namespace}/{autoscaler_lease.LEASE_NAME}")
+        return autoscaler_lease.plan_lines(lease, now).get(job)
+
+    # ------------------------------------------------------------ the leader's reads
     def nodes(self) -> list[Node]:
         return sorted(self.node_cache.values(), key=lambda n: n.name)
 
@@ -84,17 +192,18 @@ class KubeClusterView:
                              self.lease_labels, reason)
         if self.owner is not None:
             lease["metadata"]["ownerReferences"] = owner_references(self.owner, controller=False)
-        cached = self.lease_cache.get(f"{self.kube.namespace}/{self.lease_name}")
-        version = None if cached is None else cached["metadata"]["resourceVersion"]
+        # A follower does not watch the demands: it writes at the version it last wrote, read again on a conflict.
+        version = self._demand_version
         for _ in range(3):  # optimistic concurrency: re-read on a conflict
             if version is None:
                 current, created = self.kube.create(lease)
                 if created:
+                    self._demand_version = current["metadata"]["resourceVersion"]
                     return
                 version = current["metadata"]["resourceVersion"]
             lease["metadata"]["resourceVersion"] = version
             try:
-                self.kube.replace(lease)
+                self._demand_version = self.kube.replace(lease)["metadata"]["resourceVersion"]
                 return
             except (KubeConflictError, KubeNotFoundError):  # changed or deleted since read: read again
                 fresh = self.kube.get("leases", self.lease_name)

@@ -7,12 +7,14 @@ import time
 import pytest
 from kubernetes import client
 
-from edl.api.cluster import PodPhase
+from edl.api.cluster import PlanLine, PodPhase, SizeCause, SizeReason
 from edl.api.ledger import PodLedger
 from edl.cluster import manifests as m
+from edl.cluster import autoscaler_lease
 from edl.cluster.informer import Informer
 from edl.cluster.kube_api import KubeApi
 from edl.cluster.kube_objects import decode_node, decode_pod
+from edl.cluster.kube_view import KubeClusterView
 from edl.errors import PermanentError, TemporaryError
 from edl.api.spec import JobSpec, K8sOptions, with_trainer_images
 from tests.integration.plane.test_plane import restricted_pod
@@ -209,3 +211,30 @@ def test_the_plane_enforces_owner_reference_permissions_and_edl_s_objects_pass(p
         launcher.create(blocking)
     created, fresh = launcher.create(svc)
     assert fresh and created["metadata"]["ownerReferences"][0]["uid"] == owner["uid"]
+
+
+def test_one_sidecar_of_a_namespace_decides_and_another_takes_over(kube, namespace):
+    """Sidecars' views elect one through the autoscaler Lease on the real apiserver: it lists the cluster and
+    publishes the plan; another reads its line; a stopped one hands on, a silent one lapses."""
+    kube_api = KubeApi(kube, namespace)
+    views = {j: KubeClusterView(kube_api, j, f"pod-{j}", lease_duration_s=2, watch_timeout_s=1) for j in "abc"}
+    a, b, c = views["a"], views["b"], views["c"]
+    a.start(), b.start()
+    try:
+        until(lambda: a.leader_cache.healthy() and b.leader_cache.healthy())
+        until(lambda: a.lead(time.time()))  # a takes the Lease and lists nodes, pods and demands
+        assert a.leading and a.nodes() and a.pods()
+        assert not b.lead(time.time()) and not b.leading and not b._caches_started  # b reads the Lease alone
+        line = PlanLine(3, ("node-0",), SizeReason(SizeCause.GROWING, "growing 1 -> 3: there is room for it"))
+        a.publish_plan({f"{namespace}/b": line}, time.time())
+        until(lambda: b.plan_line(f"{namespace}/b", time.time()) == line)
+        a.stop()  # a's job ends: it hands the namespace on
+        until(lambda: b.lead(time.time()))
+        assert b.leading and b.nodes() and b.plan_line(f"{namespace}/b", time.time()) is None  # no plan yet
+        c.start()  # b goes silent (its pod is gone): after the Lease's 2 s, c takes over
+        until(lambda: c.lead(time.time()), timeout=30)
+        assert not b.lead(time.time()) and not b.leading and not b._caches_started
+    finally:
+        for v in views.values():
+            v.stop()
+        kube_api.delete("leases", autoscaler_lease.LEASE_NAME)

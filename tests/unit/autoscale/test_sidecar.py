@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edl.api.cluster import JobDemand, Node, Pod, PodPhase, Resources
+from edl.api.cluster import JobDemand, Node, PlanLine, Pod, PodPhase, Resources, SizeCause, SizeReason
 from edl.api.master import GenerationSummary, JobStatus, JobView, Phase, Reason, Source
 from edl.autoscale.policy import get_policy
 from edl.api.cluster import decode_demand, encode_demand
@@ -44,6 +44,16 @@ class MemoryView:
     def publish(self, demand, now, reason=None):
         self.board[demand.name] = (demand, now)
         self.reason = reason
+
+    def lead(self, now):
+        return True
+
+    def publish_plan(self, lines, now):
+        self.lines = lines
+        return True
+
+    def plan_line(self, job, now):
+        return None
 
 
 def job_view(status: JobStatus, desired: int, generations=()) -> JobView:
@@ -240,3 +250,55 @@ def test_an_unchanged_size_is_said_again_while_replacements_wait_for_the_decisio
     master.held = ("ns-a-t1",)  # a trainer was told to stop (deleted, say): the room is still there
     assert s.step() is None and master.said == said + 1 and master.calls == []
     assert master.released[-1] == ("ns-a-t1",) and master.held == ()  # released what it saw, no more
+
+
+class ElectedView(MemoryView):
+    """Two sidecars' views of one namespace: ``leads`` decides, and its lines are what the other reads."""
+
+    def __init__(self, *a, leads: bool, lines: dict, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.leads, self.shared = leads, lines
+
+    def lead(self, now):
+        return self.leads
+
+    def publish_plan(self, lines, now):
+        self.shared.clear()
+        self.shared.update(lines)
+        return True
+
+    def plan_line(self, job, now):
+        return self.shared.get(job)
+
+    def pods(self):
+        assert self.leads, "a follower reads no pods"
+        return super().pods()
+
+
+def test_the_deciding_sidecar_plans_every_job_and_the_other_follows_its_line():
+    board, lines = {}, {}
+    # b's trainers run at a higher priority than b's Lease says: the decider reads it from the pods.
+    b_trainer = Pod("ns/b-t0", TR, PodPhase.RUNNING, 100, "n0", "ns/b", "trainer")
+    lead = ElectedView(nodes(2), [b_trainer], board, leads=True, lines=lines)
+    follow = ElectedView(nodes(2), [], board, leads=False, lines=lines)
+    a, b = MemoryMaster(1), MemoryMaster(1)
+    sa, sb = sidecar("ns/a", lead, a), sidecar("ns/b", follow, b)
+    sb.step()  # nothing planned yet: b holds, and says why
+    assert b.calls == [] and b.reason.cause is SizeCause.HELD_NO_PLAN and b.reason.text.startswith("held at 1:")
+    for _ in range(3):
+        sa.step()
+        sb.step()
+    assert set(lines) == {"ns/a", "ns/b"} and sb.decisions == 0  # only the decider plans
+    # b's higher priority weighs twice: it gets the larger share (at one priority, a would keep its lead: 5, 3).
+    assert (a.desired, b.desired) == (3, 5) == (lines["ns/a"].size, lines["ns/b"].size)
+    assert b.reason == lines["ns/b"].reason and b.hints == lines["ns/b"].nodes
+    assert board["ns/b"][0].priority == 0  # what b itself published: it reads no pods
+
+
+def test_a_follower_still_backs_off_after_unschedulable_trainers():
+    lines = {"ns/a": PlanLine(6, (), SizeReason(SizeCause.GROWING, "growing 2 -> 6: there is room for it"))}
+    master = MemoryMaster(2)
+    master.status = lambda: replace(job_view(JobStatus.RUNNING, 2), unschedulable_at=990.0)
+    s = sidecar("ns/a", ElectedView(nodes(2), [], {}, leads=False, lines=lines), master)
+    s.step()
+    assert master.desired == 2 and master.reason.cause is SizeCause.HELD_UNSCHEDULABLE

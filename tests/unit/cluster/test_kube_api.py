@@ -213,7 +213,7 @@ DEMAND = JobDemand("ml/mnist", 1, 4, 2, Resources(2, 1, 0))
 
 def published(kube: _LeaseKube) -> KubeClusterView:
     view = KubeClusterView(kube, "mnist", "master-0", lease_duration_s=30)
-    view.lease_cache._state.items["ml/edl-mnist-demand"] = {"metadata": {"resourceVersion": "5"}}
+    view._demand_version = "5"  # the version it wrote last
     view.publish(DEMAND, now=1000.0)
     return view
 
