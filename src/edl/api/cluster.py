@@ -14,7 +14,7 @@ simulator's virtual time). The launcher's logic sees only this.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from typing import Protocol
 
@@ -102,6 +102,22 @@ class JobDemand:
         last = len(t) - 1
         per = t[last] / last if last else t[1]
         return t[last] + (n - last) * per * 0.5  # unmeasured: assume diminishing returns
+
+
+def trainer_priorities(pods: list[Pod] | tuple[Pod, ...], known: dict[str, int] | None = None) -> dict[str, int]:
+    """Each job's priority as the scheduler resolved it for its trainer pods (the highest seen), added to
+    ``known``: a job whose trainers are all gone for a while keeps the one it had."""
+    out = dict(known or {})
+    for p in pods:
+        if p.role == "trainer" and p.job is not None and p.priority > out.get(p.job, p.priority - 1):
+            out[p.job] = p.priority
+    return out
+
+
+def with_priorities(demands: list[JobDemand] | tuple[JobDemand, ...], priorities: dict[str, int]) -> list[JobDemand]:
+    """The demands with the priorities their trainer pods show (a demand's own may be unknown to its sidecar)."""
+    return [replace(d, priority=priorities[d.name]) if priorities.get(d.name, d.priority) != d.priority else d
+            for d in demands]
 
 
 NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")  # taints that keep new pods off a node
@@ -257,13 +273,7 @@ class PlanLine:
     size: int
     nodes: tuple[str, ...]  # where its trainers go (``Plan.nodes``, up to ``size``)
     reason: SizeReason
-
-    def to_json(self) -> dict:
-        return {"size": self.size, "nodes": list(self.nodes), "reason": self.reason.to_json()}
-
-    @classmethod
-    def from_json(cls, d: dict) -> PlanLine:
-        return cls(int(d["size"]), tuple(str(n) for n in d.get("nodes") or ()), SizeReason.from_json(d["reason"]))
+    at: float = 0.0  # when it was planned (the deciding sidecar's clock)
 
 
 class ClusterView(Protocol):

@@ -45,11 +45,12 @@ def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, 
     """Run the sidecar until SIGTERM; its settings come validated (``edl sidecar``: ``edl.api.spec``)."""
     chosen = get_policy(policy)
     kube = KubeApi(load_api_client(kubeconfig), namespace)
-    holder = os.environ.get("POD_NAME") or socket.gethostname()
+    # The pod and its uid: a later pod of the same name (the master recreated) is another sidecar.
+    owner = pod_from_env()
+    holder = f"{owner['name']}/{owner['uid']}" if owner else os.environ.get("POD_NAME") or socket.gethostname()
     # The demand Lease belongs to the sidecar's pod (the master's), so it goes with the job even when
     # nobody cleans up (the launcher killed): the garbage collector follows the owners.
-    view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)),
-                           owner=pod_from_env()).start()
+    view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)), owner=owner).start()
     cfg = SidecarConfig(f"{namespace}/{job}", trainer, min_trainers, max_trainers, period_s, jitter_s,
                         node_selector, tolerations)
     link = HttpMaster(master, token, timeout_s=5.0, give_up_s=10.0)

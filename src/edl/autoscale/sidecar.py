@@ -1,10 +1,11 @@
 """The autoscale sidecar: publish this job's demand, read the peers', run the policy, set the size.
 
 Every elastic job runs one sidecar next to its master. There is no central
-controller: each sidecar sees the same cluster (nodes and pods) and the same
-set of published demands, runs the same deterministic policy and so computes
-the same plan, then applies only its own job's line of it. A random but fixed
-per-job offset (jitter) keeps sidecars from acting in the same instant.
+controller: where sidecars share a view of a cluster (a Kubernetes namespace),
+one of them decides for all (``ClusterView.lead``): it runs the policy over the
+cluster and every published demand and publishes each job's line of the plan;
+each sidecar applies only its own job's line. A random but fixed per-job offset
+(jitter) keeps sidecars from acting in the same instant.
 
 The decision step is a plain method over injected parts (cluster view, master
 link, clock), so it runs unchanged on Kubernetes (informers and Leases), on the
@@ -13,7 +14,6 @@ local backend and in tests.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import statistics
@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from edl.api.cluster import ClusterView, JobDemand, PlanLine, Pod, Resources, SizeCause, SizeReason, Snapshot
+from edl.api.cluster import (ClusterView, JobDemand, PlanLine, Pod, Resources, SizeCause, SizeReason, Snapshot,
+                             trainer_priorities, with_priorities)
 from edl.api.master import ControlLink, JobStatus, JobView, Reason
 from edl.api.policy import Policy
 
@@ -123,6 +124,8 @@ class Sidecar:
         self.decisions = 0
         self.priority: int | None = None
         self.reason: SizeReason | None = None  # why the job is at its size, as last decided
+        self._priorities: dict[str, int] = {}  # each job's trainers' priority, as last seen (deciding sidecar)
+        self._held_since: dict[str, float] = {}  # trainers held for a decision: when this sidecar first saw them
         self._blocked_report: float | None = None  # the master's last unschedulable report, as it gave it
         self._blocked_since: float | None = None  # when this sidecar first saw it (its own clock)
 
@@ -149,6 +152,8 @@ class Sidecar:
     def step(self) -> int | None:
         """One decision. Returns the new size if it changed it, else ``None``."""
         now = self.clock()
+        # Every period, whatever follows: the sidecar deciding for the namespace keeps its Lease renewed.
+        leading = self.view.healthy() and self.view.lead(now)
         status = self.master.status()
         if status is None:
             if not self.master_away:
@@ -169,7 +174,6 @@ class Sidecar:
             self.holding = True
             return None
         self.holding = False
-        leading = self.view.lead(now)
         pods = self.view.pods() if leading else []
         mine = self.demand(status, pods)
         try:
@@ -192,19 +196,17 @@ class Sidecar:
     def _plan(self, now: float, mine: JobDemand, pods: list[Pod]) -> dict[str, PlanLine]:
         """Every job's line of one plan, over the demands the view holds and ours (the freshest). A job's
         priority is its trainers' as the scheduler resolved it, where this sidecar sees them."""
-        priority: dict[str, int] = {}
-        for p in pods:
-            if p.role == "trainer" and p.job is not None:
-                priority[p.job] = max(priority.get(p.job, p.priority), p.priority)
+        totals = self.view.totals()  # its trainers alone, where the view keeps them apart
+        trainers = [p for job_pods in totals.trainers.values() for p in job_pods] if totals is not None else pods
+        self._priorities = trainer_priorities(trainers, self._priorities)
         peers = {d.name: d for d in self.view.peer_demands(now)}
         peers[mine.name] = mine  # our freshest figures, whatever the cache holds
-        jobs = tuple(dataclasses.replace(d, priority=priority[d.name]) if priority.get(d.name, d.priority) != d.priority
-                     else d for d in sorted(peers.values(), key=lambda d: d.name))
-        snapshot = Snapshot(tuple(self.view.nodes()), tuple(pods), jobs, now, self.view.totals())
+        jobs = tuple(with_priorities(sorted(peers.values(), key=lambda d: d.name), self._priorities))
+        snapshot = Snapshot(tuple(self.view.nodes()), tuple(pods), jobs, now, totals)
         plan = self.policy.plan(snapshot)
         self.decisions += 1
         return {d.name: PlanLine(size := max(d.min, min(d.max, plan.sizes.get(d.name, d.current))),
-                                 plan.nodes.get(d.name, ())[:size], self.policy.explain(snapshot, plan, d.name))
+                                 plan.nodes.get(d.name, ())[:size], self.policy.explain(snapshot, plan, d.name), now)
                 for d in jobs}
 
     def _apply(self, now: float, status: JobView, mine: JobDemand, line: PlanLine) -> int | None:
@@ -228,8 +230,10 @@ class Sidecar:
         # preferred node affinities of the trainers it creates next.
         nodes = line.nodes[:target]
         # Trainers told to stop wait for a decision made after they left to be replaced: this one releases
-        # those its status showed, and says an unchanged size for them too.
-        held = status.held_replacements
+        # those this sidecar saw held before the plan was made (no plan: none), and says an unchanged size
+        # for them too.
+        self._held_since = {h: self._held_since.get(h, now) for h in status.held_replacements}
+        held = tuple(sorted(h for h, seen in self._held_since.items() if seen <= line.at))
         if target == mine.current:
             if nodes != status.node_hints or reason != status.reason or held:
                 self.master.scale(target, nodes, reason, held)

@@ -3,29 +3,57 @@ lines of its latest plan. Pure: the Lease as a dict, built and read.
 
 One sidecar holds it (``holderIdentity``) and renews it every period, writing each job's line of its
 plan into it; the others read their own line. A holder that stops renewing loses it once
-``leaseDurationSeconds`` pass, and the next sidecar to find it lapsed takes it over.
+``leaseDurationSeconds`` pass, and the next sidecar to find it lapsed takes it over. The holder's pod
+owns it, so it goes with that pod.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 
-from edl.api.cluster import PlanLine
+from edl.api.cluster import PlanLine, SizeReason
 from edl.cluster.demand_lease import lapsed, renew_time
 
 log = logging.getLogger("edl.sidecar")
 LEASE_NAME = "edl-autoscaler"
 ROLE = "autoscaler"  # its edl.dev/role label: the followers watch this one Lease alone
-PLAN_ANNOTATION = "edl.dev/plan"  # {"lines": {job: PlanLine}} as JSON
+PLAN_ANNOTATION = "edl.dev/plan"  # {"lines": {job: line}} as JSON
+HOLDER_JOB_ANNOTATION = "edl.dev/holder-job"  # the job whose sidecar holds it, for people
+# An object's annotations may take 256 KiB: past this, the lines go without their nodes (sizes and reasons
+# only; the launchers then create trainers without preferred nodes).
+PLAN_BYTES = 200_000
 
 
-def autoscaler_lease(namespace: str, holder: str, now: float, duration_s: int, labels: dict[str, str],
-                     lines: dict[str, PlanLine] | None = None) -> dict:
-    annotations = {}
+def _line(line: PlanLine, nodes: bool) -> dict:
+    d: dict = {"size": line.size, "reason": line.reason.to_json(), "at": round(line.at, 3)}
+    if nodes:
+        d["nodes"] = sorted(Counter(line.nodes).items())  # [[node, trainers], ...]: one entry per node
+    return d
+
+
+def encode_plan(lines: dict[str, PlanLine]) -> str:
+    """The plan's JSON for the Lease; without the nodes if it would not fit an object's annotations."""
+    for nodes in (True, False):
+        text = json.dumps({"lines": {j: _line(line, nodes) for j, line in sorted(lines.items())}},
+                          separators=(",", ":"))
+        if len(text) <= PLAN_BYTES:
+            return text
+        log.warning("the plan for %d jobs takes %d bytes: published without the trainers' nodes", len(lines), len(text))
+    return text
+
+
+def decode_line(d: dict) -> PlanLine:
+    nodes = tuple(str(n) for n, k in d.get("nodes") or () for _ in range(int(k)))
+    return PlanLine(int(d["size"]), nodes, SizeReason.from_json(d["reason"]), float(d.get("at") or 0.0))
+
+
+def autoscaler_lease(namespace: str, holder: str, holder_job: str, now: float, duration_s: int,
+                     labels: dict[str, str], lines: dict[str, PlanLine] | None = None) -> dict:
+    annotations = {HOLDER_JOB_ANNOTATION: holder_job}
     if lines is not None:
-        annotations[PLAN_ANNOTATION] = json.dumps({"lines": {j: line.to_json() for j, line in sorted(lines.items())}},
-                                                  separators=(",", ":"))
+        annotations[PLAN_ANNOTATION] = encode_plan(lines)
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": LEASE_NAME, "namespace": namespace, "labels": labels, "annotations": annotations},
             "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_s, "renewTime": renew_time(now)}}
@@ -49,7 +77,7 @@ def plan_lines(obj: dict | None, now: float) -> dict[str, PlanLine]:
     if not text:
         return {}
     try:
-        return {j: PlanLine.from_json(d) for j, d in json.loads(text)["lines"].items()}
+        return {j: decode_line(d) for j, d in json.loads(text)["lines"].items()}
     except (ValueError, KeyError, TypeError) as e:
         log.warning("ignoring the plan on lease %s: %s", LEASE_NAME, e)
         return {}

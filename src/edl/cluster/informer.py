@@ -74,8 +74,10 @@ class Informer(Generic[T]):
                 if value is not None:
                     items[self.key(obj)] = value
             token = (body.get("metadata") or {}).get("continue")
-            if not token:
+            if not token or self._stop.is_set():  # stopped while listing: the pages so far are dropped below
                 break
+        if self._stop.is_set():
+            return
         with self._lock:
             self._state = _State(items, body["metadata"]["resourceVersion"])
             if self.index is not None:
@@ -90,6 +92,9 @@ class Informer(Generic[T]):
         """Apply one watch stream's events (until its timeout); raises ``KubeExpiredError`` when expired."""
         stream = self.source.watch(self.selector, self._state.resource_version, self.watch_timeout_s)
         self._watch = stream
+        if self._stop.is_set():  # stopped while it opened: ``stop`` may have missed this stream
+            stream.stop()
+            return
         for kind, obj in stream:
             if self._stop.is_set():
                 stream.stop()

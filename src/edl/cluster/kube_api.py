@@ -186,9 +186,12 @@ class KubeApi:
         """A JSON patch (RFC 6902; the client sends a list as one): exact, lists replaced, not merged."""
         return self._call("patch", resource, name, name, ops)
 
-    def delete(self, resource: str, name: str, grace_s: int | None = None) -> bool:
-        """Delete; ``False`` when it was already gone."""
-        kw = {} if grace_s is None else {"grace_period_seconds": grace_s}
+    def delete(self, resource: str, name: str, grace_s: int | None = None, version: str | None = None) -> bool:
+        """Delete; ``False`` when it was already gone. ``version``: only that version of it
+        (``KubeConflictError`` when it changed since)."""
+        kw: dict[str, Any] = {} if grace_s is None else {"grace_period_seconds": grace_s}
+        if version is not None:
+            kw["body"] = client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version=version))
         try:
             self._call("delete", resource, name, name, **kw)
             return True

@@ -12,7 +12,7 @@ from edl.cluster.demand_lease import demand_from_lease, demand_lease
 from edl.cluster.informer import Informer
 from edl.cluster.kube_api import KubeApi
 from edl.cluster.kube_objects import decode_node, decode_pod
-from edl.cluster.manifests import labels, names, owner_references
+from edl.cluster.manifests import APP, labels, names, owner_references
 from edl.errors import EdlError, KubeConflictError, KubeNotFoundError, TemporaryError
 
 log = logging.getLogger("edl.sidecar")
@@ -48,7 +48,10 @@ class KubeClusterView:
             "autoscaler", kube.list_watch("leases"), lambda o: o,
             selector=f"edl.dev/role={autoscaler_lease.ROLE}", watch_timeout_s=watch_timeout_s)
         self.leading = False
+        self._leader_labels = {"app.kubernetes.io/name": APP, "edl.dev/role": autoscaler_lease.ROLE}
         self._leader_version: str | None = None  # of the autoscaler Lease as this sidecar last wrote it
+        self._renewed_at = 0.0  # when it last wrote it
+        self._lines: dict[str, PlanLine] | None = None  # the plan it last wrote into it
         self._demand_version: str | None = None  # of its demand Lease, likewise
         self._totals: PodTotals | None = None
         self._build_caches()
@@ -79,10 +82,13 @@ class KubeClusterView:
         return self
 
     def stop(self) -> None:
-        """Stop following; a leading sidecar hands the namespace on at once (it deletes its Lease)."""
+        """Stop following; a leading sidecar hands the namespace on at once (it deletes its Lease, as long as
+        it is still the version it wrote)."""
         if self.leading:
             try:
-                self.kube.delete("leases", autoscaler_lease.LEASE_NAME)
+                self.kube.delete("leases", autoscaler_lease.LEASE_NAME, version=self._leader_version)
+            except KubeConflictError:
+                pass  # taken over meanwhile: not ours to delete
             except EdlError as e:
                 log.warning("could not hand the autoscaler Lease on (it lapses by itself): %s", e)
             self.leading = False
@@ -96,10 +102,16 @@ class KubeClusterView:
             self._build_caches()  # and the old ones, with what they held, are dropped
 
     def healthy(self) -> bool:
-        return self.leader_cache.healthy() and (not self.leading or all(c.healthy() for c in self._caches))
+        """The autoscaler Lease is followed, and a leader's caches are current (or still on their first list:
+        then ``lead`` says it does not decide yet, and the size is held for want of a plan)."""
+        return self.leader_cache.healthy() and (not self.leading or all(
+            c.healthy() or (c.lists == 0 and c.last_error is None) for c in self._caches))
 
     # ------------------------------------------------------------ who decides
     def lead(self, now: float) -> bool:
+        """Whether this sidecar decides now. Called every period, whatever else the sidecar can do: the
+        deciding one renews its Lease here (with the lines it last published) when half of it has passed,
+        so that it keeps the namespace while it cannot plan (its master away, its first list running)."""
         lease = self.leader_cache.get(f"{self.kube.namespace}/{autoscaler_lease.LEASE_NAME}")
         holder = autoscaler_lease.holder_of(lease, now)
         if holder is not None and holder != self.holder:
@@ -108,15 +120,15 @@ class KubeClusterView:
                          self.job)
                 self._follow()
             return False
-        if holder is None:  # nobody holds it, or its holder (this sidecar too) let it lapse: take it
-            version = self._leader_version if self.leading else None
-            if not self._take(lease, now, version):
-                if self.leading:
-                    self._follow()
+        if self.leading:
+            if now - self._renewed_at >= self.lease_duration_s / 2 and not self._write(self._lines, now):
                 return False
-        elif not self.leading:  # ours, renewed before this sidecar restarted
+        elif holder is None:  # nobody holds it (or it lapsed): take it
+            if not self._take(lease, now):
+                return False
+        else:  # ours, renewed before this sidecar restarted
             assert lease is not None
-            self._leader_version = lease["metadata"]["resourceVersion"]
+            self._leader_version, self._renewed_at = lease["metadata"]["resourceVersion"], now
         if not self.leading:
             log.info("%s's sidecar decides for the jobs of namespace %s", self.job, self.kube.namespace)
             self.leading = True
@@ -128,40 +140,55 @@ class KubeClusterView:
 
     def _follow(self) -> None:
         self.leading = False
+        self._lines = None
         self._stop_caches()
 
-    def _take(self, lease: dict | None, now: float, version: str | None = None) -> bool:
-        """Take the Lease: create it, or replace the lapsed one at the version read (``version``: the one
-        this sidecar last wrote); ``False`` when another sidecar got there first."""
-        body = autoscaler_lease.autoscaler_lease(self.kube.namespace, self.holder, now, self.lease_duration_s,
-                                                 labels(self.job, autoscaler_lease.ROLE))
+    def _lease(self, lines: dict[str, PlanLine] | None, now: float) -> dict:
+        body = autoscaler_lease.autoscaler_lease(self.kube.namespace, self.holder, self.job, now, self.lease_duration_s,
+                                                 self._leader_labels, lines)
+        if self.owner is not None:  # the holder's pod owns it: gone with that pod, the next sidecar creates it
+            body["metadata"]["ownerReferences"] = owner_references(self.owner, controller=False)
+        return body
+
+    def _take(self, lease: dict | None, now: float) -> bool:
+        """Take the Lease: create it, or replace the lapsed one at the version read; ``False`` when another
+        sidecar got there first."""
+        body = self._lease(None, now)
         try:
-            if lease is None and version is None:
+            if lease is None:
                 written, created = self.kube.create(body)
                 if not created:
                     return False
             else:
-                body["metadata"]["resourceVersion"] = version or (lease or {})["metadata"]["resourceVersion"]
+                body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
                 written = self.kube.replace(body)
         except (KubeConflictError, KubeNotFoundError):
             return False
-        self._leader_version = written["metadata"]["resourceVersion"]
+        self._leader_version, self._renewed_at, self._lines = written["metadata"]["resourceVersion"], now, None
         return True
+
+    def _write(self, lines: dict[str, PlanLine] | None, now: float) -> bool:
+        """Renew the Lease at the version this sidecar wrote last; on a conflict, read it: still ours (a write
+        whose answer was lost), write again at its version; another's, follow. ``False``: it follows now."""
+        body = self._lease(lines, now)
+        for _ in range(2):
+            body["metadata"]["resourceVersion"] = self._leader_version
+            try:
+                self._leader_version = self.kube.replace(body)["metadata"]["resourceVersion"]
+                self._renewed_at, self._lines = now, lines
+                return True
+            except (KubeConflictError, KubeNotFoundError):
+                fresh = self.kube.get("leases", autoscaler_lease.LEASE_NAME)
+                if fresh is None or (fresh.get("spec") or {}).get("holderIdentity") != self.holder:
+                    break
+                self._leader_version = fresh["metadata"]["resourceVersion"]
+        log.info("the autoscaler Lease of namespace %s was taken: %s follows", self.kube.namespace, self.job)
+        self._follow()
+        return False
 
     def publish_plan(self, lines: dict[str, PlanLine], now: float) -> bool:
         """Renew the autoscaler Lease with every job's line; ``False`` when it was taken (this one follows)."""
-        if not self.leading:
-            return False
-        body = autoscaler_lease.autoscaler_lease(self.kube.namespace, self.holder, now, self.lease_duration_s,
-                                                 labels(self.job, autoscaler_lease.ROLE), lines)
-        body["metadata"]["resourceVersion"] = self._leader_version
-        try:
-            self._leader_version = self.kube.replace(body)["metadata"]["resourceVersion"]
-            return True
-        except (KubeConflictError, KubeNotFoundError):
-            log.info("the autoscaler Lease of namespace %s was taken: %s follows", self.kube.namespace, self.job)
-            self._follow()
-            return False
+        return self.leading and self._write(lines, now)
 
     def plan_line(self, job: str, now: float) -> PlanLine | None:
         lease = self.leader_cache.get(f"{self.kube.namespace}/{autoscaler_lease.LEASE_NAME}")

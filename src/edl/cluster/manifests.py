@@ -348,7 +348,9 @@ def rbac(namespace: str, bind_accounts: tuple[str, ...] = ()) -> list[dict]:
         # Each sidecar publishes its job's demand in a Lease; the one that decides for the namespace holds
         # the autoscaler Lease, reads the demands, and deletes it to hand the namespace on when it stops.
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-         "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+         "verbs": ["get", "list", "watch", "create", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["edl-autoscaler"],
+         "verbs": ["delete"]},
     ]
     sidecar_cluster_rules = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
     # The launcher checks that --priority-class exists before it creates anything, and reads the

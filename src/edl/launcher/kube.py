@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from edl.api.cluster import JobDemand, Resources, Snapshot
+from edl.api.cluster import JobDemand, Resources, Snapshot, trainer_priorities, with_priorities
 from edl.api.spec import selector_pairs, toleration_triples
 from edl.autoscale.policy import get_policy
 from edl.cluster import manifests as m
@@ -78,8 +78,8 @@ def master_placer(kube: KubeApi, spec: JobSpec, opts: K8sOptions,
         try:
             view = KubeClusterView(kube, spec.job, "launcher", lease_duration_s=15).list_once()
             now = clock()
-            peers = [d for d in view.peer_demands(now) if d.name != job]
             pods = [p for p in view.pods() if p.name != master.name]
+            peers = with_priorities([d for d in view.peer_demands(now) if d.name != job], trainer_priorities(pods))
             plan = policy.plan(Snapshot(tuple(view.nodes()), (*pods, master), tuple(sorted((*peers, mine),
                                                                                             key=lambda d: d.name)), now))
         except EdlError as e:

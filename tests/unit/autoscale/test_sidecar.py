@@ -302,3 +302,21 @@ def test_a_follower_still_backs_off_after_unschedulable_trainers():
     s = sidecar("ns/a", ElectedView(nodes(2), [], {}, leads=False, lines=lines), master)
     s.step()
     assert master.desired == 2 and master.reason.cause is SizeCause.HELD_UNSCHEDULABLE
+
+
+def test_a_follower_releases_held_replacements_only_to_a_plan_made_after_it_saw_them():
+    reason = SizeReason(SizeCause.AT_MAX, "at its maximum of 2 trainers")
+    lines: dict = {}
+    clock = [1000.0]
+    master = HoldingMaster(2, held=("ns-a-t1",))
+    s = sidecar("ns/a", ElectedView(nodes(1), [], {}, leads=False, lines=lines), master, hi=2, clock=lambda: clock[0])
+    s.step()  # no plan yet: held, and nothing released
+    assert master.reason.cause is SizeCause.HELD_NO_PLAN and master.released[-1] == () and master.held == ("ns-a-t1",)
+    lines["ns/a"] = PlanLine(2, (), reason, 995.0)  # planned before this sidecar saw the trainer held
+    clock[0] = 1010.0
+    s.step()
+    assert master.released[-1] == () and master.held == ("ns-a-t1",)
+    lines["ns/a"] = PlanLine(2, (), reason, 1005.0)  # planned after: it releases it
+    clock[0] = 1020.0
+    s.step()
+    assert master.released[-1] == ("ns-a-t1",) and master.held == ()
