@@ -318,6 +318,20 @@ class ClusterView(Protocol):
         ...
 
 
+class DecidesAlone:
+    """For a ``ClusterView`` whose sidecars each decide for themselves (the same deterministic policy over
+    the same snapshot gives every one the same plan): it always leads and publishes no plan."""
+
+    def lead(self, now: float) -> bool:
+        return True
+
+    def publish_plan(self, lines: dict[str, PlanLine], now: float) -> bool:
+        return True
+
+    def plan_line(self, job: str, now: float) -> PlanLine | None:
+        return None
+
+
 # ------------------------------------------------------------ the demand, as text
 def encode_demand(d: JobDemand) -> str:
     body = asdict(d)

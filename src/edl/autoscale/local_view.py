@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from edl.api.cluster import JobDemand, Node, PlanLine, Pod, PodPhase, Resources, SizeReason
+from edl.api.cluster import DecidesAlone, JobDemand, Node, Pod, PodPhase, Resources, SizeReason
 from edl.errors import UserError
 
 SLOT = Resources(1.0, 1.0, 0.0)
@@ -47,7 +47,7 @@ class CapacitySchedule:
         return n
 
 
-class LocalClusterView:
+class LocalClusterView(DecidesAlone):
     def __init__(self, job: str, slots: int, schedule: CapacitySchedule, started_at: float,
                  clock: Callable[[], float]) -> None:
         self.job = job
@@ -79,12 +79,3 @@ class LocalClusterView:
 
     def publish(self, demand: JobDemand, now: float, reason: SizeReason | None = None) -> None:
         self.demand = demand
-
-    def lead(self, now: float) -> bool:
-        return True  # every sidecar decides for itself here
-
-    def publish_plan(self, lines: dict[str, PlanLine], now: float) -> bool:
-        return True
-
-    def plan_line(self, job: str, now: float) -> PlanLine | None:
-        return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edl.api.cluster import (JobDemand, MasterEndpoint, Node, PlanLine, Pod, PodPhase, PodTotals, Resources, SizeReason,
+from edl.api.cluster import (DecidesAlone, JobDemand, MasterEndpoint, Node, Pod, PodPhase, PodTotals, Resources, SizeReason,
                              TrainerPod)
 from edl.api.master import BudgetView, CheckpointRecord, JobStatus, JobView, Phase
 from edl.autoscale.sidecar import Sidecar
@@ -172,7 +172,7 @@ class SimMaster:
         self._reachable()  # the simulated job has no dead-man switch: its launcher never dies unheard
 
 
-class SimClusterView:
+class SimClusterView(DecidesAlone):
     """What the sidecar sees of the simulated cluster, and a board where demands are published."""
 
     def __init__(self, sim: Simulation, board: dict[str, tuple[JobDemand, float]] | None = None,
@@ -202,15 +202,6 @@ class SimClusterView:
 
     def publish(self, demand: JobDemand, now: float, reason: SizeReason | None = None) -> None:
         self.board[demand.name] = (demand, now)
-
-    def lead(self, now: float) -> bool:
-        return True  # every sidecar decides for itself here
-
-    def publish_plan(self, lines: dict[str, PlanLine], now: float) -> bool:
-        return True
-
-    def plan_line(self, job: str, now: float) -> PlanLine | None:
-        return None
 
 
 class VirtualDriver:
