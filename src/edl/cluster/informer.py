@@ -101,7 +101,7 @@ class Informer(Generic[T]):
                 break
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             with self._lock:
-                key = self.key(obj)
+                key = self.key(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else ""  # a BOOKMARK has no name
                 if kind in ("ADDED", "MODIFIED"):
                     value = self.decode(obj)
                     if value is None:
