@@ -74,3 +74,24 @@ def write_result(name: str, data: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
+
+
+class MasterDouble:
+    """A job's master as its sidecar reads it (``ControlLink``): a running job at ``desired`` trainers, for
+    the benchmarks that measure the sidecar (its cluster view, its policy), not the master."""
+
+    def __init__(self, job: str, desired: int, min_trainers: int, max_trainers: int) -> None:
+        self.job, self.desired, self.min, self.max = job, desired, min_trainers, max_trainers
+        self.hints: tuple[str, ...] = ()
+
+    def status(self):
+        from edl.api.master import JobStatus, JobView, Phase
+
+        return JobView(job=self.job, status=JobStatus.RUNNING, error=None, master_uid="1", phase=Phase.RUNNING,
+                       generation=1, world_size=self.desired, desired_trainers=self.desired, unschedulable_at=None,
+                       min_trainers=self.min, max_trainers=self.max, epoch=0, epochs=1, epochs_completed=0,
+                       rows_per_epoch=0, done_rows=(0,), step=0, loss=None, trainers=(), generations=(),
+                       checkpoints=(), elapsed_s=0.0, node_hints=self.hints)
+
+    def scale(self, n: int, nodes: tuple[str, ...] = (), reason=None, released=None) -> None:
+        self.desired, self.hints = n, tuple(nodes)

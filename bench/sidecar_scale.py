@@ -23,11 +23,10 @@ from pathlib import Path
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result  # noqa: E402
+from _common import MasterDouble, write_result  # noqa: E402
 
 from edl.api.cluster import JobDemand, Resources  # noqa: E402
 from edl.api.ledger import PodLedger  # noqa: E402
-from edl.api.master import JobStatus, JobView, Phase  # noqa: E402
 from edl.autoscale.policy import get_policy  # noqa: E402
 from edl.autoscale.sidecar import Sidecar, SidecarConfig  # noqa: E402
 from edl.cluster.kube_objects import decode_node, decode_pod  # noqa: E402
@@ -85,23 +84,14 @@ class CacheView:
     def publish(self, demand, now, reason=None):
         pass
 
+    def lead(self, now):
+        return True  # the one sidecar of the namespace that decides: it plans every job
 
-class Master:
-    """The job's master as the sidecar reads it: a running job at ``desired`` trainers."""
+    def publish_plan(self, lines, now):
+        return True
 
-    def __init__(self, desired: int) -> None:
-        self.desired = desired
-        self.hints: tuple[str, ...] = ()
-
-    def status(self) -> JobView:
-        return JobView(job="ml/job-000", status=JobStatus.RUNNING, error=None, master_uid="1", phase=Phase.RUNNING,
-                       generation=1, world_size=self.desired, desired_trainers=self.desired, unschedulable_at=None,
-                       min_trainers=2, max_trainers=200, epoch=0, epochs=1, epochs_completed=0, rows_per_epoch=0,
-                       done_rows=(0,), step=0, loss=None, trainers=(), generations=(), checkpoints=(), elapsed_s=0.0,
-                       node_hints=self.hints)
-
-    def scale(self, n: int, nodes: tuple[str, ...] = (), reason=None, released=None) -> None:
-        self.desired, self.hints = n, tuple(nodes)
+    def plan_line(self, job, now):
+        return None
 
 
 def main() -> int:
@@ -135,7 +125,7 @@ def main() -> int:
     tracemalloc.stop()
     demands = [JobDemand(f"ml/{j}", 2, 200, sizes[j], Resources(4, 8), 0) for j in jobs]
     view = CacheView(node_cache, pod_cache, ledger, demands)
-    sidecar = Sidecar(SidecarConfig("ml/job-000", Resources(4, 8), 2, 200), view, Master(sizes["job-000"]),
+    sidecar = Sidecar(SidecarConfig("ml/job-000", Resources(4, 8), 2, 200), view, MasterDouble("ml/job-000", sizes["job-000"], 2, 200),
                       get_policy("edl"), clock=lambda: 1000.0)
     # The first decision after the caches are filled also pays Python's first full garbage collection
     # of them (a one-off of the sidecar's start): it is reported apart from the ones that follow.

@@ -1,0 +1,62 @@
+"""One job's autoscale sidecar on the plane of ``bench/control_scale.py``: its real informers (nodes,
+pods, demand Leases over the watch API), its Lease and the ``edl`` policy; its master a double.
+
+    python bench/_hollow_sidecar.py KUBECONFIG NAMESPACE JOB PERIOD_S OUT.json
+
+Writes OUT.json.ready once it follows the namespace's autoscaler Lease, then decides every PERIOD_S
+seconds until SIGTERM, and writes OUT.json: each decision's start, duration and whether it planned the
+namespace (the sidecar holding the Lease does), its resident memory and the pods it caches.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import MasterDouble  # noqa: E402
+
+from edl.api.cluster import Resources  # noqa: E402
+from edl.autoscale.policy import get_policy  # noqa: E402
+from edl.autoscale.sidecar import Sidecar, SidecarConfig, job_offset  # noqa: E402
+from edl.cluster.kube_api import KubeApi, load_api_client  # noqa: E402
+from edl.cluster.kube_view import KubeClusterView  # noqa: E402
+
+TRAINER = Resources(1, 2)
+MIN, MAX, START = 1, 20, 5
+
+
+def main() -> int:
+    kubeconfig, namespace, job, period, out = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), Path(sys.argv[5])
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    kube = KubeApi(load_api_client(kubeconfig), namespace)
+    view = KubeClusterView(kube, job, f"{job}-sidecar", lease_duration_s=max(15, int(3 * period))).start()
+    while not view.healthy() and not stop.wait(0.1):
+        pass
+    out.with_name(out.name + ".ready").write_text(str(time.time()))
+    sidecar = Sidecar(SidecarConfig(f"{namespace}/{job}", TRAINER, MIN, MAX, period, period),
+                      view, MasterDouble(f"{namespace}/{job}", START, MIN, MAX), get_policy("edl"))
+    decisions: list[tuple[float, float, bool]] = []  # (start, seconds, whether it planned the namespace)
+    stop.wait(job_offset(job, period))  # spread over the period, as the sidecars' jitter does
+    while not stop.is_set():
+        started = time.time()
+        t = time.perf_counter()
+        planned = sidecar.decisions
+        sidecar.step()
+        decisions.append((started, time.perf_counter() - t, sidecar.decisions > planned))
+        stop.wait(max(0.0, period - (time.time() - started)))
+    out.write_text(json.dumps({"job": job, "decisions": decisions, "rss_mib": psutil.Process().memory_info().rss / 2 ** 20,
+                               "pods_cached": len(view.pod_cache.values())}))
+    view.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
