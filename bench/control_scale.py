@@ -216,26 +216,30 @@ def measure(plane: ControlPlane, core, console: Console, jobs: int, period: floa
             "sidecar_rss_mib_all": sum(sidecar_rss), "pods_cached_all": sum(r["pods_cached"] for r in reports)}
 
 
-def figure(rows: list[dict], path: Path) -> None:
+def figure(rows: list[dict], before: list[dict], path: Path) -> None:
+    """The apiserver's load and the sidecars' caches as jobs grow; ``before``, dashed: another run's rows
+    (an earlier design) for comparison."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    jobs = [r["jobs"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    axes[0].plot(jobs, [r["watch_events_per_s"] for r in rows], "o-")
-    axes[0].set(title="watch events sent (/s)", xlabel="jobs")
-    axes[1].plot(jobs, [r["apiserver_cpu_cores"] for r in rows], "o-", label="kube-apiserver")
-    axes[1].plot(jobs, [r["etcd_cpu_cores"] for r in rows], "o-", label="etcd")
+    for data, style, tag in ((rows, "o-", ""), (before, "s--", " (before)")):
+        if not data:
+            continue
+        jobs = [r["jobs"] for r in data]
+        axes[0].plot(jobs, [r["watch_events_per_s"] for r in data], style, color="C0", label=f"watch events{tag}")
+        axes[1].plot(jobs, [r["apiserver_cpu_cores"] for r in data], style, color="C0", label=f"kube-apiserver{tag}")
+        axes[1].plot(jobs, [r["etcd_cpu_cores"] for r in data], style, color="C1", label=f"etcd{tag}")
+        axes[2].plot(jobs, [r["pods_cached_all"] / 1000 for r in data], style, color="C2", label=f"pods cached{tag}")
+    axes[0].set(title="watch events the apiserver sent (/s)", xlabel="jobs")
     axes[1].set(title="CPU (cores)", xlabel="jobs")
-    axes[1].legend()
-    axes[2].plot(jobs, [r["sidecar_rss_mib_all"] for r in rows], "o-", label="all sidecars")
-    axes[2].plot(jobs, [r["apiserver_rss_mib"] for r in rows], "o-", label="kube-apiserver")
-    axes[2].set(title="memory (MiB)", xlabel="jobs")
-    axes[2].legend()
+    axes[2].set(title="pods cached by all sidecars (thousands)", xlabel="jobs")
     for ax in axes:
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -248,18 +252,27 @@ def main() -> int:
     p.add_argument("--period", type=float, default=10.0, help="each sidecar's decision period in s (default 10)")
     p.add_argument("--window", type=float, default=60.0, help="seconds measured per number of jobs (default 60)")
     p.add_argument("--churn", type=float, default=10.0, help="pods created (and deleted) per second (default 10)")
+    p.add_argument("--before", type=Path, help="a result of an earlier run (another design), drawn dashed beside "
+                                               "this one's and kept in the result under 'before'")
+    p.add_argument("--replot", action="store_true", help="measure nothing: print the table and draw the figure "
+                                                         "of bench/results/control_scale.json again")
     a = p.parse_args()
+    before = json.loads(a.before.read_text())["rows"] if a.before else []
+    if a.replot:
+        result = json.loads((ROOT / "bench" / "results" / "control_scale.json").read_text())
+        report(Console(), result, before or result.get("before", []))
+        return 0
     counts = [int(x) for x in a.jobs.split(",")]
     if not counts or min(counts) < 1 or max(counts) > ALL_JOBS:
         p.error(f"--jobs: numbers of jobs from 1 to {ALL_JOBS}, comma-separated (got {a.jobs!r})")
     console = Console()
+    rows = []
     with tempfile.TemporaryDirectory(prefix="edl-control-scale-") as tmp:
         work = Path(tmp)
         plane = ControlPlane(work / "plane").start_api_only()
         try:
             core = kube_client(plane)
             populate(core, console, a.nodes, a.pods)
-            rows = []
             for jobs in counts:
                 rows.append(measure(plane, core, console, jobs, a.period, a.window, a.churn, a.nodes, work))
                 r = rows[-1]
@@ -267,16 +280,27 @@ def main() -> int:
                               f"cores, {r['watch_events_per_s']:.0f} watch events/s")
         finally:
             plane.stop()
-    table = Table(title=f"{a.nodes} hollow nodes, {a.pods} pods, sidecars every {a.period:g} s, {a.churn:g} pods/s churn")
+    result = {"nodes": a.nodes, "pods": a.pods, "period_s": a.period, "churn_per_s": a.churn, "rows": rows}
+    if before:
+        result["before"] = before
+    report(console, result, before)
+    console.print(f"written to {write_result('control_scale', result)} and docs/control_scale.png")
+    return 0
+
+
+def report(console: Console, result: dict, before: list[dict]) -> None:
+    rows = result["rows"]
+    table = Table(title=f"{result['nodes']} hollow nodes, {result['pods']} pods, sidecars every {result['period_s']:g} s, "
+                        f"{result['churn_per_s']:g} pods/s churn")
     for col in ("jobs", "ready s", "API CPU", "etcd CPU", "API MiB", "events/s", "req/s", "watches", "plan ms",
                 "sidecar MiB", "pods cached"):
         table.add_column(col, justify="right")
-    for r in rows:
+    for r in [*rows, *({**r, "jobs": f"{r['jobs']} before"} for r in before)]:
         table.add_row(str(r["jobs"]), f"{r['synced_s']:.0f}", f"{r['apiserver_cpu_cores']:.2f}", f"{r['etcd_cpu_cores']:.2f}",
                       f"{r['apiserver_rss_mib']:.0f}", f"{r['watch_events_per_s']:.0f}", f"{r['requests_per_s']:.1f}",
                       f"{r['open_watches']:.0f}",
                       f"{1000 * (r['decision_median_s'] or 0):.0f} / {1000 * (r['decision_max_s'] or 0):.0f}",
-                      f"{r['sidecar_rss_mib_each']:.0f} / {r['sidecar_rss_mib_all']:.0f}", str(r["pods_cached_all"]))
+                      f"{r['sidecar_rss_mib_each']:.0f} / {r['sidecar_rss_mib_all']:.0f}", str(r.get("pods_cached_all", "")))
     console.print(table)
     console.print("ready s: until every sidecar followed the cluster; API, etcd: kube-apiserver and etcd (CPU in "
                   "cores); events/s: watch events the apiserver sent; watches: open; plan ms: the decisions that "
@@ -286,13 +310,10 @@ def main() -> int:
     if len(rows) > 1:
         console.print(f"{last['jobs']} jobs against {first['jobs']}: watch events x"
                       f"{last['watch_events_per_s'] / max(first['watch_events_per_s'], 1e-9):.1f}, apiserver CPU x"
-                      f"{last['apiserver_cpu_cores'] / max(first['apiserver_cpu_cores'], 1e-9):.1f}, sidecars' memory x"
-                      f"{last['sidecar_rss_mib_all'] / max(first['sidecar_rss_mib_all'], 1e-9):.1f} "
-                      "(targets: x2 at most)")
-    figure(rows, ROOT / "docs" / "control_scale.png")
-    result = {"nodes": a.nodes, "pods": a.pods, "period_s": a.period, "churn_per_s": a.churn, "rows": rows}
-    console.print(f"written to {write_result('control_scale', result)} and docs/control_scale.png")
-    return 0
+                      f"{last['apiserver_cpu_cores'] / max(first['apiserver_cpu_cores'], 1e-9):.1f}, pods the sidecars "
+                      f"cache x{last['pods_cached_all'] / max(first['pods_cached_all'], 1):.1f}, their resident memory x"
+                      f"{last['sidecar_rss_mib_all'] / max(first['sidecar_rss_mib_all'], 1e-9):.1f} (targets: x2 at most)")
+    figure(rows, before, ROOT / "docs" / "control_scale.png")
 
 
 if __name__ == "__main__":

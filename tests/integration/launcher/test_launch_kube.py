@@ -476,6 +476,15 @@ def owners(obj) -> list[str]:
     return [r.uid for r in obj.metadata.owner_references or []]
 
 
+def planned_jobs(steps) -> list[str]:
+    """The jobs the namespace's autoscaler Lease has a line for (none while there is no such Lease)."""
+    try:
+        lease = steps.coord.read_namespaced_lease("edl-autoscaler", steps.ns)
+    except client.ApiException:
+        return []
+    return list(json.loads((lease.metadata.annotations or {}).get("edl.dev/plan") or '{"lines": {}}')["lines"])
+
+
 def test_two_jobs_at_once_in_one_namespace_keep_to_their_own_objects_and_checkpoints(steps, plane_s3):
     jobs = ("twina", "twinb")
     launched = {job: steps.launch(job, epochs=30) for job in jobs}
@@ -496,6 +505,11 @@ def test_two_jobs_at_once_in_one_namespace_keep_to_their_own_objects_and_checkpo
         for obj in pods + services + secrets:
             assert owners(obj) == [step_uid], (obj.metadata.name, owners(obj))  # its own step's, not the other's
         assert all(owners(x) == [master.metadata.uid] for x in leases)  # the demand goes with its own master
+    # One sidecar decides for both: the autoscaler Lease, owned by one of the two master pods, plans both jobs.
+    steps.wait(lambda: set(planned_jobs(steps)) == {f"{steps.ns}/{j}" for j in jobs}, 60, "one plan for both jobs")
+    lease = steps.coord.read_namespaced_lease("edl-autoscaler", steps.ns)
+    masters = {steps.pod(f"edl-{j}-master").metadata.uid for j in jobs}
+    assert len(owners(lease)) == 1 and owners(lease)[0] in masters, owners(lease)
     # Nothing of edl's in the namespace that is not one of the two jobs' (by label and by name).
     labelled = steps.core.list_namespaced_pod(steps.ns, label_selector="edl.dev/job").items
     assert {p.metadata.labels["edl.dev/job"] for p in labelled} == set(jobs)
