@@ -254,6 +254,8 @@ def main() -> int:
     p.add_argument("--churn", type=float, default=10.0, help="pods created (and deleted) per second (default 10)")
     p.add_argument("--before", type=Path, help="a result of an earlier run (another design), drawn dashed beside "
                                                "this one's and kept in the result under 'before'")
+    p.add_argument("--out", type=Path, help="write control_scale.json and control_scale.png here instead of "
+                                            "bench/results and docs")
     p.add_argument("--replot", action="store_true", help="measure nothing: print the table and draw the figure "
                                                          "of bench/results/control_scale.json again")
     a = p.parse_args()
@@ -283,12 +285,18 @@ def main() -> int:
     result = {"nodes": a.nodes, "pods": a.pods, "period_s": a.period, "churn_per_s": a.churn, "rows": rows}
     if before:
         result["before"] = before
-    report(console, result, before)
-    console.print(f"written to {write_result('control_scale', result)} and docs/control_scale.png")
+    if a.out:
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / "control_scale.json").write_text(json.dumps(result, indent=2) + "\n")
+        report(console, result, before, a.out / "control_scale.png")
+        console.print(f"written to {a.out}")
+    else:
+        report(console, result, before)
+        console.print(f"written to {write_result('control_scale', result)} and docs/control_scale.png")
     return 0
 
 
-def report(console: Console, result: dict, before: list[dict]) -> None:
+def report(console: Console, result: dict, before: list[dict], png: Path = ROOT / "docs" / "control_scale.png") -> None:
     rows = result["rows"]
     table = Table(title=f"{result['nodes']} hollow nodes, {result['pods']} pods, sidecars every {result['period_s']:g} s, "
                         f"{result['churn_per_s']:g} pods/s churn")
@@ -313,7 +321,7 @@ def report(console: Console, result: dict, before: list[dict]) -> None:
                       f"{last['apiserver_cpu_cores'] / max(first['apiserver_cpu_cores'], 1e-9):.1f}, pods the sidecars "
                       f"cache x{last['pods_cached_all'] / max(first['pods_cached_all'], 1):.1f}, their resident memory x"
                       f"{last['sidecar_rss_mib_all'] / max(first['sidecar_rss_mib_all'], 1e-9):.1f} (targets: x2 at most)")
-    figure(rows, before, ROOT / "docs" / "control_scale.png")
+    figure(rows, before, png)
 
 
 if __name__ == "__main__":
