@@ -45,9 +45,11 @@ def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, 
     """Run the sidecar until SIGTERM; its settings come validated (``edl sidecar``: ``edl.api.spec``)."""
     chosen = get_policy(policy)
     kube = KubeApi(load_api_client(kubeconfig), namespace)
-    # The pod and its uid: a later pod of the same name (the master recreated) is another sidecar.
+    # The pod and its uid: a later pod of the same name (the master recreated) is another sidecar; outside a
+    # pod, the host and the process (two sidecars on one machine are two).
     owner = pod_from_env()
-    holder = f"{owner['name']}/{owner['uid']}" if owner else os.environ.get("POD_NAME") or socket.gethostname()
+    holder = (f"{owner['name']}/{owner['uid']}" if owner
+              else f"{os.environ.get('POD_NAME') or socket.gethostname()}/{os.getpid()}")
     # The demand Lease belongs to the sidecar's pod (the master's), so it goes with the job even when
     # nobody cleans up (the launcher killed): the garbage collector follows the owners.
     view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)), owner=owner).start()
