@@ -74,9 +74,11 @@ def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, jo
         # Two idle 4-core nodes, 2 cores per trainer: the job grows to its max of 3.
         job.wait_for(lambda s: s["desired_trainers"] == 3 and s["world_size"] == 3, timeout=120,
                      what="growth to 3 trainers")
-        leases = client.CoordinationV1Api(kube).list_namespaced_lease(namespace).items
-        assert [ls.metadata.name for ls in leases] == ["edl-sc-demand"]
-        raw = kube.sanitize_for_serialization(leases[0])
+        leases = {ls.metadata.name: ls for ls in client.CoordinationV1Api(kube).list_namespaced_lease(namespace).items}
+        # The job's demand, and the namespace's autoscaler Lease, held by its only sidecar (which decides).
+        assert sorted(leases) == ["edl-autoscaler", "edl-sc-demand"]
+        assert leases["edl-autoscaler"].spec.holder_identity
+        raw = kube.sanitize_for_serialization(leases["edl-sc-demand"])
         d = demand_from_lease(raw, time.time())
         assert (d.name, d.min, d.max, d.trainer.cpu) == (f"{namespace}/sc", 1, 3, 2.0)
         # Why it is at 3, on the Lease and in the status; `edl status` prints it under its table.

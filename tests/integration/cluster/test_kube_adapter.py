@@ -217,13 +217,21 @@ def test_one_sidecar_of_a_namespace_decides_and_another_takes_over(kube, namespa
     """Sidecars' views elect one through the autoscaler Lease on the real apiserver: it lists the cluster and
     publishes the plan; another reads its line; a stopped one hands on, a silent one lapses."""
     kube_api = KubeApi(kube, namespace)
+    # A pod that stays Pending (no node has the label), for the leader's pod cache to show.
+    kube_api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting"},
+                     "spec": {"nodeSelector": {"edl.test/none": "x"},
+                              "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                              "containers": [{"name": "c", "image": "none", "securityContext": {
+                                  "allowPrivilegeEscalation": False, "runAsUser": 10001,
+                                  "capabilities": {"drop": ["ALL"]}}}]}})
     views = {j: KubeClusterView(kube_api, j, f"pod-{j}", lease_duration_s=2, watch_timeout_s=1) for j in "abc"}
     a, b, c = views["a"], views["b"], views["c"]
     a.start(), b.start()
     try:
         until(lambda: a.leader_cache.healthy() and b.leader_cache.healthy())
         until(lambda: a.lead(time.time()))  # a takes the Lease and lists nodes, pods and demands
-        assert a.leading and a.nodes() and a.pods()
+        until(lambda: any(p.name == f"{namespace}/waiting" for p in a.pods()))
+        assert a.leading and a.nodes()
         assert not b.lead(time.time()) and not b.leading and not b._caches_started  # b reads the Lease alone
         line = PlanLine(3, ("node-0",), SizeReason(SizeCause.GROWING, "growing 1 -> 3: there is room for it"))
         a.publish_plan({f"{namespace}/b": line}, time.time())
@@ -238,3 +246,4 @@ def test_one_sidecar_of_a_namespace_decides_and_another_takes_over(kube, namespa
         for v in views.values():
             v.stop()
         kube_api.delete("leases", autoscaler_lease.LEASE_NAME)
+        kube_api.delete("pods", "waiting", grace_s=0)
