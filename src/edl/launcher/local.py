@@ -32,6 +32,8 @@ from edl.jobcheck import prepare_job
 from edl.launcher.watch import StatusWatch
 from edl.masterlink import HttpMaster
 from edl.modeldef import require_frameworks_of
+from edl.storage.audit import AUDIT_SPOOL_ENV, upload_spool
+from edl.storage.store import open_store
 
 
 def edl_home() -> Path:
@@ -124,8 +126,12 @@ class LocalLauncher:
             claim.check_not_running()
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        resuming = bool(ckpts.committed())
         env = dict(os.environ)
+        if self.spec.audit:
+            if left is None:  # an earlier run's records, before its master decides to resume or start afresh
+                self._move_spooled()
+            env[AUDIT_SPOOL_ENV] = str(self._spool_dir)
+        resuming = bool(ckpts.committed())
         env.setdefault("PYTHONUNBUFFERED", "1")
         # Each trainer an equal share of this machine's cores at the job's largest size: the frameworks'
         # own default (every core per process) oversubscribes them, PyTorch's by twice on two cores.
@@ -175,7 +181,23 @@ class LocalLauncher:
             f": {result.epochs_completed} epochs, {result.steps} steps, "
             f"{result.throughput_samples_per_s:.0f} samples/s{acc}{audit_txt}; model at {result.final_model_uri}")
 
+    @property
+    def _spool_dir(self) -> Path:
+        return self.dir / "audit-spool"
+
+    def _move_spooled(self) -> None:
+        """The audit records that trainers left in the job's directory while the store was away (those
+        killed before it came back) go to the store, where the verdict reads them."""
+        if not self._spool_dir.is_dir():
+            return
+        moved = upload_spool(open_store(self.spec.checkpoint_uri, "--checkpoint-uri"),
+                             open_store(str(self._spool_dir), "the audit spool"))
+        if moved:
+            say(self.console, f"audit: {moved} records the trainers kept in {self._spool_dir} while the store was "
+                              "away moved to it")
+
     def _audit(self, summary: dict) -> None:
+        self._move_spooled()
         audit_summary(self.spec, summary)
 
 

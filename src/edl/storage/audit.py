@@ -18,30 +18,103 @@ replica or rolled back to a checkpoint). Generations are ordered by (master inca
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from edl.errors import StorageError
 from edl.storage.store import ObjectStore
 
+log = logging.getLogger("edl.audit")
 AUDIT_PREFIX = "audit/"
+# A local job's directory for the records its trainers' store cannot take at once (``AuditWriter``).
+AUDIT_SPOOL_ENV = "EDL_AUDIT_SPOOL"
+SPOOL_UPLOAD_EVERY_S = 0.5  # how often a writer with records in its spool tries the store again
 _READERS = 8  # parallel gets: an S3 round trip per record
 
 
 class AuditWriter:
-    """One writer's records (a JSON line each), in the order written."""
+    """One writer's records (a JSON line each), in the order written.
 
-    def __init__(self, store: ObjectStore, writer: str) -> None:
+    With a ``spool`` (a store that outlives the writer: a directory of the local job), a record the
+    store cannot take at once goes there instead, and so does every record after it until a thread has
+    moved them all to the store: the writer never waits out an outage of the store, and a record in the
+    spool is as durable as one in the store (``upload_spool`` moves what a killed writer left). Without
+    one, each write waits until the store takes it (a pod's disk goes with the pod)."""
+
+    def __init__(self, store: ObjectStore, writer: str, spool: ObjectStore | None = None,
+                 every_s: float = SPOOL_UPLOAD_EVERY_S) -> None:
         self.store = store
+        self.spool = spool
         self.prefix = f"{AUDIT_PREFIX}{writer}/{os.getpid()}{secrets.token_hex(4)}-"
         self.seq = 0
+        self._lock = threading.Lock()
+        self._behind = False  # records wait in the spool: the next ones go there too, in order
+        self._wake = threading.Event()
+        if spool is not None:
+            threading.Thread(target=self._upload_loop, args=(every_s,), name="edl-audit-spool", daemon=True).start()
 
     def write(self, line: str) -> None:
-        self.store.put(f"{self.prefix}{self.seq:09d}.jsonl", (line.rstrip("\n") + "\n").encode())
+        key, data = f"{self.prefix}{self.seq:09d}.jsonl", (line.rstrip("\n") + "\n").encode()
         self.seq += 1
+        if self.spool is None:
+            self.store.put(key, data)
+            return
+        with self._lock:
+            if not self._behind:
+                try:
+                    self.store.put_once(key, data)
+                    return
+                except StorageError as e:
+                    log.warning("audit: %s; records wait in %s until it is back", e, self.spool.uri)
+                    self._behind = True
+            self.spool.put(key, data)
+        self._wake.set()
+
+    @property
+    def behind(self) -> bool:
+        return self._behind
+
+    def _upload_loop(self, every_s: float) -> None:
+        assert self.spool is not None
+        while True:
+            self._wake.wait(every_s)
+            self._wake.clear()
+            if not self._behind:
+                continue
+            try:
+                upload_spool(self.store, self.spool, mine=self.prefix, lock=self._lock)
+            except StorageError:
+                continue  # still away: the records stay in the spool
+            with self._lock:  # nothing spooled since the last listing: back to writing to the store
+                if not self.spool.list(self.prefix):
+                    self._behind = False
+                    log.info("audit: the store is back; the spooled records are in it")
+
+
+def upload_spool(store: ObjectStore, spool: ObjectStore, mine: str = AUDIT_PREFIX,
+                 lock: threading.Lock | None = None) -> int:
+    """Move the records in ``spool`` under ``mine`` to ``store`` (each written there, then removed from the
+    spool: a move cut short leaves a record in both, the same key, read once). How many it moved."""
+    moved = 0
+    for key in spool.list(mine):
+        try:
+            data = spool.get(key)
+        except StorageError:
+            continue  # moved by another (a writer and a launcher both at it)
+        store.put(key, data)
+        if lock is None:
+            spool.delete([key])
+        else:
+            with lock:  # the writer may be creating the folder this would remove when left empty
+                spool.delete([key])
+        moved += 1
+    return moved
 
 
 def audit_keys(store: ObjectStore) -> list[str]:

@@ -41,6 +41,11 @@ class ObjectStore(ABC):
     @abstractmethod
     def put(self, key: str, data: bytes) -> None: ...
 
+    def put_once(self, key: str, data: bytes) -> None:
+        """``put`` in one attempt: ``StorageError`` at once when the store cannot take it now (no
+        retrying through an outage), for a caller with somewhere else to put the object meanwhile."""
+        self.put(key, data)
+
     @abstractmethod
     def get(self, key: str) -> bytes: ...
 
@@ -277,12 +282,15 @@ class S3Store(ObjectStore):
                 raise StorageError(f"S3 request for {what} failed: {type(e).__name__}: {e}") from e
             raise StorageError(f"cannot reach S3 endpoint {self.endpoint} for {what}: {reason}") from e
 
-    @_transient
-    def put(self, key: str, data: bytes) -> None:
+    def put_once(self, key: str, data: bytes) -> None:
         self._call(
             self.child(key),
             lambda: self.client.put_object(self.bucket, self._key(key), io.BytesIO(data), len(data)),
         )
+
+    @_transient
+    def put(self, key: str, data: bytes) -> None:
+        self.put_once(key, data)
 
     def _read(self, key: str, offset: int = 0, length: int = 0) -> bytes:
         """The object's bytes (``offset``/``length``: a ranged GET), the connection released either way."""

@@ -3,7 +3,9 @@
 Each trainer logs, *before* each all-reduce, the record ids of the batch it is about to contribute,
 tagged with the generation and step, and each generation it joins with its base step. The log lives
 under the job's checkpoint prefix, and the verdict on it (which records entered the final model,
-and how often) is read there when the job ends: both in ``edl.storage.audit``.
+and how often) is read there when the job ends: both in ``edl.storage.audit``. A local job's trainers
+keep the records their store cannot take at once in the job's directory until it is back, so an S3
+outage does not stall an audited job (``AUDIT_SPOOL_ENV``).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from edl.storage.store import ObjectStore
 
 
 class AuditLog:
-    """One trainer's log, in ``store`` (the job's checkpoint store); each record is durable once written."""
+    """One trainer's log, in ``store`` (the job's checkpoint store); each record is durable once written,
+    there or, while the store is away, in ``spool`` (a local job's directory: ``AuditWriter``)."""
 
-    def __init__(self, store: ObjectStore, trainer_id: str, clock: Callable[[], float] = time.time) -> None:
-        self._out = AuditWriter(store, trainer_id)
+    def __init__(self, store: ObjectStore, trainer_id: str, clock: Callable[[], float] = time.time,
+                 spool: ObjectStore | None = None) -> None:
+        self._out = AuditWriter(store, trainer_id, spool)
         self._clock = clock  # wall clock: when each step was logged, for a soak's account of time
 
     def generation(self, key: tuple[int, int], base_step: int) -> None:

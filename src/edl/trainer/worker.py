@@ -52,6 +52,7 @@ from edl.masterlink import HttpMaster, MasterUnavailable
 from edl.modeldef import ModelDef, load_model_def
 from edl.net import free_port
 from edl.procs import leave_process
+from edl.storage.audit import AUDIT_SPOOL_ENV
 from edl.storage.checkpoint import FINAL, CheckpointStore
 from edl.storage.store import ObjectStore, open_store
 from edl.trainer.audit import AuditLog
@@ -107,7 +108,8 @@ class Trainer:
     def __init__(self, trainer_id: str, host: str, spec: JobSpec, md: ModelDef, framework: Framework, links: Links,
                  dataset: Dataset, job_store: ObjectStore, *, master_addr: str = "", backend: str = "gloo",
                  collective_deadline_s: float = COLLECTIVE_DEADLINE_S, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, exit_process: Callable[[int], None] | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, exit_process: Callable[[int], None] | None = None,
+                 audit_spool: ObjectStore | None = None) -> None:
         exit_process = exit_process or leave_process  # at once: see ``edl.cli.processes.cmd_trainer``
         self.id = trainer_id
         self.master_addr = master_addr
@@ -142,7 +144,8 @@ class Trainer:
         # The next generation of a graceful change, its group formed on a thread of its own.
         self.preparation = Preparation(trainer_id, self._form_prepared)
         self.runner = Runner()  # the collectives run there, so that an aborted generation is left at once
-        self.audit = AuditLog(job_store, trainer_id) if spec.audit else None  # under the checkpoints
+        # Under the checkpoints; ``audit_spool``: where records wait while the store is away (a local job).
+        self.audit = AuditLog(job_store, trainer_id, spool=audit_spool) if spec.audit else None
         self.leaving = Leaving(trainer_id, links.leaving, exit_process)  # its SIGTERM handler (``run_trainer``)
         self._alive = True
         self.flush_s = 60.0  # how long the end waits for rank 0's last checkpoint write
@@ -566,9 +569,11 @@ def build_trainer(trainer_id: str, master: str, token: str, host: str, backend: 
     md = load_model_def(spec.model_def)
     framework = load(framework_of(md))
     links = Links.http(master, token, master_lost_after_s(spec.launcher_timeout_s))
+    spool = os.environ.get(AUDIT_SPOOL_ENV)
     return Trainer(trainer_id, host, spec, md, framework, links, Dataset(spec.data),
                    open_store(spec.checkpoint_uri, "--checkpoint-uri"), master_addr=master, backend=backend,
-                   collective_deadline_s=collective_deadline_s)
+                   collective_deadline_s=collective_deadline_s,
+                   audit_spool=open_store(spool, AUDIT_SPOOL_ENV) if spool else None)
 
 
 def run_trainer(trainer_id: str, master: str, token: str, backend: str) -> int:
