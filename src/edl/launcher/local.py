@@ -18,13 +18,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
+from urllib.parse import urlparse
 
 from edl.api.master import JobView
 from edl.console import Console, plain_console, say
 from edl.autoscale.local_view import SLOT, CapacitySchedule, LocalClusterView
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
-from edl.errors import EdlError, UserError
+from edl.errors import EdlError, StorageError, UserError
 from edl.cluster.local import LocalCluster, left_job
 from edl.api.spec import JobSpec
 from edl.launcher.core import JobResult, Launcher, ProgressView, audit_summary, http_master
@@ -32,7 +33,7 @@ from edl.jobcheck import prepare_job
 from edl.launcher.watch import StatusWatch
 from edl.masterlink import HttpMaster
 from edl.modeldef import require_frameworks_of
-from edl.storage.audit import AUDIT_SPOOL_ENV, upload_spool
+from edl.storage.audit import AUDIT_SPOOL_ENV, audit_spool, upload_spool
 from edl.storage.store import open_store
 
 
@@ -127,9 +128,11 @@ class LocalLauncher:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         env = dict(os.environ)
-        if self.spec.audit:
+        if self.spec.audit and urlparse(self.spec.checkpoint_uri).scheme == "s3":  # a directory is never away
             if left is None:  # an earlier run's records, before its master decides to resume or start afresh
                 self._move_spooled()
+            self._spool_dir.mkdir(exist_ok=True)
+            (self._spool_dir / "store").write_text(self.spec.checkpoint_uri)  # where its records belong
             env[AUDIT_SPOOL_ENV] = str(self._spool_dir)
         resuming = bool(ckpts.committed())
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -187,11 +190,16 @@ class LocalLauncher:
 
     def _move_spooled(self) -> None:
         """The audit records that trainers left in the job's directory while the store was away (those
-        killed before it came back) go to the store, where the verdict reads them."""
-        if not self._spool_dir.is_dir():
+        killed before it came back) go to the store they were written for, where the verdict reads them."""
+        marker = self._spool_dir / "store"
+        if not marker.is_file():
             return
-        moved = upload_spool(open_store(self.spec.checkpoint_uri, "--checkpoint-uri"),
-                             open_store(str(self._spool_dir), "the audit spool"))
+        uri = marker.read_text().strip()
+        try:
+            moved = upload_spool(open_store(uri, "the audit spool's store"), audit_spool(self._spool_dir))
+        except StorageError as e:
+            raise StorageError(f"{e}; the job's audit records wait in {self._spool_dir}: run the same command "
+                               "again once the store answers") from e
         if moved:
             say(self.console, f"audit: {moved} records the trainers kept in {self._spool_dir} while the store was "
                               "away moved to it")

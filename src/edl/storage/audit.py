@@ -26,9 +26,10 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from edl.errors import StorageError
-from edl.storage.store import ObjectStore
+from edl.storage.store import FileStore, ObjectStore
 
 log = logging.getLogger("edl.audit")
 AUDIT_PREFIX = "audit/"
@@ -41,7 +42,7 @@ _READERS = 8  # parallel gets: an S3 round trip per record
 class AuditWriter:
     """One writer's records (a JSON line each), in the order written.
 
-    With a ``spool`` (a store that outlives the writer: a directory of the local job), a record the
+    With a ``spool`` (``audit_spool``: a local job's directory, which outlives the writer), a record the
     store cannot take at once goes there instead, and so does every record after it until a thread has
     moved them all to the store: the writer never waits out an outage of the store, and a record in the
     spool is as durable as one in the store (``upload_spool`` moves what a killed writer left). Without
@@ -56,6 +57,7 @@ class AuditWriter:
         self._lock = threading.Lock()
         self._behind = False  # records wait in the spool: the next ones go there too, in order
         self._wake = threading.Event()
+        self._closed = threading.Event()
         if spool is not None:
             threading.Thread(target=self._upload_loop, args=(every_s,), name="edl-audit-spool", daemon=True).start()
 
@@ -71,7 +73,7 @@ class AuditWriter:
                     self.store.put_once(key, data)
                     return
                 except StorageError as e:
-                    log.warning("audit: %s; records wait in %s until it is back", e, self.spool.uri)
+                    log.warning("audit: %s; records wait in %s until it answers", e, self.spool.uri)
                     self._behind = True
             self.spool.put(key, data)
         self._wake.set()
@@ -80,39 +82,50 @@ class AuditWriter:
     def behind(self) -> bool:
         return self._behind
 
+    def close(self) -> None:
+        """Stop moving records: what is in the spool stays there (``upload_spool`` moves it later)."""
+        self._closed.set()
+        self._wake.set()
+
     def _upload_loop(self, every_s: float) -> None:
         assert self.spool is not None
-        while True:
+        failure = ""
+        while not self._closed.is_set():
             self._wake.wait(every_s)
             self._wake.clear()
-            if not self._behind:
+            if not self._behind or self._closed.is_set():
                 continue
             try:
-                upload_spool(self.store, self.spool, mine=self.prefix, lock=self._lock)
-            except StorageError:
-                continue  # still away: the records stay in the spool
+                upload_spool(self.store, self.spool, mine=self.prefix, once=True)
+            except Exception as e:  # noqa: BLE001 - still away (or refusing): the records stay; the loop goes on
+                if not isinstance(e, StorageError) and str(e) != failure:
+                    log.warning("audit: cannot move the spooled records to the store: %s", e)
+                failure = str(e)
+                continue
             with self._lock:  # nothing spooled since the last listing: back to writing to the store
                 if not self.spool.list(self.prefix):
                     self._behind = False
-                    log.info("audit: the store is back; the spooled records are in it")
+                    failure = ""
+                    log.info("audit: the store answers again; the spooled records are in it")
 
 
-def upload_spool(store: ObjectStore, spool: ObjectStore, mine: str = AUDIT_PREFIX,
-                 lock: threading.Lock | None = None) -> int:
+def audit_spool(directory: Path) -> ObjectStore:
+    """The spool of a local job's trainers in ``directory``: several processes write and delete there at once."""
+    return FileStore(directory.as_uri(), directory, prune=False)
+
+
+def upload_spool(store: ObjectStore, spool: ObjectStore, mine: str = AUDIT_PREFIX, once: bool = False) -> int:
     """Move the records in ``spool`` under ``mine`` to ``store`` (each written there, then removed from the
-    spool: a move cut short leaves a record in both, the same key, read once). How many it moved."""
+    spool: a move cut short leaves a record in both, the same key, read once). ``once``: one attempt per
+    record (the caller tries again later). How many it moved."""
     moved = 0
     for key in spool.list(mine):
         try:
             data = spool.get(key)
         except StorageError:
             continue  # moved by another (a writer and a launcher both at it)
-        store.put(key, data)
-        if lock is None:
-            spool.delete([key])
-        else:
-            with lock:  # the writer may be creating the folder this would remove when left empty
-                spool.delete([key])
+        (store.put_once if once else store.put)(key, data)
+        spool.delete([key])
         moved += 1
     return moved
 

@@ -81,9 +81,14 @@ class ObjectStore(ABC):
 
 
 class FileStore(ObjectStore):
-    def __init__(self, uri: str, root: Path) -> None:
+    """A directory. ``prune``: remove the folders a delete leaves empty (not where several processes
+    write and delete in the same folders at once: one's removal would pull a folder from under another's
+    write)."""
+
+    def __init__(self, uri: str, root: Path, prune: bool = True) -> None:
         super().__init__(uri)
         self.root = root
+        self.prune = prune
 
     def _path(self, key: str) -> Path:
         return self.root / key
@@ -122,6 +127,8 @@ class FileStore(ObjectStore):
     def delete(self, keys: builtins.list[str]) -> None:
         for k in keys:
             self._path(k).unlink(missing_ok=True)
+        if not self.prune:
+            return
         # Remove directories left empty.
         for k in keys:
             parent = self._path(k).parent

@@ -35,4 +35,4 @@ class AuditLog:
                                     "records": {str(e): ids for e, ids in records.items()}}))
 
     def close(self) -> None:
-        pass  # nothing buffered
+        self._out.close()  # nothing buffered: every record is in the store or the spool

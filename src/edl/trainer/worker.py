@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 import zlib
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -52,7 +53,7 @@ from edl.masterlink import HttpMaster, MasterUnavailable
 from edl.modeldef import ModelDef, load_model_def
 from edl.net import free_port
 from edl.procs import leave_process
-from edl.storage.audit import AUDIT_SPOOL_ENV
+from edl.storage.audit import AUDIT_SPOOL_ENV, audit_spool
 from edl.storage.checkpoint import FINAL, CheckpointStore
 from edl.storage.store import ObjectStore, open_store
 from edl.trainer.audit import AuditLog
@@ -573,7 +574,7 @@ def build_trainer(trainer_id: str, master: str, token: str, host: str, backend: 
     return Trainer(trainer_id, host, spec, md, framework, links, Dataset(spec.data),
                    open_store(spec.checkpoint_uri, "--checkpoint-uri"), master_addr=master, backend=backend,
                    collective_deadline_s=collective_deadline_s,
-                   audit_spool=open_store(spool, AUDIT_SPOOL_ENV) if spool else None)
+                   audit_spool=audit_spool(Path(spool)) if spool else None)
 
 
 def run_trainer(trainer_id: str, master: str, token: str, backend: str) -> int:
