@@ -228,6 +228,9 @@ class JobView:
     # Trainers told to stop (preempted, deleted) whose replacements wait for the sidecar's next decision, by
     # id: the launcher does not fill the places of those whose pods are gone (``plan_trainers``).
     held_replacements: tuple[str, ...] = ()
+    # Trainers told to stop while the job is at its minimum, by id: each trains on until a replacement has
+    # joined, then leaves as a drained one does; the launcher starts the replacements and counts them out.
+    replacing: tuple[str, ...] = ()
     user_error: bool = False  # failed because of the user's input (``error`` names it): a retry cannot help
     # Counts the changes of what the launcher acts on (``Job.control_key``) this master has answered with:
     # ``GET /v1/status?after=`` this and ``wait_s`` answers once it has moved on, or after ``wait_s`` (a long
@@ -258,7 +261,7 @@ class JobView:
             checkpoints=tuple(CheckpointRecord.from_json(c) for c in d["checkpoints"]),
             elapsed_s=d["elapsed_s"], abandoned=d.get("abandoned", False), user_error=d.get("user_error", False),
             node_hints=tuple(d.get("node_hints") or ()), held_replacements=tuple(d.get("held_replacements") or ()),
-            control_version=d.get("control_version", 0),
+            replacing=tuple(d.get("replacing") or ()), control_version=d.get("control_version", 0),
             reason=SizeReason.from_json(d["reason"]) if d.get("reason") else None,
             budgets={k: BudgetView.from_json(v) for k, v in (d.get("budgets") or {}).items()},
         )

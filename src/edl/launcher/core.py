@@ -380,7 +380,8 @@ class Launcher:
             self.draining.update({t.id: now for t in st.trainers if t.state is TrainerState.DRAINING})
         plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
                              self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs,
-                             node_hints=st.node_hints, held=st.held_replacements)
+                             node_hints=st.node_hints, held=st.held_replacements,
+                             replacing=st.replacing)
         seen = tuple((t.name, t.phase, t.exit) for t in trainers)
         # A trainer that came or went (an exit this round reports, one it starts): the next round reads the
         # master afresh rather than the watch's copy, which may predate it (see ``plan_trainers`` on exits).

@@ -37,13 +37,15 @@ def _code(t: TrainerPod) -> int:
 
 def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[str, float], now: float,
                   pending_timeout_s: float, drain_timeout_s: float = 60.0, data_done: bool = False,
-                  node_hints: Sequence[str] = (), held: Collection[str] = ()) -> Plan:
+                  node_hints: Sequence[str] = (), held: Collection[str] = (), replacing: Collection[str] = ()) -> Plan:
     """``data_done``: every epoch's data is consumed (the job is finishing: rank 0 writes the last
     checkpoint and the model while its peers exit 0): nothing is started any more, unless no
     trainer is left to finish. ``held``: trainers told to stop whose replacements wait for the sidecar's
     next decision (``JobView.held_replacements``): the places of those whose pods are gone are not filled
     yet (one still there counts as live until it has gone). ``node_hints``: the sidecar's plan, one node per trainer it keeps or
-    adds (``JobView.node_hints``); on a shrink the trainers on nodes it does not keep go first."""
+    adds (``JobView.node_hints``); on a shrink the trainers on nodes it does not keep go first. ``replacing``:
+    trainers told to stop at the job's minimum (``JobView.replacing``): they stay until their replacements
+    have joined, and are counted out of the job, so those are started now and never drained as excess."""
     delete: list[str] = []
     left_unasked = False  # a trainer exited 0 without being drained
     relaunched: list[str] = []
@@ -57,7 +59,7 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
             delete.append(t.name)
             exited.append((t.name, _code(t)))
             if t.exit is TrainerExit.SUCCEEDED or t.name in draining:
-                left_unasked |= t.name not in draining
+                left_unasked |= t.name not in draining and t.name not in replacing
                 continue  # drained or finished: its exit is expected whatever the code
             if t.exit in RELAUNCH:
                 relaunched.append(t.name)
@@ -72,6 +74,8 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
                 delete.append(t.name)  # it did not leave on its own: remove it
         elif t.phase is PodPhase.PENDING and t.node is None and now - t.created_at > pending_timeout_s:
             unschedulable.append(t.name)
+        elif t.name in replacing:
+            pass  # leaving once its replacement has joined
         else:
             live.append(t)
     # A trainer that left on its own says the job is ending (or its master went away): its place

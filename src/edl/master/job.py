@@ -102,6 +102,9 @@ class Job:
         # Trainers told to stop (preempted, their pod deleted), by id, and when they asked to leave: their
         # replacements wait for the sidecar's next decision (``held_replacements``), which releases them.
         self.told_to_stop: dict[str, float] = {}
+        # Trainers told to stop while leaving would take the job below its minimum (``leave``), by id, and
+        # when they asked: they train on until a replacement has joined, then are drained, until gone.
+        self.replacing: dict[str, float] = {}
         self.sidecar_decides = False  # the autoscale sidecar has set the size (not only ``edl scale``)
         self.node_hints: tuple[str, ...] = ()  # the sidecar's planned node per trainer (not checkpointed)
         self.size_reason: SizeReason | None = None  # why the job is at its size (``JobView.reason``)
@@ -292,17 +295,43 @@ class Job:
         self.membership.drain(trainer, now)
         self.tick(now)
 
-    def leave(self, trainer: str, now: float) -> None:
+    def leave(self, trainer: str, now: float) -> bool:
         """``trainer`` was told to stop (SIGTERM: preempted, its pod deleted, its node drained): drain it. Where
         the sidecar sizes the job, its replacement waits for the sidecar's next decision: a trainer preempted
         for a higher-priority pod has no room to come back to, and a replacement created at once would
-        only sit Pending until the launcher gave up on it."""
+        only sit Pending until the launcher gave up on it. Where leaving would take the job below its
+        minimum (nobody left to hold the model), it trains on until a replacement has joined (``replacing``),
+        then is drained. True the first time it asks (it asks again until it has left)."""
         t = self.membership.trainers.get(trainer)
-        first = t is not None and t.state in (TrainerState.WAITING, TrainerState.ACTIVE)  # asked again, or drained
+        if t is None:
+            raise UserError(f"no trainer named {trainer!r} in job {self.spec.job}")
+        if trainer in self.replacing:
+            return False
+        first = t.state in (TrainerState.WAITING, TrainerState.ACTIVE)  # asked again, or drained
+        if t.state is TrainerState.ACTIVE and self._below_min_without(trainer):
+            self.replacing[trainer] = now
+            return True
         self.drain(trainer, now)
         self.told_to_stop = {k: at for k, at in self.told_to_stop.items() if now - at <= REPLACEMENT_HOLD_S}
         if first and self.sidecar_decides:
             self.told_to_stop[trainer] = now
+        return first
+
+    def _below_min_without(self, trainer: str) -> bool:
+        m = self.membership
+        staying = [x for x in m.members() if x != trainer and m.trainers[x].state is TrainerState.ACTIVE]
+        return len(staying) < self.spec.min_trainers
+
+    def _release_replaced(self, now: float) -> None:
+        """Drain the trainers told to stop at the minimum whose replacements have joined; forget the gone."""
+        m = self.membership
+        for trainer in list(self.replacing):
+            t = m.trainers.get(trainer)
+            if t is None or t.state.gone:
+                del self.replacing[trainer]
+            elif (t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING and m.prepared is None
+                  and not self._below_min_without(trainer)):
+                m.drain(trainer, now)
 
     def held_replacements(self, now: float) -> tuple[str, ...]:
         """The trainers the launcher does not replace yet (``leave``): until a decision of the sidecar
@@ -429,6 +458,7 @@ class Job:
                 m.expire(now)
             if m.phase is Phase.FORMING and self.resume_reports:
                 return self._resume(now)
+            self._release_replaced(now)
             m.prepare(now)
             if not m.ready_to_form(now):
                 return None
@@ -561,7 +591,7 @@ class Job:
         gen = m.current
         return (self.master_uid, self.status, self.error, self.user_error, self.abandoned, m.phase,
                 gen.id if gen else 0, gen.world_size if gen else 0, self.desired, self.node_hints,
-                self.size_reason.cause if self.size_reason else None, tuple(self.told_to_stop),
+                self.size_reason.cause if self.size_reason else None, tuple(self.told_to_stop), tuple(self.replacing),
                 self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints), len(m.history),
                 bool(m.history) and m.history[-1].pause_s is not None,
                 tuple((t.id, t.state) for t in m.trainers.values() if not t.state.gone))
@@ -598,6 +628,7 @@ class Job:
             desired_trainers=self.desired,
             node_hints=self.node_hints,
             held_replacements=self.held_replacements(now),
+            replacing=tuple(sorted(self.replacing)),
             unschedulable_at=self.unschedulable_at,
             min_trainers=self.spec.min_trainers,
             max_trainers=self.spec.max_trainers,

@@ -437,9 +437,16 @@ def build_app(master: Master) -> Starlette:
 
 
 async def _drain(master: Master, trainer: str, message: str, told_to_stop: bool = False) -> dict:
-    """Drain ``trainer`` (asked by the launcher, or by the trainer itself when ``told_to_stop``)."""
-    (master.job.leave if told_to_stop else master.job.drain)(trainer, master.clock())
-    log.info(message, trainer)
+    """Drain ``trainer`` (asked by the launcher, or by the trainer itself when ``told_to_stop``: it asks
+    again until it has left, and the first ask is the one logged)."""
+    if not told_to_stop:
+        master.job.drain(trainer, master.clock())
+        log.info(message, trainer)
+    elif master.job.leave(trainer, master.clock()):
+        if trainer in master.job.replacing:
+            message = ("trainer %s was told to stop (its pod deleted or preempted); the job is at its minimum: "
+                       "it trains on until a replacement has joined")
+        log.info(message, trainer)
     await master.notify()
     return {"ok": True}
 

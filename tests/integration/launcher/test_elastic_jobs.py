@@ -145,6 +145,27 @@ def test_trainers_told_to_stop_leave_as_drained_ones_do(digits, tmp_path, job_ru
     assert s["trainer_failures"] == 0, s
 
 
+def test_the_only_trainer_told_to_stop_leaves_once_its_replacement_joined(digits, tmp_path, job_runner):
+    # At the job's minimum (1), a trainer told to stop cannot be drained: nobody would hold the model. It
+    # trains on while the launcher starts its replacement at once, which joins (a prepared scale-up); then
+    # it is drained (a prepared scale-down) and exits 0. Before, the job stopped for the trainer's 15 s
+    # limit and restarted from the checkpoint.
+    epochs = 8
+    job = job_runner("only", job_args(digits, tmp_path, epochs=epochs, trainers=1)).start()
+    st = job.wait_for(lambda s: s["world_size"] == 1 and s["step"] > 60, what="one trainer training")
+    victim = st["trainers"][0]
+    os.kill(victim["pid"], signal.SIGTERM)
+    job.wait_for(lambda s: victim["id"] not in {t["id"] for t in s["trainers"] if t["state"] in ("active", "draining")},
+                 timeout=60, what="the trainer told to stop to leave")
+    assert job.wait() == 0, job.output()
+    s = summary(tmp_path)
+    assert_exactly_once(s, epochs)
+    reasons = [g["reason"] for g in s["generations"]]
+    assert "failure" not in reasons and reasons[reasons.index("scale_up"):][:2] == ["scale_up", "scale_down"], reasons
+    assert all(g["rolled_back_steps"] == 0 and g["source"] != "checkpoint" for g in s["generations"][1:]), s
+    assert s["trainer_failures"] == 0, s
+
+
 def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner, framework_digits):
     epochs = 15  # the restart lands within the first few; the rest only has to finish exactly once
     job = job_runner("mkill", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=0.5,
