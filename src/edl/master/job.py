@@ -301,14 +301,16 @@ class Job:
         for a higher-priority pod has no room to come back to, and a replacement created at once would
         only sit Pending until the launcher gave up on it. Where leaving would take the job below its
         minimum (nobody left to hold the model), it trains on until a replacement has joined (``replacing``),
-        then is drained. True the first time it asks (it asks again until it has left)."""
+        then is drained; unless the job is at its maximum too (no room for one to join): drained at once.
+        True the first time it asks (it asks again until it has left)."""
         t = self.membership.trainers.get(trainer)
         if t is None:
             raise UserError(f"no trainer named {trainer!r} in job {self.spec.job}")
         if trainer in self.replacing:
             return False
         first = t.state in (TrainerState.WAITING, TrainerState.ACTIVE)  # asked again, or drained
-        if t.state is TrainerState.ACTIVE and self._below_min_without(trainer):
+        if (t.state is TrainerState.ACTIVE and self._below_min_without(trainer)
+                and len(self.membership.members()) < self.spec.max_trainers):  # room for the replacement
             self.replacing[trainer] = now
             return True
         self.drain(trainer, now)
@@ -319,7 +321,8 @@ class Job:
 
     def _below_min_without(self, trainer: str) -> bool:
         m = self.membership
-        staying = [x for x in m.members() if x != trainer and m.trainers[x].state is TrainerState.ACTIVE]
+        staying = [x for x in m.members()
+                   if x != trainer and x not in self.replacing and m.trainers[x].state is TrainerState.ACTIVE]
         return len(staying) < self.spec.min_trainers
 
     def _release_replaced(self, now: float) -> None:
@@ -602,7 +605,7 @@ class Job:
         O(1), unlike ``control_key``: the master compares it after every request and tick."""
         cause = self.size_reason.cause if self.size_reason else None
         return (self.status, self.abandoned, self.desired, self.node_hints, cause, tuple(self.told_to_stop),
-                self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints),
+                tuple(self.replacing), self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints),
                 self.membership.revision())
 
     def control_version(self) -> int:

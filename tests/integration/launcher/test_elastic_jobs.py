@@ -150,8 +150,9 @@ def test_the_only_trainer_told_to_stop_leaves_once_its_replacement_joined(digits
     # trains on while the launcher starts its replacement at once, which joins (a prepared scale-up); then
     # it is drained (a prepared scale-down) and exits 0. Before, the job stopped for the trainer's 15 s
     # limit and restarted from the checkpoint.
-    epochs = 8
-    job = job_runner("only", job_args(digits, tmp_path, epochs=epochs, trainers=1)).start()
+    epochs = 8  # a floor under each step: the job outlasts the replacement's start on a loaded machine
+    job = job_runner("only", job_args(digits, tmp_path, epochs=epochs, trainers=1,
+                                      model=slow_model_def(tmp_path, "edl.zoo.digits", 0.02))).start()
     st = job.wait_for(lambda s: s["world_size"] == 1 and s["step"] > 60, what="one trainer training")
     victim = st["trainers"][0]
     os.kill(victim["pid"], signal.SIGTERM)
@@ -162,7 +163,7 @@ def test_the_only_trainer_told_to_stop_leaves_once_its_replacement_joined(digits
     assert_exactly_once(s, epochs)
     reasons = [g["reason"] for g in s["generations"]]
     assert "failure" not in reasons and reasons[reasons.index("scale_up"):][:2] == ["scale_up", "scale_down"], reasons
-    assert all(g["rolled_back_steps"] == 0 and g["source"] != "checkpoint" for g in s["generations"][1:]), s
+    assert all(g["rolled_back_steps"] == 0 for g in s["generations"]), s["generations"]
     assert s["trainer_failures"] == 0, s
 
 

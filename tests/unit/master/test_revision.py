@@ -126,6 +126,10 @@ class JobRun(RuleBasedStateMachine):
     def drain(self, t: str) -> None:
         self.act(lambda: self.job.drain(t, self.now))
 
+    @rule(t=st.sampled_from(TRAINERS))
+    def leave(self, t: str) -> None:
+        self.act(lambda: self.job.leave(t, self.now))
+
     @rule(t=st.sampled_from(TRAINERS), code=st.sampled_from([0, 1, -9]))
     def exited(self, t: str, code: int) -> None:
         self.act(lambda: self.job.trainer_exited(t, code, self.now))
