@@ -326,11 +326,13 @@ class Job:
         return len(staying) < self.spec.min_trainers
 
     def _release_replaced(self, now: float) -> None:
-        """Drain the trainers told to stop at the minimum whose replacements have joined; forget the gone."""
+        """Drain the trainers told to stop at the minimum whose replacements have joined. They stay listed
+        until their exits are reported (``trainer_exited``): one that left at the switch is still a live
+        process for a moment, which the launcher must not count as one too many (it would drain another)."""
         m = self.membership
         for trainer in list(self.replacing):
             t = m.trainers.get(trainer)
-            if t is None or t.state.gone:
+            if t is None:
                 del self.replacing[trainer]
             elif (t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING and m.prepared is None
                   and not self._below_min_without(trainer)):
@@ -342,6 +344,7 @@ class Job:
         return tuple(sorted(k for k, at in self.told_to_stop.items() if now - at <= REPLACEMENT_HOLD_S))
 
     def trainer_exited(self, trainer: str, code: int, now: float) -> None:
+        self.replacing.pop(trainer, None)
         m = self.membership
         t = m.trainers.get(trainer)
         if t is None or t.state.gone:

@@ -49,7 +49,10 @@ def test_the_only_trainer_told_to_stop_trains_on_until_its_replacement_joined_th
     assert g.rolled_back_steps == 0 and g.base_step == 41
     assert m.trainers["t0"].state is TrainerState.LEFT
     job.tick(3.4)
-    assert job.status_view(3.4).replacing == ()
+    # Listed until its exit is reported: the launcher must not count its process as one trainer too many.
+    assert job.status_view(3.4).replacing == ("t0",)
+    job.trainer_exited("t0", 0, 3.5)
+    assert job.status_view(3.5).replacing == ()
     assert [h.reason for h in m.history] == [Reason.START, Reason.SCALE_UP, Reason.SCALE_DOWN]
 
 
