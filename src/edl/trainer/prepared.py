@@ -55,6 +55,14 @@ class Preparation:
                 self._group = self._start(prepared) if self.id in prepared.members else None
             self._prepared = prepared
 
+    def reset(self) -> None:
+        """A new master (this trainer re-registered): it numbers its generations afresh, so a prepared one of
+        it may have a smaller id than the last one taken from the old master; drop what that one prepared."""
+        with self._lock:
+            if self._prepared is not None:
+                self._drop()
+            self._taken = 0
+
     def _start(self, prepared: Prepared) -> Future:
         fut: Future = Future()
 

@@ -246,6 +246,7 @@ class Trainer:
         self.progress.store_port = free_port(self.host)
         self.progress.generation = 0
         self.progress.safe_cursor = None  # a cursor of the old master's tasks means nothing to the new one
+        self.preparation.reset()  # the new master's generations start at 1 again
         resume = self._resume_report()
         self.prefetch.restart()
         r = self.client.register(self.id, os.getpid(), self.host, self.progress.store_port, resume)

@@ -14,6 +14,7 @@ import signal
 import httpx
 import pytest
 
+from tests.conftest import run_edl
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -168,13 +169,25 @@ def test_the_only_trainer_told_to_stop_leaves_once_its_replacement_joined(digits
 
 
 def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner, framework_digits):
-    epochs = 15  # the restart lands within the first few; the rest only has to finish exactly once
+    epochs = 20  # the restart lands within the first few; the rest only has to finish exactly once
     job = job_runner("mkill", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=0.5,
-                                          model=framework_digits)).start()
-    st = job.wait_for(lambda s: len(s["checkpoints"]) >= 2 and s["world_size"] == 2, what="two checkpoints")
+                                          model=slow_model_def(tmp_path, framework_digits, 0.02))).start()
+    job.wait_for(lambda s: len(s["checkpoints"]) >= 2 and s["world_size"] == 2, what="two checkpoints")
+    for n in (3, 2):  # prepared changes (generations 2 and 3) before the restart
+        r = run_edl("scale", "mkill", "--trainers", str(n), env={"EDL_HOME": str(job.home)})
+        assert r.returncode == 0, r.stderr
+        st = job.wait_for(lambda s: s["world_size"] == n and s["generations"][-1]["pause_s"] is not None,
+                          timeout=60, what=f"{n} trainers")
     old_uid = st["master_uid"]
     os.kill(job.info()["master_pid"], signal.SIGKILL)
-    job.wait_for(lambda s: s["master_uid"] != old_uid and s["world_size"] >= 1, what="a new master with trainers")
+    job.wait_for(lambda s: s["master_uid"] != old_uid and s["world_size"] >= 2, what="a new master with trainers")
+    # A graceful change under the new master is prepared as under the first (its generations are numbered
+    # from 1 again: the trainers once ignored them, and the change waited for the master to give up, 15 s).
+    r = run_edl("scale", "mkill", "--trainers", "1", env={"EDL_HOME": str(job.home)})
+    assert r.returncode == 0, r.stderr
+    st = job.wait_for(lambda s: s["world_size"] == 1 and s["generations"][-1]["pause_s"] is not None,
+                      what="the scale-down under the new master")
+    assert st["generations"][-1]["reason"] == "scale_down" and st["generations"][-1]["prepared_s"] is not None, st
     assert job.wait() == 0, job.output()
     s = summary(tmp_path)
     assert_exactly_once(s, epochs)

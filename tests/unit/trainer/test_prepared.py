@@ -99,3 +99,22 @@ def test_a_group_that_did_not_form_never_switches():
     former.release(5)
     threading.Event().wait(0.1)
     assert prep.switch_to() == 0
+
+
+def test_after_a_new_master_a_prepared_generation_with_a_smaller_id_is_prepared_too():
+    """A restarted master numbers its generations from 1 again: its prepared generation 2 is not one this
+    trainer took already (it took 7 from the old master). Before, it was ignored until the master gave up
+    on it (15 s), and a drain or a scale-up after every master restart waited that long."""
+    former = Former()
+    prep = Preparation("a", former)
+    prep.update(prepared(7, go=True))
+    former.release(7)
+    wait_until(lambda: prep.switch_to() == 7)
+    prep.take(7)
+    prep.update(prepared(2))
+    assert prep.switch_to() == 0 and 2 not in former.gates  # ignored: an id already taken, as far as it knows
+    prep.reset()  # re-registered with the new master
+    prep.update(prepared(2, go=True))
+    former.release(2)
+    wait_until(lambda: prep.switch_to() == 2)
+    assert prep.take(2)[1] is former.formed[2]
