@@ -102,9 +102,9 @@ class Job:
         # Trainers told to stop (preempted, their pod deleted), by id, and when they asked to leave: their
         # replacements wait for the sidecar's next decision (``held_replacements``), which releases them.
         self.told_to_stop: dict[str, float] = {}
-        # Trainers told to stop while leaving would take the job below its minimum (``leave``), by id, and
-        # when they asked: they train on until a replacement has joined, then are drained, until gone.
-        self.replacing: dict[str, float] = {}
+        # Trainers told to stop while leaving would take the job below its minimum (``leave``), by id: they
+        # train on until a replacement has joined, then are drained; listed until their exits are reported.
+        self.replacing: set[str] = set()
         self.sidecar_decides = False  # the autoscale sidecar has set the size (not only ``edl scale``)
         self.node_hints: tuple[str, ...] = ()  # the sidecar's planned node per trainer (not checkpointed)
         self.size_reason: SizeReason | None = None  # why the job is at its size (``JobView.reason``)
@@ -311,7 +311,7 @@ class Job:
         first = t.state in (TrainerState.WAITING, TrainerState.ACTIVE)  # asked again, or drained
         if (t.state is TrainerState.ACTIVE and self._below_min_without(trainer)
                 and len(self.membership.members()) < self.spec.max_trainers):  # room for the replacement
-            self.replacing[trainer] = now
+            self.replacing.add(trainer)
             return True
         self.drain(trainer, now)
         self.told_to_stop = {k: at for k, at in self.told_to_stop.items() if now - at <= REPLACEMENT_HOLD_S}
@@ -330,10 +330,10 @@ class Job:
         until their exits are reported (``trainer_exited``): one that left at the switch is still a live
         process for a moment, which the launcher must not count as one too many (it would drain another)."""
         m = self.membership
-        for trainer in list(self.replacing):
+        for trainer in sorted(self.replacing):
             t = m.trainers.get(trainer)
             if t is None:
-                del self.replacing[trainer]
+                self.replacing.discard(trainer)
             elif (t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING and m.prepared is None
                   and not self._below_min_without(trainer)):
                 m.drain(trainer, now)
@@ -344,7 +344,7 @@ class Job:
         return tuple(sorted(k for k, at in self.told_to_stop.items() if now - at <= REPLACEMENT_HOLD_S))
 
     def trainer_exited(self, trainer: str, code: int, now: float) -> None:
-        self.replacing.pop(trainer, None)
+        self.replacing.discard(trainer)
         m = self.membership
         t = m.trainers.get(trainer)
         if t is None or t.state.gone:
@@ -597,8 +597,9 @@ class Job:
         gen = m.current
         return (self.master_uid, self.status, self.error, self.user_error, self.abandoned, m.phase,
                 gen.id if gen else 0, gen.world_size if gen else 0, self.desired, self.node_hints,
-                self.size_reason.cause if self.size_reason else None, tuple(self.told_to_stop), tuple(self.replacing),
-                self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints), len(m.history),
+                self.size_reason.cause if self.size_reason else None, tuple(self.told_to_stop),
+                tuple(sorted(self.replacing)), self.unschedulable_at, self.queue.epochs_completed,
+                len(self.checkpoints), len(m.history),
                 bool(m.history) and m.history[-1].pause_s is not None,
                 tuple((t.id, t.state) for t in m.trainers.values() if not t.state.gone))
 
@@ -608,7 +609,7 @@ class Job:
         O(1), unlike ``control_key``: the master compares it after every request and tick."""
         cause = self.size_reason.cause if self.size_reason else None
         return (self.status, self.abandoned, self.desired, self.node_hints, cause, tuple(self.told_to_stop),
-                tuple(self.replacing), self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints),
+                tuple(sorted(self.replacing)), self.unschedulable_at, self.queue.epochs_completed, len(self.checkpoints),
                 self.membership.revision())
 
     def control_version(self) -> int:
