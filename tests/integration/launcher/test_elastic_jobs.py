@@ -62,10 +62,12 @@ def assert_exactly_once(s: dict, epochs: int) -> None:
 
 
 def test_scale_up_then_drain_keeps_exactly_once(digits, tmp_path, job_runner, framework_digits):
-    # 40 epochs of 90 steps at one trainer: the changes below end near step 1,000 on an idle machine,
-    # much later on a loaded one (24 epochs were too few for PyTorch's joiners under the whole suite).
-    epochs = 40
-    job = job_runner("grow", job_args(digits, tmp_path, epochs=epochs, trainers=1, model=framework_digits)).start()
+    # 30 epochs of 90 steps at one trainer, each step at least 20 ms: at least 54 s before the joiners must
+    # have joined, whatever the machine's speed (without the floor, PyTorch's joiners under the whole suite
+    # joined at epoch 33 of 40, with too few steps left to see the job at three trainers).
+    epochs = 30
+    model = slow_model_def(tmp_path, framework_digits, 0.02)
+    job = job_runner("grow", job_args(digits, tmp_path, epochs=epochs, trainers=1, model=model)).start()
     job.wait_for(lambda s: s["step"] > 100 and s["world_size"] == 1, what="training with one trainer")
     info = job.info()
     headers = {"Authorization": f"Bearer {info['token']}"}
