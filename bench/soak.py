@@ -293,7 +293,8 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
         soak.job.stop()
         for timer in soak.timers:
             timer.join()  # MinIO back before the audit is read
-        summary = json.loads((work / "summary.json").read_text()) if (work / "summary.json").exists() else {}
+        summary = (json.loads((work / "summary.json").read_text()) if (work / "summary.json").exists()
+                   else failed_without_summary(work / f"launcher-{soak.incarnation}.log", code))
         store = open_store(checkpoints, "--checkpoint-uri")  # (MinIO's keys: this process has them)
         lines = list(read_audit_lines(store))
         kept = kept_steps(lines)
@@ -303,6 +304,14 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
     finally:
         if minio is not None:
             minio.stop()
+
+
+def failed_without_summary(log: Path, code: int) -> dict:
+    """What the result says of a launcher that ended without a summary (it failed before the job's end):
+    its error line."""
+    errors = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("edl: error:")]
+    return {"status": "failed", "error": errors[-1].removeprefix("edl: error:").strip() if errors
+            else f"the launcher exited {code} without a summary"}
 
 
 def made_steps(lines: list[str]) -> set[tuple[tuple[int, int], int]]:
@@ -368,9 +377,10 @@ def plot(res: dict, path: Path) -> None:
 
 
 def print_table(res: dict, console: Console) -> None:
+    verdict = (f"{res['status']}, lost {res['lost_samples']}, duplicated {res['duplicate_samples']}"
+               if res["status"] == "succeeded" else f"{res['status']}: {res['error']}")
     t = Table(title=f"soak: {res['wall_s'] / 60:.0f} min of training, a fault every {res['interval_s']:g} s on average "
-                    f"(seed {res['seed']}): {res['status']}, lost {res['lost_samples']}, "
-                    f"duplicated {res['duplicate_samples']}")
+                    f"(seed {res['seed']}): {verdict}")
     t.add_column("fault")
     t.add_column("count", justify="right")
     t.add_column("lost: mean (s)", justify="right")

@@ -90,3 +90,12 @@ def test_a_gap_of_four_typical_steps_is_still_a_step(soak):
     assert acc.lost_s == {} and acc.ratio == pytest.approx(1.0)
     lines = log((1, 1), 0, range(1, 21), 0.0, 0.1) + log((1, 1), 20, range(21, 31), 1.9 + 0.45, 0.1)[1:]
     assert soak.account(kept_steps(lines), []).lost_s == {"start": pytest.approx(0.35)}
+
+
+def test_a_launcher_that_failed_before_its_summary_is_reported_with_its_error(soak, tmp_path):
+    log = tmp_path / "launcher-3.log"
+    log.write_text("epoch 1/2\nedl: error: trainer id 'soak-t41' is already left in job soak\n")
+    assert soak.failed_without_summary(log, 2) == {"status": "failed",
+                                                   "error": "trainer id 'soak-t41' is already left in job soak"}
+    log.write_text("killed\n")
+    assert soak.failed_without_summary(log, -9)["error"] == "the launcher exited -9 without a summary"

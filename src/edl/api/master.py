@@ -243,6 +243,9 @@ class JobView:
     # The launcher's failure budgets by kind (``master_restarts``, ``trainer_failures``), from its latest
     # beat; empty before it sent one.
     budgets: dict[str, BudgetView] = field(default_factory=dict)
+    # The highest number ending the id of any trainer this master has registered, those gone included (its
+    # books refuse an id back): a launcher that adopts the job numbers its new trainers after it.
+    highest_trainer_number: int = 0
 
     def to_json(self) -> dict:
         return to_json(self)
@@ -264,6 +267,7 @@ class JobView:
             replacing=tuple(d.get("replacing") or ()), control_version=d.get("control_version", 0),
             reason=SizeReason.from_json(d["reason"]) if d.get("reason") else None,
             budgets={k: BudgetView.from_json(v) for k, v in (d.get("budgets") or {}).items()},
+            highest_trainer_number=d.get("highest_trainer_number", 0),
         )
 
 

@@ -231,9 +231,12 @@ class Launcher:
         self.wait_for_master()
         return self.endpoint
 
-    def _seen_names(self, names: Iterable[str]) -> None:
-        """Number new trainers after every name seen: a pod of the job, or one the master knows
-        (a trainer drained and gone may still be in the master's books, which refuse a name back)."""
+    def _seen_names(self, names: Iterable[str], highest: int = 0) -> None:
+        """Number new trainers after every name seen: a pod of the job, or one the master knows, and after
+        ``highest``, the master's highest (``JobView.highest_trainer_number``: a trainer a launcher before
+        this one started, drained and removed is gone from the status but not from the master's books, which
+        refuse its name back)."""
+        self.counter = max(self.counter, highest)
         for name in names:
             suffix = name.removeprefix(self.prefix)
             if name.startswith(self.prefix) and suffix.isdigit():
@@ -374,7 +377,7 @@ class Launcher:
         now = self.clock()
         self.progress = max(self.progress, st.step)
         trainers = self._observed_trainers(now)
-        self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers])
+        self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers], st.highest_trainer_number)
         if self._first_round:  # an adopted job: those a launcher before this one drained are still leaving
             self._first_round = False
             self.draining.update({t.id: now for t in st.trainers if t.state is TrainerState.DRAINING})

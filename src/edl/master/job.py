@@ -11,6 +11,7 @@ The job's status moves only through ``STATUS_TRANSITIONS``::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +114,7 @@ class Job:
         # The launcher's beats; its silence abandons the job (from this master's start: a full timeout).
         self.deadman = DeadMan(spec.launcher_timeout_s, now)
         self.budgets: dict[str, BudgetView] = {}  # the launcher's failure budgets, from its latest beat
+        self.highest_trainer_number = 0  # of the ids registered (``JobView.highest_trainer_number``)
         self._control_key: tuple | None = None  # the last ``control_key`` answered, and its count of changes
         self._control_changes = 0
         desired = spec.trainers
@@ -222,6 +224,8 @@ class Job:
             old.host, old.pid, old.store_port, old.last_seen = host, pid, store_port, now
             return  # a retried registration
         m.register(trainer, pid, host, store_port, now)
+        if number := re.search(r"\d+$", trainer):
+            self.highest_trainer_number = max(self.highest_trainer_number, int(number.group()))
         self.tick(now)
 
     def heartbeat(self, trainer: str, step: int, safe_cursor: Cursor | None, now: float,
@@ -659,6 +663,7 @@ class Job:
             control_version=self.control_version(),
             reason=self.size_reason,
             budgets=dict(self.budgets),
+            highest_trainer_number=self.highest_trainer_number,
         )
 
     def summary(self, now: float) -> dict[str, Any]:

@@ -126,3 +126,14 @@ def test_an_adopted_job_keeps_draining_what_the_launcher_before_drained_and_drai
     la.tick()
     la.tick()
     assert cluster.created == [] and la.master.exits == [("j-t3", 0)] and set(cluster.pods) == {"j-t1", "j-t2"}
+
+
+def test_an_adopting_launcher_numbers_after_every_trainer_its_master_registered_gone_ones_too():
+    # The soak's failure: the launcher before this one started j-t7, drained it and removed it, then was
+    # killed. j-t7 is neither a pod nor in the status's trainers, but the master's books refuse it back
+    # ("already left"); this launcher hears the master's highest number and starts j-t8.
+    view = replace(RUNNING, desired_trainers=3, highest_trainer_number=7)
+    la, cluster = launcher([view])
+    la.counter = 0  # a fresh launcher knows only what it sees
+    la.tick()
+    assert cluster.created == ["j-t8"]

@@ -1,0 +1,30 @@
+"""A trainer id is registered once: the master refuses it back after the trainer has gone, and its status
+carries the highest number ending any id it registered, so a launcher that adopts the job (its books of
+gone trainers are not in the status) never starts a trainer under an id the master would refuse."""
+
+from __future__ import annotations
+
+import pytest
+
+from edl.api.data import Shard
+from edl.api.spec import JobSpec
+from edl.errors import UserError
+from edl.master.job import Job, Timeouts
+
+
+def test_a_gone_trainers_id_is_refused_back_and_counted_in_the_highest_number():
+    spec = JobSpec(job="m", model_def="m", data="d", epochs=1, batch_size=4, min_trainers=1, max_trainers=4,
+                   trainers=2, checkpoint_uri="/tmp/x")
+    job = Job(spec, [Shard("a.parquet", 4000)], master_uid="1", now=0.0, timeouts=Timeouts(prepare=False))
+    assert job.status_view(0.0).highest_trainer_number == 0
+    job.register("m-t2", 1, "h", 9000, now=0.0)
+    job.register("m-t11", 2, "h", 9001, now=0.0)
+    job.register("spare", 3, "h", 9002, now=0.0)  # an id without a number counts for nothing
+    job.tick(0.1)
+    job.trainer_exited("m-t11", 0, 1.0)
+    view = job.status_view(1.0)
+    assert "m-t11" not in {t.id for t in view.trainers}  # gone: not in the status
+    assert view.highest_trainer_number == 11
+    assert type(view).from_json(view.to_json()).highest_trainer_number == 11
+    with pytest.raises(UserError, match="already"):
+        job.register("m-t11", 4, "h", 9003, now=2.0)
