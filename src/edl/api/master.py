@@ -139,6 +139,12 @@ class BudgetView:
         return cls(spent=int(d["spent"]), limit=int(d["limit"]), total=int(d["total"]), refunded=int(d["refunded"]))
 
 
+def trainer_number(trainer_id: str) -> int:
+    """The number ending a trainer's id (``job-t12``: 12), as launchers number them; 0 for none."""
+    digits = len(trainer_id) - len(trainer_id.rstrip("0123456789"))
+    return int(trainer_id[-digits:]) if digits else 0
+
+
 @dataclass(frozen=True)
 class TrainerView:
     """One trainer of the job (those still in it: not left, not failed)."""

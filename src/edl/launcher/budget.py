@@ -62,6 +62,12 @@ class Budget:
     def view(self) -> BudgetView:
         return BudgetView(self.spent, self.policy.limit, self.total, self.refunded)
 
+    def carried_on(self, seen: BudgetView, step: int, now: float) -> Budget:
+        """This budget as a launcher before this one left it (``seen``: its last beat, from the master's
+        status), the job then at ``step``: what it spent without progress still counts."""
+        return replace(self, spent=seen.spent, total=seen.total, refunded=seen.refunded, last_step=step,
+                       last_at=now if seen.spent else None)
+
     def describe(self) -> str:
         """``3 of 10 without progress (12 in all, 9 forgiven)``."""
         return self.view().describe()

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from edl.api.cluster import Cluster, MasterEndpoint, SizeCause, TrainerExit, TrainerPod
-from edl.api.master import REPLACEMENT_HOLD_S, BudgetView, ControlLink, JobStatus, JobView, Phase, TrainerState
+from edl.api.master import (REPLACEMENT_HOLD_S, BudgetView, ControlLink, JobStatus, JobView, Phase, TrainerState,
+                            trainer_number)
 from edl.api.policy import free_hints
 from edl.api.spec import JobSpec
 from edl.console import Bar, Console, clip, plain_console, progress_bars, say
@@ -169,7 +170,11 @@ class Launcher:
         self.master_silent_since: float | None = None  # a master that looks alive stopped answering then
         # How to talk to the master: HTTP with the job token, or the simulator's job model.
         self.master_factory = master_factory
-        self.draining: dict[str, float] = {}
+        self.draining: dict[str, float] = {}  # trainer -> when it was asked to drain (this launcher's clock)
+        # trainer -> the uid of the master its drain was asked of; ``None``: found leaving when the job was
+        # adopted (gone from the master's books, its process or pod still exiting)
+        self.drained_by: dict[str, str | None] = {}
+        self._budgets_known = True  # False while an adopted job's budgets are not read yet: beats carry none
         self._first_round = True
         self.relaunches = 0
         self.unschedulable = 0
@@ -216,7 +221,10 @@ class Launcher:
         return self.master_budget.total
 
     def budget_views(self) -> dict[str, BudgetView]:
-        """The failure budgets as the status shows them (sent with each beat)."""
+        """The failure budgets as the status shows them (sent with each beat; none while an adopted job's
+        are not read yet)."""
+        if not self._budgets_known:
+            return {}
         return {"master_restarts": self.master_budget.view(), "trainer_failures": self.trainer_budget.view()}
 
     # --------------------------------------------------------------- start
@@ -225,11 +233,33 @@ class Launcher:
         self.master = self.master_factory(self.endpoint)
         if self.status_watch is not None:
             self.status_watch.follow(self.endpoint)
+        # An adopted job's budgets are the launcher's before this one (the master shows them): beats carry
+        # none until they are read, or the first would wipe them.
+        self._budgets_known = not self.endpoint.adopted
         if self.beat_in_background:
             threading.Thread(target=self._beat_in_background, name="edl-launcher-beat", daemon=True).start()
         self._seen_names(t.name for t in self.cluster.trainers())  # adopted: continue after theirs
         self.wait_for_master()
+        if not self._budgets_known:
+            self._carry_on_budgets()
         return self.endpoint
+
+    def _carry_on_budgets(self) -> None:
+        """The failure budgets and progress of the launcher before this one, from the master's status: a
+        crash loop is not forgiven by a launcher restart, and the summary counts the job's whole life. A
+        master that cannot say (restarted meanwhile, or away) leaves them fresh."""
+        try:
+            st = self.link.status()
+        except TemporaryError:
+            st = None
+        if st is not None:
+            now = self.clock()
+            self.progress = max(self.progress, st.step)
+            if seen := st.budgets.get("master_restarts"):
+                self.master_budget = self.master_budget.carried_on(seen, self.progress, now)
+            if seen := st.budgets.get("trainer_failures"):
+                self.trainer_budget = self.trainer_budget.carried_on(seen, self.progress, now)
+        self._budgets_known = True
 
     def _seen_names(self, names: Iterable[str], highest: int = 0) -> None:
         """Number new trainers after every name seen: a pod of the job, or one the master knows, and after
@@ -373,14 +403,41 @@ class Launcher:
             self._master_lost()
             self.wait_for_master()
 
+    def _find_leaving(self, st: JobView, trainers: list[TrainerPod], now: float) -> None:
+        """An adopted job: the trainers a launcher before this one drained are still leaving, whether the
+        master lists them as draining or has let them go already (registered, so numbered at most its
+        highest, but gone from its status) while their processes or pods still exit. Counted as live,
+        they would make another trainer look excess."""
+        listed = {t.id: t.state for t in st.trainers}
+        for t in trainers:
+            if t.phase.terminated or t.name in self.draining:
+                continue
+            if listed.get(t.name) is TrainerState.DRAINING:
+                self.draining[t.name], self.drained_by[t.name] = now, st.master_uid
+            elif t.name not in listed and trainer_number(t.name) <= st.highest_trainer_number:
+                self.draining[t.name], self.drained_by[t.name] = now, None
+
+    def _forget_void_drains(self, st: JobView) -> None:
+        """A drain asked of a master since replaced is void (its successor never heard of it: the trainer
+        re-registered and trains on), as is one found leaving at adoption that the master lists as a member
+        after all (it had not registered yet): listed as waiting or active, it is live again (and drained
+        anew if it is excess). A drain asked of this master stands even where a status older than the ask
+        still lists it active."""
+        for t in st.trainers:
+            if (t.id in self.drained_by and self.drained_by[t.id] != st.master_uid
+                    and t.state in (TrainerState.WAITING, TrainerState.ACTIVE)):
+                del self.drained_by[t.id]
+                self.draining.pop(t.id, None)
+
     def _apply(self, st: JobView) -> None:
         now = self.clock()
         self.progress = max(self.progress, st.step)
         trainers = self._observed_trainers(now)
         self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers], st.highest_trainer_number)
-        if self._first_round:  # an adopted job: those a launcher before this one drained are still leaving
+        self._forget_void_drains(st)
+        if self._first_round:
             self._first_round = False
-            self.draining.update({t.id: now for t in st.trainers if t.state is TrainerState.DRAINING})
+            self._find_leaving(st, trainers, now)
         plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
                              self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs,
                              node_hints=st.node_hints, held=st.held_replacements,
@@ -434,6 +491,7 @@ class Launcher:
         for name in plan.delete:
             self.cluster.delete_trainer(name)
             self.draining.pop(name, None)
+            self.drained_by.pop(name, None)
         if plan.drain and st.phase is Phase.RUNNING:
             for name in plan.drain:
                 try:
@@ -442,6 +500,7 @@ class Launcher:
                     continue  # the master is away: the next round drains it
                 if known:
                     self.draining[name] = now
+                    self.drained_by[name] = st.master_uid
                 else:  # not registered (yet): nothing to hand over, remove it
                     self.cluster.delete_trainer(name)
             self.cluster.record("ScaleDown", f"draining {', '.join(plan.drain)} (desired "

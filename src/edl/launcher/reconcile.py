@@ -14,6 +14,7 @@ from typing import Collection, Mapping, Sequence
 
 from edl.api.cluster import PodPhase
 from edl.api.cluster import TrainerExit, TrainerPod
+from edl.api.master import trainer_number
 from edl.api.policy import leaving
 
 RELAUNCH = (TrainerExit.PREEMPTED, TrainerExit.NODE_LOST)
@@ -92,8 +93,10 @@ def plan_trainers(desired: int, trainers: list[TrainerPod], draining: Mapping[st
     if len(live) > desired:
         # Those the plan does not keep go first (the policy chose which nodes to empty: the room a
         # higher-priority pod or a better packing needs); else, and among them, pods not yet running
-        # (nothing to drain), then the youngest: it holds the least warmed-up state.
-        excess = sorted(live, key=lambda t: (t.phase is PodPhase.RUNNING, -t.created_at, t.name))
+        # (nothing to drain), then the youngest: it holds the least warmed-up state (the highest number
+        # among those first seen at once: an adopted job's).
+        excess = sorted(live, key=lambda t: (t.phase is PodPhase.RUNNING, -t.created_at, -trainer_number(t.name),
+                                             t.name))
         by_name = {t.name: t for t in live}
         for name in leaving(len(live) - desired, node_hints, [(t.name, t.node) for t in excess]):
             (drain if by_name[name].phase is PodPhase.RUNNING else delete).append(name)

@@ -11,7 +11,6 @@ The job's status moves only through ``STATUS_TRANSITIONS``::
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +38,7 @@ from edl.api.master import (
     Unassigned,
     UserCodeFailure,
     to_json,
+    trainer_number,
 )
 from edl.api.spec import JobSpec
 from edl.errors import PermanentError, StaleError, UserError
@@ -224,8 +224,7 @@ class Job:
             old.host, old.pid, old.store_port, old.last_seen = host, pid, store_port, now
             return  # a retried registration
         m.register(trainer, pid, host, store_port, now)
-        if number := re.search(r"\d+$", trainer):
-            self.highest_trainer_number = max(self.highest_trainer_number, int(number.group()))
+        self.highest_trainer_number = max(self.highest_trainer_number, trainer_number(trainer))
         self.tick(now)
 
     def heartbeat(self, trainer: str, step: int, safe_cursor: Cursor | None, now: float,

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from edl.api.cluster import PodPhase, TrainerExit, TrainerPod
-from edl.api.master import JobStatus
+from edl.api.master import BudgetView, JobStatus
 from edl.errors import PermanentError
 from edl.launcher.budget import Budget, BudgetPolicy
 from tests.clock import FakeClock
@@ -175,3 +175,39 @@ def test_the_summary_shows_the_budgets(tmp_path):
     assert s.summary["budgets"]["master_restarts"]["limit"] == 10
     assert s.summary["budgets"]["trainer_failures"] == {"spent": 0, "limit": 5, "total": 0, "refunded": 0,
                                                         "refund_steps": 1, "forget_after_s": 600.0}
+
+
+class AdoptedCluster(DyingMasterCluster):
+    """A job a launcher before this one left running (killed, its command run again)."""
+
+    def ensure_job(self):
+        return replace(super().ensure_job(), adopted=True)
+
+
+def test_an_adopting_launcher_carries_on_the_budgets_of_the_one_before_and_never_wipes_them():
+    # The launcher before this one saw the master die three times at step 5 (limit 3) and was killed. Its
+    # successor carries that on: one more death at the same step fails the job; its beats never report
+    # fresh budgets in between (the master's copy is what the status and summary show).
+    clock = FakeClock(1000.0)
+    master = SteppingMaster(clock)
+    left = {"master_restarts": BudgetView(3, 3, 9, 6), "trainer_failures": BudgetView(0, 5, 4, 4)}
+    master.budgets = left
+    master.status = lambda: replace(Master.status(master), step=5, budgets=master.budgets)
+    cluster = AdoptedCluster(clock, master)
+    la, _ = launcher(cluster, master, clock, max_master_restarts=3)
+    assert (la.master_budget.spent, la.master_budget.total, la.trainer_budget.total, la.progress) == (3, 9, 4, 5)
+    master.budgets = None
+    la.beat()
+    la.tick()
+    assert master.budgets == {"master_restarts": BudgetView(3, 3, 9, 6), "trainer_failures": BudgetView(0, 5, 4, 4)}
+    cluster.alive, master.up = False, False
+    with pytest.raises(PermanentError, match=r"keeps dying: 4 restarts"):
+        la.tick()
+
+
+def test_a_launcher_that_starts_a_job_sends_its_budgets_from_the_first_beat():
+    clock = FakeClock(1000.0)
+    master = SteppingMaster(clock)
+    la, _ = launcher(DyingMasterCluster(clock, master), master, clock)
+    la.beat()
+    assert master.budgets["master_restarts"] == BudgetView(0, 10, 0, 0)

@@ -20,6 +20,7 @@ RUNNING = JobView(job="j", status=JobStatus.RUNNING, error=None, master_uid="1",
                   epochs=2, epochs_completed=1, rows_per_epoch=10, done_rows=(10, 8), step=9, loss=None,
                   trainers=(), generations=(), checkpoints=(), elapsed_s=1.0)
 DATA_DONE = replace(RUNNING, epochs_completed=2, done_rows=(10, 10))  # rank 0 writes the model now
+ACTIVE_T1_T2 = (TrainerView("j-t1", 0, 1, TrainerState.ACTIVE, 9), TrainerView("j-t2", 1, 2, TrainerState.ACTIVE, 9))
 
 
 class Cluster:
@@ -132,8 +133,62 @@ def test_an_adopting_launcher_numbers_after_every_trainer_its_master_registered_
     # The soak's failure: the launcher before this one started j-t7, drained it and removed it, then was
     # killed. j-t7 is neither a pod nor in the status's trainers, but the master's books refuse it back
     # ("already left"); this launcher hears the master's highest number and starts j-t8.
-    view = replace(RUNNING, desired_trainers=3, highest_trainer_number=7)
+    view = replace(RUNNING, desired_trainers=3, highest_trainer_number=7, trainers=ACTIVE_T1_T2)
     la, cluster = launcher([view])
     la.counter = 0  # a fresh launcher knows only what it sees
     la.tick()
     assert cluster.created == ["j-t8"]
+
+
+def test_an_adopting_launcher_counts_a_trainer_the_master_let_go_as_leaving_not_as_excess_of_another():
+    # The launcher before this one drained j-t3 and was killed; the master switched without j-t3 (gone from
+    # its status) while its process still exits. Counted as live, it would make one of j-t1, j-t2 excess.
+    view = replace(RUNNING, trainers=ACTIVE_T1_T2, highest_trainer_number=3)
+    la, cluster = launcher([view])
+    la.counter = 0
+    cluster.pods["j-t3"] = TrainerPod("j-t3", PodPhase.RUNNING, 0.0, "node")
+    la.tick()  # (Master has no drain: draining one more would fail here)
+    assert "j-t3" in la.draining and cluster.created == []
+    cluster.exit("j-t3")
+    la.tick()
+    la.tick()
+    assert cluster.created == [] and set(cluster.pods) == {"j-t1", "j-t2"}
+
+
+def test_one_found_leaving_at_adoption_that_the_master_then_lists_is_live_again():
+    # j-t3 had not registered yet when the job was adopted (j-t4 had): not listed, numbered below the
+    # highest, so taken for leaving; once the master lists it as a member it counts again.
+    view = replace(RUNNING, desired_trainers=3, trainers=ACTIVE_T1_T2, highest_trainer_number=4)
+    joined = replace(view, trainers=(*ACTIVE_T1_T2, TrainerView("j-t3", None, 3, TrainerState.WAITING, 0)))
+    la, cluster = launcher([view, joined])
+    la.master = DrainingMaster([view, joined])
+    cluster.pods["j-t3"] = TrainerPod("j-t3", PodPhase.RUNNING, 0.0, "node")
+    la.tick()
+    assert "j-t3" in la.draining and cluster.created == ["j-t5"]  # its place filled meanwhile
+    la.tick()
+    assert "j-t3" not in la.draining
+    assert la.master.drained == ["j-t5"]  # one too many now: the youngest goes
+
+
+class DrainingMaster(Master):
+    def __init__(self, views: list[JobView]) -> None:
+        super().__init__(views)
+        self.drained: list[str] = []
+
+    def drain(self, trainer: str) -> bool:
+        self.drained.append(trainer)
+        return True
+
+
+def test_a_drain_asked_of_a_master_since_replaced_is_void_once_the_new_one_lists_the_trainer():
+    # The launcher drained j-t2; the master died before its switch. The new master (another uid) has j-t2
+    # back as a member: the launcher no longer waits for it to leave, nor deletes it at the drain timeout.
+    la, cluster = launcher([RUNNING])
+    la.draining["j-t2"], la.drained_by["j-t2"] = 0.0, "1"
+    la.master = Master([replace(RUNNING, master_uid="2", trainers=ACTIVE_T1_T2)])
+    la.tick()
+    assert la.draining == {} and la.drained_by == {}
+    # One asked of the master that answers stands, even on a status that still lists the trainer active.
+    la.draining["j-t2"], la.drained_by["j-t2"] = 0.0, "2"
+    la.tick()
+    assert "j-t2" in la.draining

@@ -26,6 +26,13 @@ def test_scale_down_drains_the_youngest_running_and_deletes_pending_first():
     assert plan.delete == ("waiting",) and plan.drain == ("young",) and plan.create == 0
 
 
+def test_among_trainers_first_seen_at_once_the_highest_numbered_is_the_youngest():
+    # An adopted job's trainers are all first seen on the new launcher's first round: j-t12 is younger than
+    # j-t9 (which sorts after it as a string).
+    p = plan_trainers(2, [pod("j-t9"), pod("j-t12"), pod("j-t10")], {}, now=1.0, pending_timeout_s=60)
+    assert p.drain == ("j-t12",)
+
+
 def test_scale_down_drains_the_trainers_on_nodes_the_plan_no_longer_keeps():
     # The plan keeps n0 and n1: the old trainer on n2 goes, not the youngest (on n1).
     pods = [pod("old", created=1, node="n2"), pod("mid", created=3, node="n0"), pod("young", created=5, node="n1")]
