@@ -179,6 +179,13 @@ class LocalProcesses:
                 p.wait(5.0)
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _wake(standby: Proc) -> bool:
     """Start a spare master (a line on its stdin); ``False`` if it is gone (or not this launcher's)."""
     if not isinstance(standby, Child) or standby.poll() is not None or standby.popen.stdin is None:
@@ -325,9 +332,10 @@ class LocalCluster:
                 if code == 2:
                     out.append(TrainerPod(name, PodPhase.FAILED, p.started_at, "localhost", TrainerExit.USER_ERROR,
                                           line.removeprefix("edl: error: ")))
-                else:
-                    out.append(TrainerPod(name, PodPhase.FAILED, p.started_at, "localhost", TrainerExit.FAILED,
-                                          f"exit code {code}: {clip(line)}"))
+                else:  # killed by a signal: its last line says what it was doing, not why it ended
+                    why = (f"killed by {_signal_name(-code)} (its last line: {clip(line)})" if code < 0
+                           else f"exit code {code}: {clip(line)}")
+                    out.append(TrainerPod(name, PodPhase.FAILED, p.started_at, "localhost", TrainerExit.FAILED, why))
         return out
 
     def create_trainer(self, name: str, node: str | None = None) -> None:  # one machine: no node to prefer

@@ -75,6 +75,12 @@ def test_an_adopted_trainer_that_left_no_exit_code_was_killed(tmp_path, sleeper)
     write_left(tmp_path, launcher=gone(), master=me(), trainers={"j-t1": gone()})
     left = left_job(SPEC, tmp_path)
     assert left is not None and left.trainers["j-t1"].poll() == KILLED
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "j-t1.log").write_text("checkpoint at step 393 committed in 0.30 s\n")
+    cluster = LocalCluster(SPEC, tmp_path, {"EDL_STANDBY_MASTER": "0"}, adopt=left)
+    # Its last line said what it was doing, not why it ended.
+    assert [t.message for t in cluster.trainers()] == [
+        "killed by SIGKILL (its last line: checkpoint at step 393 committed in 0.30 s)"]
 
 
 @pytest.mark.parametrize("case", ["launcher alive", "master gone", "other arguments", "no file"])
