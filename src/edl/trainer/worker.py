@@ -221,6 +221,7 @@ class Trainer:
                         continue  # no newer generation yet
                     case Unassigned.UNKNOWN:
                         self._reregister()
+                        after = 0  # the new master numbers its generations from 1 again
                     case Unassigned.FINISHED:
                         return EXIT_OK if a.job_status is JobStatus.SUCCEEDED else EXIT_FAILED
                     case Unassigned.LEFT:

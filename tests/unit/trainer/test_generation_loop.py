@@ -25,6 +25,7 @@ from edl.api.master import (
     JobStatus,
     Next,
     NoAssignment,
+    Prepared,
     Registration,
     Source,
     SyncReport,
@@ -299,3 +300,39 @@ def test_a_generation_that_fails_before_its_state_arrives_is_reported_without_a_
     assert trainer.run() == EXIT_FAILED
     (report,) = master.syncs
     assert report.failed and report.generation == 1 and report.step == NO_STATE
+
+
+class RestartedAfterADroppedPreparation(FakeMaster):
+    """The trainer could not join prepared generation 4 (the master dropped it); then the master restarts
+    (it no longer knows the trainer) and its first generation is 1."""
+
+    def __init__(self, tasks: list[Task]) -> None:
+        super().__init__(tasks, end=JobStatus.FAILED)
+        self.asked: list[int] = []
+        self.registrations = 0
+
+    def register(self, trainer, pid, host, store_port, resume=None) -> Registration:
+        self.registrations += 1
+        return Registration(str(10 + self.registrations), JobStatus.RUNNING)
+
+    def assignment(self, trainer, after, wait_s):
+        with self.lock:
+            self.asked.append(after)
+            if len(self.asked) == 1:
+                return Prepared(4, ("t0", trainer), ("127.0.0.1", 1), (1,), False)
+            if self.registrations == 1:
+                return NoAssignment(Unassigned.UNKNOWN)
+            if after < 1:  # the new master's generation 1 is newer than what this trainer has seen of it
+                return NoAssignment(Unassigned.FINISHED, JobStatus.SUCCEEDED)
+            return NoAssignment(Unassigned.FINISHED, JobStatus.FAILED)  # it would have waited on for ever
+
+
+def test_a_trainer_re_registered_with_a_restarted_master_takes_its_first_generation(tmp_path):
+    # The soak's 25-s stall: a trainer that once passed over a dropped prepared generation (4) kept asking
+    # for generations after 4 from the restarted master, whose first is 1: it never formed its group, its
+    # peers gave up on it and the master dropped it after 15 s.
+    master = RestartedAfterADroppedPreparation([])
+    trainer, _, _ = _trainer(tmp_path, master)
+    trainer._join_prepared = lambda prepared: None  # type: ignore[method-assign]
+    assert trainer.run() == EXIT_OK
+    assert master.asked == [0, 4, 0]
