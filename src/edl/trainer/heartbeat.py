@@ -139,6 +139,13 @@ class Control:
             return self._dropped
 
     @property
+    def master_changed(self) -> bool:
+        """Our master restarted (a heartbeat was answered by another): it knows nothing of what we were
+        told, our place in a generation included."""
+        with self._lock:
+            return self._master_changed
+
+    @property
     def checkpoint_requested(self) -> bool:
         with self._lock:
             return self._checkpoint_now

@@ -341,8 +341,10 @@ class Trainer:
             nonlocal heard
             p = self.control.prepared
             heard = heard or (p is not None and p.generation == gen)
+            # A restarted master never gives the go for its predecessor's generation: re-register at once.
             return (self.control.aborts(gen) or self.control.dropped or self.control.superseded(gen)
-                    or (heard and self.control.prepared_dropped(gen)) or self.clock() > deadline)
+                    or self.control.master_changed or (heard and self.control.prepared_dropped(gen))
+                    or self.clock() > deadline)
 
         self.prefetch.buffer.reposition(None, [], 0, (uid, gen))  # a joiner holds nothing yet
         t0 = self.clock()

@@ -336,3 +336,30 @@ def test_a_trainer_re_registered_with_a_restarted_master_takes_its_first_generat
     trainer._join_prepared = lambda prepared: None  # type: ignore[method-assign]
     assert trainer.run() == EXIT_OK
     assert master.asked == [0, 4, 0]
+
+
+class RestartedWhileJoining(RestartedAfterADroppedPreparation):
+    """The trainer joins prepared generation 4 and tells the master its group formed; then the master
+    restarts (its heartbeats come from another master that does not know the trainer): no go ever comes."""
+
+    def __init__(self, tasks: list[Task]) -> None:
+        super().__init__(tasks)
+        self.ready: list[int] = []
+
+    def prepared_ready(self, trainer, generation) -> None:
+        self.ready.append(generation)
+
+    def heartbeat(self, trainer, **kw) -> HeartbeatAnswer:
+        if self.ready:
+            return HeartbeatAnswer("99", False, None, 0, False, JobStatus.RUNNING, False)
+        return HeartbeatAnswer("11", True, TrainerState.WAITING, 0, False, JobStatus.RUNNING, False)
+
+
+def test_a_joiner_whose_master_restarted_while_it_waited_for_the_go_re_registers_at_once(tmp_path, monkeypatch):
+    # It waited for the go until its own limit (30 s) before: here there is none, so only noticing the
+    # restart ends the wait (the test's timeout otherwise).
+    monkeypatch.setattr("edl.trainer.worker.PREPARED_WAIT_S", 1e9)
+    master = RestartedWhileJoining([])
+    trainer, _, _ = _trainer(tmp_path, master)
+    assert trainer.run() == EXIT_OK
+    assert master.ready == [4] and master.registrations == 2 and master.asked == [0, 4, 0]
