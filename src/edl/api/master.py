@@ -252,6 +252,9 @@ class JobView:
     # The highest number ending the id of any trainer this master has registered, those gone included (its
     # books refuse an id back): a launcher that adopts the job numbers its new trainers after it.
     highest_trainer_number: int = 0
+    # Trainers that left the job (drained, switched out) whose exits the launcher has not reported yet, by id:
+    # a launcher that adopts the job counts them as leaving (their processes or pods may still be ending).
+    departing: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return to_json(self)
@@ -274,6 +277,7 @@ class JobView:
             reason=SizeReason.from_json(d["reason"]) if d.get("reason") else None,
             budgets={k: BudgetView.from_json(v) for k, v in (d.get("budgets") or {}).items()},
             highest_trainer_number=d.get("highest_trainer_number", 0),
+            departing=tuple(d.get("departing") or ()),
         )
 
 

@@ -41,13 +41,16 @@ class Budget:
 
     def charge(self, now: float, step: int) -> Budget:
         """One more failure at time ``now``, the job at ``step`` (the highest step it has reached)."""
-        spent = self.spent
-        refunded = self.refunded
-        if self.last_at is not None and (step - self.last_step >= self.policy.refund_steps
-                                         or now - self.last_at >= self.policy.forget_after_s):
-            refunded += spent
-            spent = 0
-        return replace(self, spent=spent + 1, total=self.total + 1, refunded=refunded, last_step=step, last_at=now)
+        settled = self.settled(now, step)
+        return replace(settled, spent=settled.spent + 1, total=self.total + 1, last_step=step, last_at=now)
+
+    def settled(self, now: float, step: int) -> Budget:
+        """The budget with what progress (the job at ``step``) or time has forgiven by ``now`` refunded: what
+        it shows, and what a launcher that adopts the job carries on."""
+        if self.spent and self.last_at is not None and (step - self.last_step >= self.policy.refund_steps
+                                                        or now - self.last_at >= self.policy.forget_after_s):
+            return replace(self, spent=0, refunded=self.refunded + self.spent)
+        return self
 
     @property
     def exhausted(self) -> bool:

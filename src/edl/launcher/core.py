@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from edl.api.cluster import Cluster, MasterEndpoint, SizeCause, TrainerExit, TrainerPod
-from edl.api.master import (REPLACEMENT_HOLD_S, BudgetView, ControlLink, JobStatus, JobView, Phase, TrainerState,
-                            trainer_number)
+from edl.api.master import REPLACEMENT_HOLD_S, BudgetView, ControlLink, JobStatus, JobView, Phase, TrainerState
 from edl.api.policy import free_hints
 from edl.api.spec import JobSpec
 from edl.console import Bar, Console, clip, plain_console, progress_bars, say
@@ -171,9 +170,8 @@ class Launcher:
         # How to talk to the master: HTTP with the job token, or the simulator's job model.
         self.master_factory = master_factory
         self.draining: dict[str, float] = {}  # trainer -> when it was asked to drain (this launcher's clock)
-        # trainer -> the uid of the master its drain was asked of; ``None``: found leaving when the job was
-        # adopted (gone from the master's books, its process or pod still exiting)
-        self.drained_by: dict[str, str | None] = {}
+        self.drained_by: dict[str, str] = {}  # trainer -> the uid of the master its drain was asked of
+        self._master_order: dict[str, int] = {}  # master uid -> the order this launcher first saw it in
         self._budgets_known = True  # False while an adopted job's budgets are not read yet: beats carry none
         self._first_round = True
         self.relaunches = 0
@@ -225,7 +223,9 @@ class Launcher:
         are not read yet)."""
         if not self._budgets_known:
             return {}
-        return {"master_restarts": self.master_budget.view(), "trainer_failures": self.trainer_budget.view()}
+        now = self.clock()
+        return {"master_restarts": self.master_budget.settled(now, self.progress).view(),
+                "trainer_failures": self.trainer_budget.settled(now, self.progress).view()}
 
     # --------------------------------------------------------------- start
     def start(self) -> MasterEndpoint:
@@ -241,24 +241,24 @@ class Launcher:
         self._seen_names(t.name for t in self.cluster.trainers())  # adopted: continue after theirs
         self.wait_for_master()
         if not self._budgets_known:
-            self._carry_on_budgets()
+            try:
+                st = self.link.status()
+            except TemporaryError:
+                st = None
+            if st is not None:
+                self._carry_on_budgets(st)  # else from the first round's status
         return self.endpoint
 
-    def _carry_on_budgets(self) -> None:
-        """The failure budgets and progress of the launcher before this one, from the master's status: a
-        crash loop is not forgiven by a launcher restart, and the summary counts the job's whole life. A
-        master that cannot say (restarted meanwhile, or away) leaves them fresh."""
-        try:
-            st = self.link.status()
-        except TemporaryError:
-            st = None
-        if st is not None:
-            now = self.clock()
-            self.progress = max(self.progress, st.step)
-            if seen := st.budgets.get("master_restarts"):
-                self.master_budget = self.master_budget.carried_on(seen, self.progress, now)
-            if seen := st.budgets.get("trainer_failures"):
-                self.trainer_budget = self.trainer_budget.carried_on(seen, self.progress, now)
+    def _carry_on_budgets(self, st: JobView) -> None:
+        """The failure budgets and progress of the launcher before this one, from the master's status (as
+        its last beat settled them): a crash loop is not forgiven by a launcher restart, and the summary
+        counts the job's whole life. A master restarted meanwhile shows none: they start afresh."""
+        now = self.clock()
+        self.progress = max(self.progress, st.step)
+        if seen := st.budgets.get("master_restarts"):
+            self.master_budget = self.master_budget.carried_on(seen, self.progress, now)
+        if seen := st.budgets.get("trainer_failures"):
+            self.trainer_budget = self.trainer_budget.carried_on(seen, self.progress, now)
         self._budgets_known = True
 
     def _seen_names(self, names: Iterable[str], highest: int = 0) -> None:
@@ -405,26 +405,22 @@ class Launcher:
 
     def _find_leaving(self, st: JobView, trainers: list[TrainerPod], now: float) -> None:
         """An adopted job: the trainers a launcher before this one drained are still leaving, whether the
-        master lists them as draining or has let them go already (registered, so numbered at most its
-        highest, but gone from its status) while their processes or pods still exit. Counted as live,
-        they would make another trainer look excess."""
-        listed = {t.id: t.state for t in st.trainers}
+        master lists them as draining or has let them go already (``JobView.departing``) while their
+        processes or pods still end. Counted as live, they would make another trainer look excess."""
+        leaving = {t.id for t in st.trainers if t.state is TrainerState.DRAINING} | set(st.departing)
         for t in trainers:
-            if t.phase.terminated or t.name in self.draining:
-                continue
-            if listed.get(t.name) is TrainerState.DRAINING:
+            if t.name in leaving and not t.phase.terminated and t.name not in self.draining:
                 self.draining[t.name], self.drained_by[t.name] = now, st.master_uid
-            elif t.name not in listed and trainer_number(t.name) <= st.highest_trainer_number:
-                self.draining[t.name], self.drained_by[t.name] = now, None
 
     def _forget_void_drains(self, st: JobView) -> None:
         """A drain asked of a master since replaced is void (its successor never heard of it: the trainer
-        re-registered and trains on), as is one found leaving at adoption that the master lists as a member
-        after all (it had not registered yet): listed as waiting or active, it is live again (and drained
-        anew if it is excess). A drain asked of this master stands even where a status older than the ask
-        still lists it active."""
+        re-registered and trains on): once a newer master lists it as waiting or active, it is live again
+        (and drained anew if it is excess). A drain stands on a status of the master it was asked of, or
+        of an older one (a late answer), which may still list the trainer active."""
+        order = self._master_order.setdefault(st.master_uid, len(self._master_order))
         for t in st.trainers:
-            if (t.id in self.drained_by and self.drained_by[t.id] != st.master_uid
+            asked_of = self.drained_by.get(t.id)
+            if (asked_of is not None and self._master_order.get(asked_of, -1) < order
                     and t.state in (TrainerState.WAITING, TrainerState.ACTIVE)):
                 del self.drained_by[t.id]
                 self.draining.pop(t.id, None)
@@ -434,6 +430,8 @@ class Launcher:
         self.progress = max(self.progress, st.step)
         trainers = self._observed_trainers(now)
         self._seen_names([t.name for t in trainers] + [t.id for t in st.trainers], st.highest_trainer_number)
+        if not self._budgets_known:
+            self._carry_on_budgets(st)
         self._forget_void_drains(st)
         if self._first_round:
             self._first_round = False
@@ -587,10 +585,11 @@ class Launcher:
             "job": self.spec.job, "status": JobStatus.FAILED.value, "error": "master lost"}
         if extend is not None:
             extend(summary)
+        now = self.clock()
         summary.update(trainer_failures=self.failures, trainer_relaunches=self.relaunches,
                        unschedulable_trainers=self.unschedulable, master_restarts=self.master_restarts,
-                       budgets={"master_restarts": self.master_budget.to_json(),
-                                "trainer_failures": self.trainer_budget.to_json()})
+                       budgets={"master_restarts": self.master_budget.settled(now, self.progress).to_json(),
+                                "trainer_failures": self.trainer_budget.settled(now, self.progress).to_json()})
         if summary_out is not None:
             write_json_atomic(summary_out, summary)
         if summary["status"] != JobStatus.SUCCEEDED.value:

@@ -349,6 +349,7 @@ class Job:
     def trainer_exited(self, trainer: str, code: int, now: float) -> None:
         self.replacing.discard(trainer)
         m = self.membership
+        m.exit_reported(trainer)
         t = m.trainers.get(trainer)
         if t is None or t.state.gone:
             return  # already failed or left (silent, dropped): its exit changes nothing
@@ -663,6 +664,7 @@ class Job:
             reason=self.size_reason,
             budgets=dict(self.budgets),
             highest_trainer_number=self.highest_trainer_number,
+            departing=tuple(m.departing),
         )
 
     def summary(self, now: float) -> dict[str, Any]:

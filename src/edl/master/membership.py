@@ -177,12 +177,18 @@ class MembershipConfig:
     prepare_timeout_s: float = 15.0
 
 
+MAX_DEPARTING = 64  # more never wait for their exits at once: those of trainers whose exits went unreported
+
+
 class Membership:
     """Registrations, heartbeats, drains, failures -> generations."""
 
     def __init__(self, config: MembershipConfig, first_generation: int = 1) -> None:
         self.config = config
         self.trainers: dict[str, Trainer] = {}
+        # Trainers that left (drained, switched out), oldest first, whose processes or pods the launcher has
+        # not yet seen end: a launcher that adopts the job counts them as leaving, not as live.
+        self.departing: dict[str, None] = {}
         self.phase = Phase.FORMING
         self.current: Generation | None = None
         self.history: list[Generation] = []
@@ -213,6 +219,14 @@ class Membership:
         if to is not t.state:
             t.move(to)
             self.moves += 1
+            if to is TrainerState.LEFT:
+                self.departing[t.id] = None
+                while len(self.departing) > MAX_DEPARTING:  # exits never reported: keep the newest
+                    del self.departing[next(iter(self.departing))]
+
+    def exit_reported(self, trainer_id: str) -> None:
+        """The launcher saw the trainer's process or pod end: it is no longer leaving."""
+        self.departing.pop(trainer_id, None)
 
     def revision(self) -> tuple:
         """Changes whenever anything a trainer's or the launcher's long poll waits on changes (phase,

@@ -211,3 +211,17 @@ def test_a_launcher_that_starts_a_job_sends_its_budgets_from_the_first_beat():
     la, _ = launcher(DyingMasterCluster(clock, master), master, clock)
     la.beat()
     assert master.budgets["master_restarts"] == BudgetView(0, 10, 0, 0)
+
+
+def test_what_progress_forgave_is_shown_settled_and_not_carried_on_by_an_adopting_launcher():
+    # Four trainer failures at step 100 (limit 5), then the job trained on to step 10,000: the beat reports
+    # them forgiven, so a launcher that adopts the job then survives two failures at once.
+    b = Budget(BudgetPolicy(limit=5))
+    for _ in range(4):
+        b = b.charge(10.0, 100)
+    assert b.settled(20.0, 100).spent == 4  # no progress yet: still spent
+    shown = b.settled(20.0, 10_000).view()
+    assert shown == BudgetView(0, 5, 4, 4)
+    carried = Budget(BudgetPolicy(limit=5)).carried_on(shown, 10_000, 30.0)
+    assert not carried.charge(31.0, 10_000).charge(31.0, 10_000).exhausted
+    assert b.settled(10.0 + 600, 100).spent == 0  # time forgives too

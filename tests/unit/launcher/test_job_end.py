@@ -142,53 +142,38 @@ def test_an_adopting_launcher_numbers_after_every_trainer_its_master_registered_
 
 def test_an_adopting_launcher_counts_a_trainer_the_master_let_go_as_leaving_not_as_excess_of_another():
     # The launcher before this one drained j-t3 and was killed; the master switched without j-t3 (gone from
-    # its status) while its process still exits. Counted as live, it would make one of j-t1, j-t2 excess.
-    view = replace(RUNNING, trainers=ACTIVE_T1_T2, highest_trainer_number=3)
+    # its trainers, listed as departing until its exit is reported) while its process still ends. Counted as
+    # live, it would make one of j-t1, j-t2 excess.
+    view = replace(RUNNING, trainers=ACTIVE_T1_T2, highest_trainer_number=4, departing=("j-t3",))
     la, cluster = launcher([view])
     la.counter = 0
     cluster.pods["j-t3"] = TrainerPod("j-t3", PodPhase.RUNNING, 0.0, "node")
-    la.tick()  # (Master has no drain: draining one more would fail here)
-    assert "j-t3" in la.draining and cluster.created == []
+    # j-t4 was started with j-t3 and has not registered yet (j-t4 has, as its number says): it is live.
+    cluster.pods["j-t4"] = TrainerPod("j-t4", PodPhase.PENDING, 0.0, None)
+    view = replace(view, desired_trainers=3)
+    la.master = Master([view])
+    la.tick()  # (Master has no drain: draining one would fail here)
+    assert "j-t3" in la.draining and "j-t4" not in la.draining and cluster.created == []
     cluster.exit("j-t3")
     la.tick()
     la.tick()
-    assert cluster.created == [] and set(cluster.pods) == {"j-t1", "j-t2"}
-
-
-def test_one_found_leaving_at_adoption_that_the_master_then_lists_is_live_again():
-    # j-t3 had not registered yet when the job was adopted (j-t4 had): not listed, numbered below the
-    # highest, so taken for leaving; once the master lists it as a member it counts again.
-    view = replace(RUNNING, desired_trainers=3, trainers=ACTIVE_T1_T2, highest_trainer_number=4)
-    joined = replace(view, trainers=(*ACTIVE_T1_T2, TrainerView("j-t3", None, 3, TrainerState.WAITING, 0)))
-    la, cluster = launcher([view, joined])
-    la.master = DrainingMaster([view, joined])
-    cluster.pods["j-t3"] = TrainerPod("j-t3", PodPhase.RUNNING, 0.0, "node")
-    la.tick()
-    assert "j-t3" in la.draining and cluster.created == ["j-t5"]  # its place filled meanwhile
-    la.tick()
-    assert "j-t3" not in la.draining
-    assert la.master.drained == ["j-t5"]  # one too many now: the youngest goes
-
-
-class DrainingMaster(Master):
-    def __init__(self, views: list[JobView]) -> None:
-        super().__init__(views)
-        self.drained: list[str] = []
-
-    def drain(self, trainer: str) -> bool:
-        self.drained.append(trainer)
-        return True
+    assert cluster.created == [] and set(cluster.pods) == {"j-t1", "j-t2", "j-t4"}
+    assert la.master.exits == [("j-t3", 0)]
 
 
 def test_a_drain_asked_of_a_master_since_replaced_is_void_once_the_new_one_lists_the_trainer():
     # The launcher drained j-t2; the master died before its switch. The new master (another uid) has j-t2
     # back as a member: the launcher no longer waits for it to leave, nor deletes it at the drain timeout.
     la, cluster = launcher([RUNNING])
+    la.tick()  # master "1" seen
     la.draining["j-t2"], la.drained_by["j-t2"] = 0.0, "1"
     la.master = Master([replace(RUNNING, master_uid="2", trainers=ACTIVE_T1_T2)])
     la.tick()
     assert la.draining == {} and la.drained_by == {}
-    # One asked of the master that answers stands, even on a status that still lists the trainer active.
+    # One asked of the master that answers stands, even on a status that still lists the trainer active,
+    # and so it does on a late answer of the master before it.
     la.draining["j-t2"], la.drained_by["j-t2"] = 0.0, "2"
+    la.tick()
+    la.master = Master([replace(RUNNING, master_uid="1", trainers=ACTIVE_T1_T2)])
     la.tick()
     assert "j-t2" in la.draining
