@@ -242,10 +242,12 @@ def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runn
 def test_master_and_a_trainer_killed_together_fall_back_to_the_checkpoint(digits, tmp_path, job_runner):
     """Without every member's report the rows consumed since the checkpoint are not known: the new master
     goes back to the checkpoint (exactly-once still holds) and says how many steps that cost."""
-    # 20 epochs (900 steps): the kill comes 100 steps past a checkpoint near the start, long before the end
-    # (8 epochs, 360 steps, could end before the kill on an idle machine).
+    # 20 epochs (900 steps) of at least 20 ms each: the kill comes 100 steps past a checkpoint near the start,
+    # long before the end, whatever the machine's speed (without the floor an idle machine made 300 steps a
+    # second: the requested checkpoint came at step 638 and the job had ended by the kill).
     epochs = 20
-    job = job_runner("mboth", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=1e9)).start()
+    model = slow_model_def(tmp_path, "edl.zoo.digits", 0.02)
+    job = job_runner("mboth", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=1e9, model=model)).start()
     job.wait_for(lambda s: s["world_size"] == 2 and s["step"] > 30, what="two trainers training")
     info = job.info()
     httpx.post(f"http://{info['address']}/v1/checkpoints/request",
