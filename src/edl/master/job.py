@@ -356,6 +356,7 @@ class Job:
         if t.state is TrainerState.WAITING or (code == 0 and self.queue.finished):
             # Not in a generation, or done with all the data: leaving changes nothing.
             m.move(t, TrainerState.LEFT if code == 0 else TrainerState.FAILED)
+            m.exit_reported(trainer)  # it left by ending: nothing of it is still leaving
             return
         if t.state in (TrainerState.ACTIVE, TrainerState.DRAINING):
             m.fail(trainer, now)

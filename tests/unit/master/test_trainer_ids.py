@@ -42,6 +42,9 @@ def test_a_trainer_that_left_is_listed_as_departing_until_its_exit_is_reported()
     assert job.status_view(0.4).departing == ("m-t2",)
     job.trainer_exited("m-t2", 0, 0.5)
     assert job.status_view(0.6).departing == ()
+    job.register("m-t3", 3, "h", 9002, now=0.7)
+    job.trainer_exited("m-t3", 0, 0.8)  # left by ending, before any drain: its exit is the one reported
+    assert job.status_view(0.9).departing == ()
     m = job.membership
     for i in range(100):  # exits never reported: the list keeps the newest
         m.register(f"x{i}", i, "h", 1, 1.0)
