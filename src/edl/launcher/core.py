@@ -223,9 +223,13 @@ class Launcher:
         are not read yet)."""
         if not self._budgets_known:
             return {}
+        return {kind: b.view() for kind, b in self._settled_budgets().items()}
+
+    def _settled_budgets(self) -> dict[str, Budget]:
+        """The budgets by kind as of now, with what progress or time forgave refunded."""
         now = self.clock()
-        return {"master_restarts": self.master_budget.settled(now, self.progress).view(),
-                "trainer_failures": self.trainer_budget.settled(now, self.progress).view()}
+        return {"master_restarts": self.master_budget.settled(now, self.progress),
+                "trainer_failures": self.trainer_budget.settled(now, self.progress)}
 
     # --------------------------------------------------------------- start
     def start(self) -> MasterEndpoint:
@@ -585,11 +589,9 @@ class Launcher:
             "job": self.spec.job, "status": JobStatus.FAILED.value, "error": "master lost"}
         if extend is not None:
             extend(summary)
-        now = self.clock()
         summary.update(trainer_failures=self.failures, trainer_relaunches=self.relaunches,
                        unschedulable_trainers=self.unschedulable, master_restarts=self.master_restarts,
-                       budgets={"master_restarts": self.master_budget.settled(now, self.progress).to_json(),
-                                "trainer_failures": self.trainer_budget.settled(now, self.progress).to_json()})
+                       budgets={kind: b.to_json() for kind, b in self._settled_budgets().items()})
         if summary_out is not None:
             write_json_atomic(summary_out, summary)
         if summary["status"] != JobStatus.SUCCEEDED.value:
