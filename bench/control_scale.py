@@ -187,7 +187,7 @@ def measure(plane: ControlPlane, core, console: Console, jobs: int, period: floa
         if ch.errors:
             console.print(f"{ch.errors} pod changes of the churn failed")
         rss = psutil.Process(api).memory_info().rss / 2 ** 20
-        sidecar_rss = [psutil.Process(p.pid).memory_info().rss / 2 ** 20 for p in procs]
+        process_rss = [psutil.Process(p.pid).memory_info().rss / 2 ** 20 for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
@@ -203,6 +203,10 @@ def measure(plane: ControlPlane, core, console: Console, jobs: int, period: floa
     if len(reports) < jobs:
         console.print(f"{jobs - len(reports)} sidecars wrote no report: see {work}")
     took = sorted(d for r in reports for start, d, planned in r["decisions"] if w0 <= start <= w1 and planned)
+    # Each sidecar's own memory: its process's, less what the process (the launcher) held before it started.
+    own = [now - json.loads(o.with_name(o.name + ".ready").read_text())["rss_before_mib"]
+           for o, now in zip(outs, process_rss)]
+    deciding = [m for r, m in zip(reports, own) if any(planned for _, _, planned in r["decisions"])]
     elapsed = w1 - w0
     rates = {k: (after.get(k, 0.0) - before.get(k, 0.0)) / elapsed for k in after if k != "open_watches"}
     return {"jobs": jobs, "synced_s": synced_s, "window_s": elapsed, "apiserver_cpu_cores": (c1 - c0) / elapsed,
@@ -212,8 +216,9 @@ def measure(plane: ControlPlane, core, console: Console, jobs: int, period: floa
                                        if k.startswith("requests_")},
             "open_watches": after.get("open_watches", 0.0), "decisions": len(took),
             "decision_median_s": took[len(took) // 2] if took else None, "decision_max_s": took[-1] if took else None,
-            "sidecar_rss_mib_each": sorted(sidecar_rss)[len(sidecar_rss) // 2],
-            "sidecar_rss_mib_all": sum(sidecar_rss), "pods_cached_all": sum(r["pods_cached"] for r in reports)}
+            "process_rss_mib_each": sorted(process_rss)[len(process_rss) // 2],
+            "sidecar_mib_each": sorted(own)[len(own) // 2], "sidecar_mib_deciding": max(deciding, default=None),
+            "sidecar_mib_all": sum(own), "pods_cached_all": sum(r["pods_cached"] for r in reports)}
 
 
 def figure(rows: list[dict], before: list[dict], path: Path) -> None:
@@ -224,7 +229,7 @@ def figure(rows: list[dict], before: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
     for data, style, tag in ((rows, "o-", ""), (before, "s--", " (before)")):
         if not data:
             continue
@@ -233,9 +238,12 @@ def figure(rows: list[dict], before: list[dict], path: Path) -> None:
         axes[1].plot(jobs, [r["apiserver_cpu_cores"] for r in data], style, color="C0", label=f"kube-apiserver{tag}")
         axes[1].plot(jobs, [r["etcd_cpu_cores"] for r in data], style, color="C1", label=f"etcd{tag}")
         axes[2].plot(jobs, [r["pods_cached_all"] / 1000 for r in data], style, color="C2", label=f"pods cached{tag}")
+        axes[3].plot(jobs, [r.get("sidecar_mib_all", r.get("sidecar_rss_mib_all", 0)) / 1024 for r in data], style,
+                     color="C3", label=f"all sidecars{tag}")
     axes[0].set(title="watch events the apiserver sent (/s)", xlabel="jobs")
     axes[1].set(title="CPU (cores)", xlabel="jobs")
     axes[2].set(title="pods cached by all sidecars (thousands)", xlabel="jobs")
+    axes[3].set(title="memory of all sidecars (GiB)", xlabel="jobs")
     for ax in axes:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
@@ -296,31 +304,43 @@ def main() -> int:
     return 0
 
 
+def sidecar_mib(r: dict) -> str:
+    """The sidecars' own memory, one / the deciding one / all; a row of the earlier design (each sidecar a
+    process of its own) has only its processes' resident memory, one / all."""
+    if "sidecar_mib_all" not in r:
+        return f"{r['sidecar_rss_mib_each']:.0f} / {r['sidecar_rss_mib_all']:.0f} (processes)"
+    deciding = r["sidecar_mib_deciding"]
+    return (f"{r['sidecar_mib_each']:.1f} / {'-' if deciding is None else f'{deciding:.0f}'} / "
+            f"{r['sidecar_mib_all']:.0f}")
+
+
 def report(console: Console, result: dict, before: list[dict], png: Path = ROOT / "docs" / "control_scale.png") -> None:
     rows = result["rows"]
     table = Table(title=f"{result['nodes']} hollow nodes, {result['pods']} pods, sidecars every {result['period_s']:g} s, "
                         f"{result['churn_per_s']:g} pods/s churn")
     for col in ("jobs", "ready s", "API CPU", "etcd CPU", "API MiB", "events/s", "req/s", "watches", "plan ms",
-                "sidecar MiB", "pods cached"):
+                "sidecar MiB", "process MiB", "pods cached"):
         table.add_column(col, justify="right")
     for r in [*rows, *({**r, "jobs": f"{r['jobs']} before"} for r in before)]:
         table.add_row(str(r["jobs"]), f"{r['synced_s']:.0f}", f"{r['apiserver_cpu_cores']:.2f}", f"{r['etcd_cpu_cores']:.2f}",
                       f"{r['apiserver_rss_mib']:.0f}", f"{r['watch_events_per_s']:.0f}", f"{r['requests_per_s']:.1f}",
                       f"{r['open_watches']:.0f}",
                       f"{1000 * (r['decision_median_s'] or 0):.0f} / {1000 * (r['decision_max_s'] or 0):.0f}",
-                      f"{r['sidecar_rss_mib_each']:.0f} / {r['sidecar_rss_mib_all']:.0f}", str(r.get("pods_cached_all", "")))
+                      sidecar_mib(r), f"{r.get('process_rss_mib_each', r.get('sidecar_rss_mib_each', 0)):.0f}",
+                      str(r.get("pods_cached_all", "")))
     console.print(table)
     console.print("ready s: until every sidecar followed the cluster; API, etcd: kube-apiserver and etcd (CPU in "
                   "cores); events/s: watch events the apiserver sent; watches: open; plan ms: the decisions that "
-                  "planned the namespace, median / max; sidecar MiB: resident memory, one (median) / all together; "
-                  "pods cached: by all sidecars together")
+                  "planned the namespace, median / max; sidecar MiB: the sidecars' own memory (their processes' "
+                  "resident memory less what the launcher held before), one (median) / the deciding one / all together; "
+                  "process MiB: one sidecar's process (median), launcher included; pods cached: by all sidecars together")
     first, last = rows[0], rows[-1]
     if len(rows) > 1:
         console.print(f"{last['jobs']} jobs against {first['jobs']}: watch events x"
                       f"{last['watch_events_per_s'] / max(first['watch_events_per_s'], 1e-9):.1f}, apiserver CPU x"
                       f"{last['apiserver_cpu_cores'] / max(first['apiserver_cpu_cores'], 1e-9):.1f}, pods the sidecars "
                       f"cache x{last['pods_cached_all'] / max(first['pods_cached_all'], 1):.1f}, their resident memory x"
-                      f"{last['sidecar_rss_mib_all'] / max(first['sidecar_rss_mib_all'], 1e-9):.1f} (targets: x2 at most)")
+                      f"{last['sidecar_mib_all'] / max(first['sidecar_mib_all'], 1e-9):.1f} (targets: x2 at most)")
     figure(rows, before, png)
 
 

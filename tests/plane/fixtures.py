@@ -153,7 +153,7 @@ def delete_namespace(kube: client.ApiClient, name: str, timeout_s: float = 90) -
     """Delete and wait: the next test starts on an empty cluster, and no process of this one is left."""
     core = client.CoreV1Api(kube)
     rbac = client.RbacAuthorizationV1Api(kube)
-    for obj in (f"edl-sidecar-readonly-{name}", f"edl-launcher-priorityclasses-{name}"):
+    for obj in (f"edl-launcher-priorityclasses-{name}",):
         try:
             rbac.delete_cluster_role_binding(obj)
         except client.ApiException:

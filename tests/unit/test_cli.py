@@ -10,7 +10,6 @@ from edl.cli import build_parser, main
 
 JOB = ["--job-name", "j", "--model-def", "edl.zoo.digits", "--data", "d", "--epochs", "1", "--batch-size", "4"]
 S3_JOB = [*JOB[:4], "--data", "s3://bkt/d", *JOB[6:], "--checkpoint-uri", "s3://bkt/ck", "--s3-secret", "s3"]
-SIDECAR = ["sidecar", "--job-name", "j", "--master", "m:1", "--min-trainers", "1", "--max-trainers", "2"]
 
 # (command line, what the error line must say): each flag of each command with a value that must be refused.
 BAD = [
@@ -43,12 +42,9 @@ BAD = [
     (["launch", *S3_JOB, "--trainer-gpu", "-1"], "--trainer-gpu must be 0 or more"),
     (["k8s", "render", *S3_JOB, "--out", "OUT", "--max-task-failures", "0"], "--max-task-failures must be at least 1"),
     (["k8s", "render", *S3_JOB, "--out", "OUT", "--sidecar-period", "inf"], "--sidecar-period must be a positive"),
-    ([*SIDECAR, "--period", "nan"], "--period must be a positive number of seconds (got nan)"),
-    ([*SIDECAR, "--period", "inf"], "--period must be a positive number of seconds (got inf)"),
-    ([*SIDECAR, "--jitter", "-1"], "--jitter must be in [0, --period)"),
-    ([*SIDECAR, "--trainer-gpu", "-1"], "--trainer-gpu must be 0 or more"),
-    (["sidecar", "--job-name", "j", "--master", "m:1", "--min-trainers", "0", "--max-trainers", "2"],
-     "--min-trainers must be at least 1"),
+    (["launch", *S3_JOB, "--sidecar-period", "nan"], "--sidecar-period must be a positive number of seconds (got nan)"),
+    (["launch", *S3_JOB, "--sidecar-jitter", "-1"], "--sidecar-jitter must be in [0, --sidecar-period)"),
+    (["launch", *S3_JOB, "--sidecar-policy", "greedy"], "--sidecar-policy 'greedy': choose"),
     (["data", "prepare", "digits", "--out", "OUT", "--shards", "0"], "--shards must be at least 1"),
     (["data", "prepare", "digits", "--out", "OUT", "--shards", "5000"], "--shards 5000 is more than the"),
     (["data", "prepare", "digits", "--out", "OUT", "--seed", "-1"], "--seed must be in 0..4294967295"),
@@ -78,5 +74,6 @@ def test_help_says_what_zero_means_where_zero_means_something():
     squash = {name: " ".join(h.split()) for name, h in helps.items()}
     assert "0: 4 x --batch-size" in squash["train"]
     assert "0: at the first crash" in squash["train"] and "0: at the first crash" in squash["launch"]
-    assert "0: no offset" in squash["launch"] and "0: no offset" in squash["sidecar"]
-    assert "0: CPU trainers" in squash["launch"] and "0: CPU" in squash["sidecar"]
+    assert "0: no offset" in squash["launch"]
+    assert "0: CPU trainers" in squash["launch"]
+    assert "sidecar" not in sub  # the sidecar is a thread of the launcher, not a command

@@ -1,71 +1,85 @@
-"""``edl sidecar``: wire the sidecar to the master over HTTP and to the cluster (Kubernetes)."""
+"""The autoscale sidecar on Kubernetes: a thread of the job's launcher (``edl launch``), wired to the
+master over HTTP and to the cluster through the launcher's own Kubernetes client.
+
+Why a thread of the launcher and not a container of its own: the launcher already lives as long as the
+job, reaches its master with the job's token and holds a Kubernetes client, whose package alone is some
+65 MiB of every Python process that imports it. As a thread, a sidecar that follows the namespace's
+deciding one costs its launcher a thread and one watched Lease; only the deciding one holds the caches of
+the cluster (``edl.cluster.kube_view``), so the sidecars' memory does not grow with the jobs. The local
+launcher runs its sidecar the same way (``edl.launcher.local``).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
+from dataclasses import dataclass
 
 from edl.api.cluster import Resources
 from edl.api.master import ControlLink
-from edl.errors import EdlError
+from edl.api.spec import JobSpec, K8sOptions, selector_pairs, toleration_triples
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
-from edl.cluster.kube_api import KubeApi, load_api_client
+from edl.cluster.kube_api import KubeApi
+from edl.cluster.kube_objects import GIB, quantity
 from edl.cluster.kube_view import KubeClusterView
-from edl.cluster.manifests import pod_from_env
-from edl.masterlink import HttpMaster
 
 log = logging.getLogger("edl.sidecar")
+STOP_WAIT_S = 2.0  # for a decision in flight to finish (a cancelled launcher has seconds for its cleanup)
 
 
-ABANDONMENT_CHECK_S = 2.0  # well within the master's linger (``edl.master.deadman.LINGER_S``)
+def sidecar_config(spec: JobSpec, opts: K8sOptions) -> SidecarConfig:
+    """The job's sidecar settings, from the options its trainers are created with (validated)."""
+    trainer = Resources(quantity(opts.trainer_cpu), quantity(opts.trainer_memory) / GIB, float(opts.trainer_gpu))
+    return SidecarConfig(f"{opts.namespace}/{spec.job}", trainer, spec.min_trainers, spec.max_trainers,
+                         opts.sidecar_period_s, opts.sidecar_jitter_s,
+                         # The plan counts only the nodes the trainers may go to.
+                         selector_pairs(opts.trainer_node_selector), toleration_triples(opts.trainer_tolerations))
 
 
-def watch_abandonment(master: ControlLink, job: str, stop: threading.Event,
-                      every_s: float = ABANDONMENT_CHECK_S) -> None:
-    """Stop the sidecar (exit 0: its pod completes, it is not restarted) when the master ends the job
-    because the launcher went silent (``edl.master.deadman``)."""
-    while not stop.wait(every_s):
-        try:
-            st = master.status()
-        except EdlError:
-            continue  # refused or away: the decision loop reports that
-        if st is not None and st.abandoned:
-            log.warning("the launcher of job %s went silent and its master ends the job: sidecar exiting", job)
-            stop.set()
+def holder_identity(owner: dict | None) -> str:
+    """Who writes the sidecar's Leases: the launcher's pod and its uid (a retried step is another pod);
+    outside a pod, the host and the process."""
+    if owner is not None:
+        return f"{owner['name']}/{owner['uid']}"
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}/{os.getpid()}"
 
 
-def run_sidecar(job: str, master: str, token: str, namespace: str, policy: str, period_s: float, jitter_s: float,
-                min_trainers: int, max_trainers: int, trainer: Resources, kubeconfig: str | None,
-                node_selector: tuple[tuple[str, str], ...] = (),
-                tolerations: tuple[tuple[str, str, str], ...] = ()) -> int:
-    """Run the sidecar until SIGTERM; its settings come validated (``edl sidecar``: ``edl.api.spec``)."""
+@dataclass
+class RunningSidecar:
+    sidecar: Sidecar
+    view: KubeClusterView
+    thread: threading.Thread
+    stop_event: threading.Event
+
+    def stop(self) -> None:
+        """Stop deciding; a sidecar that decides for the namespace hands it on at once (its Lease deleted).
+        Idempotent. Once the decision in flight ends it writes no Lease: the launcher may remove the job's
+        (one that took longer may write the demand Lease once more; it lapses, and goes with the pod)."""
+        if self.stop_event.is_set():
+            return
+        self.stop_event.set()
+        self.thread.join(STOP_WAIT_S)
+        if self.thread.is_alive():
+            log.warning("the sidecar's decision in flight did not end within %.0f s", STOP_WAIT_S)
+        self.view.stop()
+
+
+def start_sidecar(kube: KubeApi, job: str, cfg: SidecarConfig, master: ControlLink, policy: str,
+                  owner: dict | None) -> RunningSidecar:
+    """Start the job's sidecar in a thread: ``kube`` the launcher's client in the job's namespace, ``job``
+    the job's name there (``cfg.job`` qualifies it), ``owner`` the launcher's pod, which owns the Leases the
+    sidecar writes (the garbage collector removes them with it, even when nothing cleans up)."""
     chosen = get_policy(policy)
-    kube = KubeApi(load_api_client(kubeconfig), namespace)
-    # The pod and its uid: a later pod of the same name (the master recreated) is another sidecar; outside a
-    # pod, the host and the process (two sidecars on one machine are two).
-    owner = pod_from_env()
-    holder = (f"{owner['name']}/{owner['uid']}" if owner
-              else f"{os.environ.get('POD_NAME') or socket.gethostname()}/{os.getpid()}")
-    # The demand Lease belongs to the sidecar's pod (the master's), so it goes with the job even when
-    # nobody cleans up (the launcher killed): the garbage collector follows the owners.
-    view = KubeClusterView(kube, job, holder, lease_duration_s=max(15, int(3 * period_s)), owner=owner).start()
-    cfg = SidecarConfig(f"{namespace}/{job}", trainer, min_trainers, max_trainers, period_s, jitter_s,
-                        node_selector, tolerations)
-    link = HttpMaster(master, token, timeout_s=5.0, give_up_s=10.0)
-    sidecar = Sidecar(cfg, view, link, chosen)
+    # A Lease lapses after three periods without renewal (15 s at least): a sidecar that stopped no longer counts.
+    view = KubeClusterView(kube, job, holder_identity(owner), lease_duration_s=max(15, int(3 * cfg.period_s)),
+                           owner=owner).start()
+    sidecar = Sidecar(cfg, view, master, chosen)
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    threading.Thread(target=watch_abandonment, args=(HttpMaster(master, token, timeout_s=2.0, give_up_s=0.0), job,
-                                                        stop), name="edl-abandonment", daemon=True).start()
-    log.info("sidecar for %s: policy %s every %.1f s, %d..%d trainers of %s", cfg.job, chosen.name, period_s,
-             min_trainers, max_trainers, trainer)
-    try:
-        sidecar.run(stop.is_set, stop.wait)
-    finally:
-        view.stop()
-    return 0
+    thread = threading.Thread(target=sidecar.run, args=(stop.is_set, stop.wait), name="edl-sidecar", daemon=True)
+    thread.start()
+    log.info("sidecar for %s: policy %s every %.1f s, %d..%d trainers of %s", cfg.job, chosen.name, cfg.period_s,
+             cfg.min, cfg.max, cfg.trainer)
+    return RunningSidecar(sidecar, view, thread, stop)

@@ -3,8 +3,8 @@
 One builder per object, pure functions, shared by the launcher and ``edl k8s render``, so the
 two can never disagree. The launcher (``cluster/kube_cluster.py``) creates the token Secret
 (with the real token), the master Service, the master pod and one pod per trainer (from
-``trainer_pod_spec``), all owned by the launcher's own pod; the sidecar in the master pod
-creates the demand Lease. ``edl k8s render`` writes these for review and ``kubectl apply
+``trainer_pod_spec``), all owned by the launcher's own pod; its autoscale sidecar (a thread of the
+launcher, ``edl.autoscale.run``) writes the demand Lease. ``edl k8s render`` writes these for review and ``kubectl apply
 --dry-run=server``: the RBAC (which the launcher never creates: it runs under it; apply it
 once per namespace), the Secret with a placeholder token, the Service, the master pod, and the
 trainers' pod as a ``PodTemplate``. Callers validate spec and options first (``edl.api.spec``).
@@ -15,7 +15,8 @@ Security choices, on purpose:
 - every container runs as a non-root user, without privilege escalation or
   capabilities, with a read-only root filesystem (``/tmp`` is an emptyDir) and
   with requests and limits;
-- trainers get a ServiceAccount without an API token: they never call the API.
+- the master and the trainers get a ServiceAccount without an API token: they never call the API
+  (only the launcher does, with its sidecar).
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ MASTER_PORT = 8470
 APP = "edl"
 RUN_AS = 10001  # the images' non-root user
 LAUNCHER_SA = "edl-launcher"
-SIDECAR_SA = "edl-sidecar"
-TRAINER_SA = "edl-trainer"
+TRAINER_SA = "edl-trainer"  # the job's pods (master and trainers): no API token
 
 
 # ----------------------------------------------------------------- names
@@ -139,7 +139,7 @@ def master_service(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -
 
 
 def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None, node: str | None = None) -> dict:
-    """The job's master pod (with its autoscale sidecar); ``node``: where the plan puts it
+    """The job's master pod; ``node``: where the plan puts it
     (``edl.api.policy.Plan.pods``), as a preferred node affinity like a trainer's."""
     vol, mount = _tmp_volume(opts)
     master = {
@@ -157,33 +157,12 @@ def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None, node:
         "securityContext": _security(), "volumeMounts": [mount],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    sidecar = {
-        "name": "autoscale-sidecar", "image": opts.image, "imagePullPolicy": "IfNotPresent",
-        "command": ["edl", "sidecar"],
-        "args": ["--job-name", spec.job, "--master", f"$(POD_IP):{MASTER_PORT}",
-                 "--policy", opts.sidecar_policy, "--period", repr(float(opts.sidecar_period_s)),
-                 "--jitter", repr(float(opts.sidecar_jitter_s)),
-                 "--min-trainers", str(spec.min_trainers), "--max-trainers", str(spec.max_trainers),
-                 "--trainer-cpu", opts.trainer_cpu, "--trainer-memory", opts.trainer_memory,
-                 "--trainer-gpu", str(opts.trainer_gpu),
-                 # The plan counts only the nodes the trainers may go to.
-                 *(("--trainer-node-selector", opts.trainer_node_selector) if opts.trainer_node_selector else ()),
-                 *(("--trainer-tolerations", opts.trainer_tolerations) if opts.trainer_tolerations else ())],
-        "env": [_token_env(spec.job), _POD_IP_ENV,
-                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                # The pod owns the sidecar's demand Lease (garbage-collected with the job).
-                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
-        # The node and pod cache of a 5,000-node cluster fits in 1 GiB (docs/autoscaling.md; bench/sidecar_scale.py).
-        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-        "securityContext": _security(), "volumeMounts": [mount],
-    }
     # OnFailure: a crashed master restarts in place (its exits stay in lastState); one that ends the job
-    # because its launcher went silent (edl.master.deadman) exits 0, as its sidecar then does: the pod completes.
-    pod_spec = {"serviceAccountName": SIDECAR_SA, "restartPolicy": "OnFailure",
+    # because its launcher went silent (edl.master.deadman) exits 0: the pod completes.
+    pod_spec = {"serviceAccountName": TRAINER_SA, "automountServiceAccountToken": False, "restartPolicy": "OnFailure",
                 "securityContext": {"runAsNonRoot": True, "fsGroup": RUN_AS,
                                     "seccompProfile": {"type": "RuntimeDefault"}},
-                "containers": [master, sidecar], "volumes": [vol]}
+                "containers": [master], "volumes": [vol]}
     if opts.priority_class:
         # The trainers' class: a master without one has priority 0, below its own trainers, and the scheduler
         # preempts it first (a master restart where a trainer's drain would do). Of equal priority, the
@@ -340,27 +319,20 @@ def rbac(namespace: str, bind_accounts: tuple[str, ...] = ()) -> list[dict]:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
         {"apiGroups": [""], "resources": ["services", "secrets"], "verbs": ["get", "create", "delete", "patch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        # The job's demand Lease is written by its sidecar; the launcher removes it on cleanup, and lists
-        # the jobs' demands once to plan where the master goes.
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "delete"]},
-    ]
-    sidecar_ns_rules = [
-        # Each sidecar publishes its job's demand in a Lease; the one that decides for the namespace holds
-        # the autoscaler Lease, reads the demands, and deletes it to hand the namespace on when it stops.
+        # Its autoscale sidecar publishes the job's demand in a Lease (removed on cleanup); the sidecar that
+        # decides for the namespace holds the autoscaler Lease, watches the demands, and deletes it to hand the
+        # namespace on when it stops. Before it creates the master it lists the demands once.
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-         "verbs": ["get", "list", "watch", "create", "update"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["edl-autoscaler"],
-         "verbs": ["delete"]},
+         "verbs": ["get", "list", "watch", "create", "update", "delete"]},
     ]
-    sidecar_cluster_rules = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
     # The launcher checks that --priority-class exists before it creates anything, and reads the
     # nodes its pods run on: one NotReady/Unknown past --node-lost-timeout means its pods are lost.
-    # Before it creates the master it lists the nodes and every pod once, and the jobs' demand Leases,
-    # for the plan's node of the master (``edl.launcher.kube.master_placer``).
+    # Its sidecar, when it decides for the namespace, watches every node and pod (read-only); before
+    # it creates the master the launcher lists them once, for the plan's node of the master
+    # (``edl.launcher.kube.master_placer``).
     launcher_cluster_rules = [{"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"],
                                "verbs": ["get"]},
-                              {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
-                              {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+                              {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
     role_meta = {"namespace": namespace, "labels": {"app.kubernetes.io/name": APP}}
     launcher_role, priority_role = [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
@@ -370,17 +342,8 @@ def rbac(namespace: str, bind_accounts: tuple[str, ...] = ()) -> list[dict]:
          "rules": launcher_cluster_rules}]
     launcher_rb, launcher_crb = launcher_bindings(namespace, LAUNCHER_SA)
     return [
-        sa(LAUNCHER_SA, True), sa(SIDECAR_SA, True), sa(TRAINER_SA, False),
-        launcher_role, launcher_rb,
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": SIDECAR_SA, **role_meta}, "rules": sidecar_ns_rules},
-        _binding("RoleBinding", SIDECAR_SA, SIDECAR_SA, SIDECAR_SA, namespace),
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": "edl-sidecar-readonly", "labels": {"app.kubernetes.io/name": APP}},
-         "rules": sidecar_cluster_rules},
-        _binding("ClusterRoleBinding", f"edl-sidecar-readonly-{namespace}", "edl-sidecar-readonly", SIDECAR_SA,
-                 namespace),
-        priority_role, launcher_crb,
+        sa(LAUNCHER_SA, True), sa(TRAINER_SA, False),
+        launcher_role, launcher_rb, priority_role, launcher_crb,
         *(b for account in dict.fromkeys(bind_accounts) if account != LAUNCHER_SA
           for b in launcher_bindings(namespace, account)),
     ]

@@ -17,19 +17,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from edl.api.cluster import JobDemand, Resources, Snapshot, trainer_priorities, with_priorities
-from edl.api.spec import selector_pairs, toleration_triples
+from edl.api.cluster import JobDemand, Snapshot, trainer_priorities, with_priorities
 from edl.autoscale.policy import get_policy
+from edl.autoscale.run import RunningSidecar, sidecar_config, start_sidecar
 from edl.cluster import manifests as m
 from edl.cluster.kube_cluster import KubeCluster
 from edl.cluster.kube_api import KubeApi, load_api_client
-from edl.cluster.kube_objects import GIB, decode_pod, quantity
+from edl.cluster.kube_objects import decode_pod
 from edl.cluster.kube_view import KubeClusterView
 from edl.console import Console, plain_console, say
 from edl.errors import EdlError, PermanentError, UserError
 from edl.launcher.core import Cancelled, Launcher, ProgressView, audit_summary
 from edl.api.spec import JobSpec, K8sOptions, Naming, Problem
 from edl.jobargs import FLAG_NAMES
+from edl.masterlink import HttpMaster
 
 log = logging.getLogger("edl.launcher")
 
@@ -66,12 +67,11 @@ def master_placer(kube: KubeApi, spec: JobSpec, opts: K8sOptions,
     the policy places nothing or the cluster cannot be read (logged: the master then goes where the
     scheduler alone puts it)."""
     policy = get_policy(opts.sidecar_policy)
-    job = f"{opts.namespace}/{spec.job}"
-    trainer = Resources(quantity(opts.trainer_cpu), quantity(opts.trainer_memory) / GIB, float(opts.trainer_gpu))
-    # As its sidecar will publish it (``edl sidecar``'s flags come from the same options).
-    mine = JobDemand(job, spec.min_trainers, spec.max_trainers, 0, trainer,
-                     node_selector=selector_pairs(opts.trainer_node_selector),
-                     tolerations=toleration_triples(opts.trainer_tolerations))
+    cfg = sidecar_config(spec, opts)
+    job = cfg.job
+    # As its sidecar will publish it.
+    mine = JobDemand(job, cfg.min, cfg.max, 0, cfg.trainer, node_selector=cfg.node_selector,
+                     tolerations=cfg.tolerations)
 
     def place(manifest: dict) -> str | None:
         master = replace(decode_pod({**manifest, "status": {"phase": "Pending"}}), node=None)
@@ -129,11 +129,17 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
                         pending_timeout_s=opts.pending_timeout_s, trainer_prefix=cluster.trainer_prefix,
                         console=console, beat_in_background=True)
     previous = {sig: signal.signal(sig, _cancel) for sig in (signal.SIGTERM, signal.SIGINT)}
+    sidecar: RunningSidecar | None = None
     try:
         endpoint = launcher.start()
         say(console, (f"job {spec.job}", "bold"), f" in namespace {opts.namespace}: master at {endpoint.address}, "
                      f"trainers {spec.min_trainers}..{spec.max_trainers}"
                      + (" (adopted the existing job)" if endpoint.adopted else ""))
+        # The job's autoscale sidecar, in this process: it sets the master's desired count, which this
+        # launcher follows. Its Leases belong to the step's pod, like the job's other objects.
+        sidecar = start_sidecar(kube, spec.job, sidecar_config(spec, opts),
+                                HttpMaster(endpoint.address, endpoint.token, timeout_s=5.0, give_up_s=10.0),
+                                opts.sidecar_policy, owner)
         with ProgressView(console) as view:
             final = launcher.run(view, poll_s=POLL_S)
             view.show(final)
@@ -148,6 +154,8 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
                      "then removing the job's objects")
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # a second SIGTERM must not interrupt the cleanup
+        if sidecar is not None:
+            sidecar.stop()  # no rescale during the last checkpoint
         saved = launcher.final_checkpoint(budget_s) if budget_s > 0 else False
         cluster.record("JobCancelled", "cancelled; last checkpoint " + ("written" if saved else "not written"),
                        warning=True)
@@ -156,6 +164,8 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
         cluster.record("JobFailed", str(e), warning=True)
         raise
     finally:
+        if sidecar is not None:
+            sidecar.stop()  # before the cleanup, which removes the demand Lease it would write again
         launcher.shutdown(delete=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

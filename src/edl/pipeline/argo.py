@@ -96,7 +96,10 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
                   "--trainer-gpu-image", images.trainer_gpu,
                   "--init-model", "{{inputs.parameters.warm}}", "--summary-out", "/tmp/summary.json"],
             inputs=[Parameter(name="warm")], env=[*pod_env, *s3_env], security_context=secure,
-            resources=resources("500m", "512Mi"),
+            # The launcher and the job's autoscale sidecar; the sidecar that decides for the namespace caches
+            # its nodes and pods (about 75 MiB for 20,000 pods: docs/autoscaling.md), hence the higher limit.
+            resources=ResourceRequirements(requests={"cpu": "500m", "memory": "512Mi"},
+                                           limits={"cpu": "1", "memory": "1Gi"}),
             # Retry a failed step (OnFailure: OnError would not retry the main container's own failure),
             # but not a user error (exit 2: the same spec fails the same way); the retry adopts the job.
             retry_strategy={"limit": "2", "retryPolicy": "OnFailure", "expression": "asInt(lastRetry.exitCode) != 2",

@@ -4,9 +4,7 @@
 - ``retrain.pipeline.yaml``: the KFP pipeline (upload it in the KFP UI, or ``kfp.Client``);
 - ``retrain.cronworkflow.yaml``: the Argo CronWorkflow (``kubectl apply -f`` or ``argo cron create``);
 - ``retrain.cronworkflow.rbac.yaml``: its ServiceAccount, the Role Argo's executor needs and edl's
-  launcher Role bound to it (apply with ``edl k8s render``'s 00-rbac.yaml);
-- ``autoscale_sidecar.container.yaml`` and ``autoscale_sidecar.rbac.yaml``: the sidecar container the
-  launcher puts into every master pod (with the elastic_train defaults), and the RBAC it needs.
+  launcher Role bound to it (apply with ``edl k8s render``'s 00-rbac.yaml).
 
 Every image is ``REGISTRY/edl-NAME:VERSION`` for the ``images`` given (``--registry``).
 The copies committed under components/ and pipelines/ are these files (default registry); a test
@@ -20,8 +18,6 @@ from pathlib import Path
 from edl.api.images import DEFAULT_IMAGES, Images
 
 COMPONENT_FILE = "elastic_train.component.yaml"
-SIDECAR_CONTAINER_FILE = "autoscale_sidecar.container.yaml"
-SIDECAR_RBAC_FILE = "autoscale_sidecar.rbac.yaml"
 PIPELINE_FILE = "retrain.pipeline.yaml"
 ARGO_FILE = "retrain.cronworkflow.yaml"
 ARGO_RBAC_FILE = "retrain.cronworkflow.rbac.yaml"
@@ -50,29 +46,9 @@ def compile_argo(path: Path, rbac_path: Path, images: Images = DEFAULT_IMAGES) -
     return [path, rbac_path]
 
 
-def compile_sidecar(container_path: Path, rbac_path: Path, images: Images = DEFAULT_IMAGES) -> list[Path]:
-    """The sidecar as the launcher deploys it, for an example job (placeholders in capitals)."""
-    import yaml
-
-    from edl.api.spec import JobSpec, K8sOptions
-    from edl.cluster import manifests as m
-
-    spec = JobSpec(job="JOB", model_def="MODEL_DEF", data="s3://DATA", epochs=1, batch_size=1, min_trainers=1,
-                   max_trainers=4, trainers=1, checkpoint_uri="s3://CHECKPOINTS")
-    opts = K8sOptions(namespace="NAMESPACE", s3_secret="S3_SECRET", image=images.runtime)
-    pod = m.master_pod(spec, opts)
-    sidecar = next(c for c in pod["spec"]["containers"] if c["name"] == "autoscale-sidecar")
-    container_path.write_text(yaml.safe_dump(sidecar, sort_keys=False))
-    names = {m.SIDECAR_SA, "edl-sidecar-readonly", f"edl-sidecar-readonly-{opts.namespace}"}
-    rbac = [o for o in m.rbac(opts.namespace) if o["metadata"]["name"] in names]
-    rbac_path.write_text(yaml.safe_dump_all(rbac, sort_keys=False))
-    return [container_path, rbac_path]
-
-
 def compile_all(out: Path, images: Images = DEFAULT_IMAGES) -> list[Path]:
     from edl.pipeline.retrain import compile_kfp
 
     out.mkdir(parents=True, exist_ok=True)
     return [compile_component(out / COMPONENT_FILE, images), compile_kfp(out / PIPELINE_FILE, images),
-            *compile_argo(out / ARGO_FILE, out / ARGO_RBAC_FILE, images),
-            *compile_sidecar(out / SIDECAR_CONTAINER_FILE, out / SIDECAR_RBAC_FILE, images)]
+            *compile_argo(out / ARGO_FILE, out / ARGO_RBAC_FILE, images)]

@@ -1,61 +1,42 @@
-"""``edl sidecar`` as a process next to a real job, its Kubernetes view from the test plane.
+"""The autoscale sidecar as the launcher runs it (``edl.autoscale.run``, a thread) next to a real job,
+its Kubernetes view from the test plane.
 
-The job is a real ``edl train`` (master, Paddle trainers on this machine); the sidecar runs
-with the ``edl-sidecar`` ServiceAccount's token (its RBAC enforced by the real apiserver),
-watches the plane's nodes and pods, publishes its Lease, runs the policy and sets the
-master's desired count, which the local launcher follows.
+The job is a real ``edl train`` (master, Paddle trainers on this machine); the sidecar uses a client
+with the ``edl-launcher`` ServiceAccount's token (its RBAC enforced by the real apiserver), watches the
+plane's nodes and pods, publishes its Lease, runs the policy and sets the master's desired count, which
+the local launcher follows.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import logging
 import re
-import signal
-import subprocess
 import time
 
 import pytest
-import yaml
 
 from kubernetes import client
 
-from edl.cluster.demand_lease import REASON_ANNOTATION, demand_from_lease
+from edl.api.cluster import Resources
+from edl.autoscale.run import start_sidecar
+from edl.autoscale.sidecar import SidecarConfig
 from edl.cluster import manifests
-from tests.conftest import edl_cmd, run_edl
-from tests.integration.cluster.test_kube_adapter import sa_token
+from edl.cluster.demand_lease import REASON_ANNOTATION, demand_from_lease
+from edl.cluster.kube_api import KubeApi
+from edl.masterlink import HttpMaster
+from tests.conftest import run_edl
+from tests.integration.cluster.test_kube_adapter import sa_token, token_client
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def kubeconfig(path, server: str, token: str, ca: str, namespace: str) -> str:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "plane",
-        "clusters": [{"name": "plane", "cluster": {"server": server, "certificate-authority": ca}}],
-        "users": [{"name": "sidecar", "user": {"token": token}}],
-        "contexts": [{"name": "plane", "context": {"cluster": "plane", "user": "sidecar", "namespace": namespace}}]}))
-    return str(path)
-
-
-def start_sidecar(job, cfg: str, log_path, namespace: str, period="0.5"):
+def start(job, api: client.ApiClient, namespace: str, period: float = 0.5):
+    """The sidecar as ``edl launch`` starts it, for the local ``job``: 1..3 trainers of 2 CPUs."""
     info = job.info()
-    log = log_path.open("wb")
-    return subprocess.Popen(
-        edl_cmd("sidecar", "--job-name", job.name, "--master", info["address"], "--namespace", namespace,
-                "--period", period, "--jitter", "0.1", "--min-trainers", "1", "--max-trainers", "3",
-                "--trainer-cpu", "2", "--trainer-memory", "1Gi", "--kubeconfig", cfg),
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "EDL_TOKEN": info["token"], "POD_NAME": "master-0"})
-
-
-def stop(proc) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise AssertionError("sidecar did not stop on SIGTERM") from None
+    cfg = SidecarConfig(f"{namespace}/{job.name}", Resources(2, 1), 1, 3, period, 0.1)
+    return start_sidecar(KubeApi(api, namespace, give_up_s=1.0), job.name, cfg,
+                         HttpMaster(info["address"], info["token"], timeout_s=5.0, give_up_s=10.0), "edl", None)
 
 
 def job_args(digits, tmp_path):
@@ -64,12 +45,13 @@ def job_args(digits, tmp_path):
             "--checkpoint-uri", str(tmp_path / "ckpt"), "--checkpoint-interval", "5"]
 
 
-def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, job_runner, plane, kube, namespace):
-    token = sa_token(kube, namespace, manifests.SIDECAR_SA)
-    cfg = kubeconfig(tmp_path / "kubeconfig", plane.state.apiserver, token, str(plane.ca), namespace)
+def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, job_runner, plane, kube, namespace,
+                                                             caplog):
+    caplog.set_level(logging.INFO, logger="edl.sidecar")
+    api = token_client(plane, sa_token(kube, namespace, manifests.LAUNCHER_SA))
     job = job_runner("sc", job_args(digits, tmp_path)).start()
     job.wait_for(lambda s: s["world_size"] == 1, what="one trainer training")
-    sidecar = start_sidecar(job, cfg, tmp_path / "sidecar.log", namespace)
+    sidecar = start(job, api, namespace)
     try:
         # Two idle 4-core nodes, 2 cores per trainer: the job grows to its max of 3.
         job.wait_for(lambda s: s["desired_trainers"] == 3 and s["world_size"] == 3, timeout=120,
@@ -110,9 +92,11 @@ def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, jo
                                                                                                   namespace))
         assert json.loads(raw["metadata"]["annotations"][REASON_ANNOTATION])["cause"] == "waiting"
     finally:
-        code = stop(sidecar)
-    out = (tmp_path / "sidecar.log").read_text()
-    assert code == 0, out
+        sidecar.stop()
+    # Stopped, it handed the namespace on: the autoscaler Lease is gone (the demand lapses by itself).
+    assert "edl-autoscaler" not in {ls.metadata.name for ls in
+                                    client.CoordinationV1Api(kube).list_namespaced_lease(namespace).items}
+    out = "\n".join(r.getMessage() for r in caplog.records if r.name == "edl.sidecar")
     assert re.search(r"handed [12] trainer\(s\) back to pods of a higher priority: \S*/web-[01] \(1 pod, 3 CPU\)", out), out
     assert "scale sc" not in out and f"scale {namespace}/sc: 1 -> 3 trainers" in out
     # The hand-back: down to 1, in one decision or, when the informer shows the two service pods one
@@ -122,18 +106,20 @@ def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, jo
     assert after_growth and after_growth[-1][1] == 1 and all(b < a for a, b in after_growth), out
 
 
-def test_sidecar_holds_the_size_when_the_api_is_unreachable(digits, tmp_path, job_runner, plane):
-    cfg = kubeconfig(tmp_path / "kubeconfig", "https://127.0.0.1:1", "x", str(plane.ca), "ml")  # nothing there
+def test_sidecar_holds_the_size_when_the_api_is_unreachable(digits, tmp_path, job_runner, plane, caplog):
+    caplog.set_level(logging.INFO, logger="edl.sidecar")
+    nowhere = token_client(plane, "x", host="https://127.0.0.1:1")  # nothing listens there
     job = job_runner("hold", job_args(digits, tmp_path)).start()
     job.wait_for(lambda s: s["world_size"] == 1, what="one trainer training")
-    sidecar = start_sidecar(job, cfg, tmp_path / "sidecar.log", "ml")
+    sidecar = start(job, nowhere, "ml")
     try:
         time.sleep(4)
-        assert sidecar.poll() is None  # still running, retrying
+        assert sidecar.thread.is_alive()  # still deciding, retrying
         st = job.status()
         assert st["desired_trainers"] == 1
         assert st["reason"]["cause"] == "held_api_away" and st["reason"]["text"].startswith("held at 1: "), st
     finally:
-        code = stop(sidecar)
-    out = (tmp_path / "sidecar.log").read_text()
-    assert code == 0 and "holding 1 trainers" in out, out
+        sidecar.stop()
+    assert not sidecar.thread.is_alive()
+    out = "\n".join(r.getMessage() for r in caplog.records if r.name == "edl.sidecar")
+    assert "holding 1 trainers" in out, out

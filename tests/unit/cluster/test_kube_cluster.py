@@ -279,8 +279,8 @@ def test_a_master_that_never_goes_is_not_adopted_back():
     assert [what for what, _ in kube.log] == ["delete grace=None"]  # no create beside the dying pod
 
 
-def test_a_master_that_exited_0_is_not_alive_while_its_sidecar_runs_on():
+def test_a_master_that_exited_0_is_not_alive_while_a_container_injected_beside_it_runs_on():
     done = {"name": "master", "restartCount": 0, "state": {"terminated": {"exitCode": 0, "message": ""}}}
-    assert not cluster([master(done, {"name": "autoscale-sidecar", "state": {"running": {}}})]).master_alive()
+    assert not cluster([master(done, {"name": "mesh-proxy", "state": {"running": {}}})]).master_alive()
     crashed = {"name": "master", "restartCount": 1, "state": {"terminated": {"exitCode": 1, "message": "x"}}}
     assert cluster([master(crashed)]).master_alive()  # restarted in place (OnFailure): alive

@@ -54,20 +54,23 @@ def test_rbac_is_least_privilege():
     for role in roles.values():
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
-    cluster = roles[("ClusterRole", "edl-sidecar-readonly")]["rules"]
-    assert cluster == [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
     launcher = {r: set(rule["verbs"]) for rule in roles[("Role", "edl-launcher")]["rules"] for r in rule["resources"]}
     # Never list or watch other Secrets; patch only re-points ownerReferences when a retried step adopts
     # its job (delete and create by name allow as much already).
     assert launcher["secrets"] == {"get", "create", "delete", "patch"}
     assert launcher["pods"] == {"get", "list", "watch", "create", "delete", "patch"}  # no update
-    # Cluster-wide, read only: a priority class and nodes by name, and one list of nodes and pods to plan
-    # where the master goes.
+    # Leases: its sidecar's demand, and the namespace's autoscaler Lease when its sidecar decides.
+    assert launcher["leases"] == {"get", "list", "watch", "create", "update", "delete"}
+    # Cluster-wide, read only: a priority class by name, and the nodes and pods (the deciding sidecar
+    # watches them; the launcher lists them once to plan where the master goes).
     across = {r: set(rule["verbs"]) for rule in roles[("ClusterRole", m.LAUNCHER_PRIORITY_ROLE)]["rules"]
               for r in rule["resources"]}
-    assert across == {"priorityclasses": {"get"}, "nodes": {"get", "list"}, "pods": {"list"}}
+    assert across == {"priorityclasses": {"get"}, "nodes": {"get", "list", "watch"}, "pods": {"get", "list", "watch"}}
+    # The job's own pods call no API: no token, and no account of their own with rights.
     sas = {o["metadata"]["name"]: o for o in rbac if o["kind"] == "ServiceAccount"}
-    assert sas["edl-trainer"]["automountServiceAccountToken"] is False
+    assert set(sas) == {"edl-launcher", "edl-trainer"} and sas["edl-trainer"]["automountServiceAccountToken"] is False
+    for pod in (m.master_pod(SPEC, OPTS)["spec"], m.trainer_pod_spec(SPEC, OPTS)):
+        assert pod["serviceAccountName"] == "edl-trainer" and pod["automountServiceAccountToken"] is False
 
 
 def test_pods_are_locked_down_and_sized():

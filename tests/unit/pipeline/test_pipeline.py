@@ -54,17 +54,13 @@ def test_compiled_artifacts_match_the_code(tmp_path):
         ARGO_RBAC_FILE,
         COMPONENT_FILE,
         PIPELINE_FILE,
-        SIDECAR_CONTAINER_FILE,
-        SIDECAR_RBAC_FILE,
         compile_all,
     )
 
     compile_all(tmp_path)
     committed = {COMPONENT_FILE: REPO / "components" / "elastic_train" / COMPONENT_FILE,
                  PIPELINE_FILE: REPO / "pipelines" / PIPELINE_FILE, ARGO_FILE: REPO / "pipelines" / ARGO_FILE,
-                 ARGO_RBAC_FILE: REPO / "pipelines" / ARGO_RBAC_FILE,
-                 SIDECAR_CONTAINER_FILE: REPO / "components" / "autoscale_sidecar" / SIDECAR_CONTAINER_FILE,
-                 SIDECAR_RBAC_FILE: REPO / "components" / "autoscale_sidecar" / SIDECAR_RBAC_FILE}
+                 ARGO_RBAC_FILE: REPO / "pipelines" / ARGO_RBAC_FILE}
     for name, path in committed.items():
         assert path.read_text() == (tmp_path / name).read_text(), \
             f"{path} drifted from the code: run `edl pipeline compile --out DIR` and copy {name}"
@@ -334,7 +330,7 @@ def test_the_training_steps_images_are_inputs_and_gpu_trainers_get_the_gpu_image
     spec = q.job_spec("s3://c/x")
     cpu, gpu = q.pod_options("ml"), dataclasses.replace(q, trainer_gpu=1).pod_options("ml")
     master = m.master_pod(spec, cpu)["spec"]["containers"]
-    assert {c["image"] for c in master} == {"reg.example/ml/edl-runtime:0.1.0"}  # master and sidecar
+    assert [c["image"] for c in master] == ["reg.example/ml/edl-runtime:0.1.0"]
     assert m.trainer_pod_spec(spec, cpu)["containers"][0]["image"] == "reg.example/ml/edl-trainer-cpu:0.1.0"
     trainer = m.trainer_pod_spec(spec, gpu)["containers"][0]
     assert trainer["image"] == "reg.example/ml/edl-trainer-gpu:0.1.0" and "nccl" in trainer["args"]
@@ -407,7 +403,6 @@ def test_compile_with_a_registry_qualifies_every_image(tmp_path):
         {"reg.example:5000/ml/edl-runtime:0.1.0", "reg.example:5000/ml/edl-trainer-cpu:0.1.0"}
     args = templates["elastic-train"]["container"]["args"]
     assert args[args.index("--trainer-gpu-image") + 1] == "reg.example:5000/ml/edl-trainer-gpu:0.1.0"
-    assert "reg.example:5000/ml/edl-runtime:0.1.0" in (tmp_path / "autoscale_sidecar.container.yaml").read_text()
     assert main(["pipeline", "compile", "--out", str(tmp_path), "--registry", "Not A Registry"]) == 2
 
 
