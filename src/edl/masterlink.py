@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from edl.api.cluster import SizeReason
+from edl.api.cluster import MasterEndpoint, SizeReason
 from edl.api.data import Cursor, Task, cursor_to_json
 from edl.api.master import (
     Assignment,
@@ -82,6 +82,10 @@ class HttpMaster:
         self._token, self._timeout_s = token, timeout_s
         self._http = self._client()
         self._joined = _registered(self.base)  # the registrations its connections have seen
+
+    def close(self) -> None:
+        """Close its connections (a link no longer used)."""
+        self._http.close()
 
     def _client(self) -> httpx.Client:
         return httpx.Client(
@@ -251,6 +255,41 @@ class HttpMaster:
 
     def finish(self, step: int, final_model_uri: str | None, metrics: dict[str, float]) -> None:
         self._call("POST", "/v1/finish", {"step": step, "final_model_uri": final_model_uri, "metrics": metrics})
+
+
+class FollowedMaster:
+    """A ``SizeLink`` to whichever master a launcher follows now (``endpoint``; ``None`` before it has one):
+    the link of the autoscale sidecar, a thread of the launcher. A new link (and no kept-alive connection)
+    whenever the launcher's endpoint changes: a recreated master, at another address with ``pod-ip``, while
+    the old one may live on behind the same Service until it is fenced."""
+
+    def __init__(self, endpoint: Callable[[], MasterEndpoint | None], timeout_s: float = 5.0,
+                 give_up_s: float = 10.0) -> None:
+        self._endpoint = endpoint
+        self._timeout_s, self._give_up_s = timeout_s, give_up_s
+        self._followed: MasterEndpoint | None = None
+        self._link: HttpMaster | None = None
+
+    def _current(self) -> HttpMaster | None:
+        endpoint = self._endpoint()
+        if endpoint is not self._followed:  # replaced, not changed in place: every recreate is a new one
+            if self._link is not None:
+                self._link.close()
+            self._followed = endpoint
+            self._link = None if endpoint is None else HttpMaster(endpoint.address, endpoint.token,
+                                                                  timeout_s=self._timeout_s, give_up_s=self._give_up_s)
+        return self._link
+
+    def status(self) -> JobView | None:
+        link = self._current()
+        return None if link is None else link.status()
+
+    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None,
+              released: tuple[str, ...] | None = None) -> int:
+        link = self._current()
+        if link is None:
+            raise MasterUnavailable("the launcher has no master yet")
+        return link.scale(trainers, nodes, reason, released)
 
 
 def _detail(r: httpx.Response) -> str:

@@ -489,6 +489,16 @@ def cursors_from_json(cursors: dict[str, CursorJSON]) -> dict[str, Cursor | None
 
 
 # ------------------------------------------------------------------ the links
+class SizeLink(Protocol):
+    """What the autoscale sidecar asks of a job's master: its status, and the size it decided
+    (``ControlLink.status`` and ``ControlLink.scale``)."""
+
+    def status(self) -> JobView | None: ...
+
+    def scale(self, trainers: int, nodes: tuple[str, ...] = (), reason: SizeReason | None = None,
+              released: tuple[str, ...] | None = None) -> int: ...
+
+
 class ControlLink(Protocol):
     """What the launcher, the sidecar and the CLI ask of a job's master.
 

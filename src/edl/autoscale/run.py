@@ -1,9 +1,10 @@
 """The autoscale sidecar on Kubernetes: a thread of the job's launcher (``edl launch``), wired to the
-master over HTTP and to the cluster through the launcher's own Kubernetes client.
+master over HTTP (``edl.masterlink.FollowedMaster``: the master the launcher follows now) and to the
+cluster through the launcher's own Kubernetes client.
 
 Why a thread of the launcher and not a container of its own: the launcher already lives as long as the
-job, reaches its master with the job's token and holds a Kubernetes client, whose package alone is some
-65 MiB of every Python process that imports it. As a thread, a sidecar that follows the namespace's
+job, reaches its master with the job's token and holds a Kubernetes client, whose package alone adds
+some 45–65 MiB to every Python process that imports it. As a thread, a sidecar that follows the namespace's
 deciding one costs its launcher a thread and one watched Lease; only the deciding one holds the caches of
 the cluster (``edl.cluster.kube_view``), so the sidecars' memory does not grow with the jobs. The local
 launcher runs its sidecar the same way (``edl.launcher.local``).
@@ -18,7 +19,7 @@ import threading
 from dataclasses import dataclass
 
 from edl.api.cluster import Resources
-from edl.api.master import ControlLink
+from edl.api.master import SizeLink
 from edl.api.spec import JobSpec, K8sOptions, selector_pairs, toleration_triples
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
@@ -67,7 +68,7 @@ class RunningSidecar:
         self.view.stop()
 
 
-def start_sidecar(kube: KubeApi, job: str, cfg: SidecarConfig, master: ControlLink, policy: str,
+def start_sidecar(kube: KubeApi, job: str, cfg: SidecarConfig, master: SizeLink, policy: str,
                   owner: dict | None) -> RunningSidecar:
     """Start the job's sidecar in a thread: ``kube`` the launcher's client in the job's namespace, ``job``
     the job's name there (``cfg.job`` qualifies it), ``owner`` the launcher's pod, which owns the Leases the

@@ -23,7 +23,7 @@ from typing import Callable
 
 from edl.api.cluster import (ClusterView, JobDemand, PlanLine, Pod, Resources, SizeCause, SizeReason, Snapshot,
                              trainer_priorities, with_priorities)
-from edl.api.master import ControlLink, JobStatus, JobView, Reason
+from edl.api.master import JobStatus, JobView, Reason, SizeLink
 from edl.api.policy import Policy
 
 log = logging.getLogger("edl.sidecar")
@@ -111,7 +111,7 @@ def job_offset(job: str, jitter_s: float) -> float:
 
 
 class Sidecar:
-    def __init__(self, cfg: SidecarConfig, view: ClusterView, master: ControlLink, policy: Policy,
+    def __init__(self, cfg: SidecarConfig, view: ClusterView, master: SizeLink, policy: Policy,
                  clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.view = view

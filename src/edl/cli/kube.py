@@ -67,8 +67,9 @@ def cmd_k8s_render(a: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The ``launch`` and ``k8s render`` commands."""
     la = sub.add_parser("launch", help="run a job on Kubernetes (the elastic-train step's entrypoint)",
-                        description="Create or adopt the job's token Secret, master pod (with its autoscale sidecar) "
-                                    "and Service, keep the trainer pods at the master's desired count, and remove "
+                        description="Create or adopt the job's token Secret, master pod and Service, run the job's "
+                                    "autoscale sidecar (a thread of this process), keep the trainer pods at the "
+                                    "master's desired count, and remove "
                                     "everything when the job ends or on SIGTERM (after a last checkpoint, if it "
                                     "fits in 20 s). Exits 0 when the job succeeded.")
     add_job_arguments(la)
@@ -88,7 +89,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ksub = k.add_subparsers(dest="k8s_command", required=True, metavar="ACTION")
     kr = ksub.add_parser("render", help="write the job's Kubernetes objects as YAML, for review",
                          description="Write the job's RBAC, token Secret (placeholder value), master Service, master "
-                                     "pod with its autoscale sidecar and the trainer pod template to --out, for "
+                                     "pod and the trainer pod template to --out, for "
                                      "review and `kubectl apply --dry-run=server`. The launcher creates the Secret "
                                      "(with the real token), the Service, the master pod and the trainer pods from "
                                      "the same builders, owned by its own pod; the RBAC is yours to apply.")

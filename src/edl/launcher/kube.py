@@ -30,7 +30,7 @@ from edl.errors import EdlError, PermanentError, UserError
 from edl.launcher.core import Cancelled, Launcher, ProgressView, audit_summary
 from edl.api.spec import JobSpec, K8sOptions, Naming, Problem
 from edl.jobargs import FLAG_NAMES
-from edl.masterlink import HttpMaster
+from edl.masterlink import FollowedMaster
 
 log = logging.getLogger("edl.launcher")
 
@@ -137,8 +137,7 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
                      + (" (adopted the existing job)" if endpoint.adopted else ""))
         # The job's autoscale sidecar, in this process: it sets the master's desired count, which this
         # launcher follows. Its Leases belong to the step's pod, like the job's other objects.
-        sidecar = start_sidecar(kube, spec.job, sidecar_config(spec, opts),
-                                HttpMaster(endpoint.address, endpoint.token, timeout_s=5.0, give_up_s=10.0),
+        sidecar = start_sidecar(kube, spec.job, sidecar_config(spec, opts), FollowedMaster(lambda: launcher.endpoint),
                                 opts.sidecar_policy, owner)
         with ProgressView(console) as view:
             final = launcher.run(view, poll_s=POLL_S)

@@ -18,13 +18,13 @@ import pytest
 
 from kubernetes import client
 
-from edl.api.cluster import Resources
+from edl.api.cluster import MasterEndpoint, Resources
 from edl.autoscale.run import start_sidecar
 from edl.autoscale.sidecar import SidecarConfig
 from edl.cluster import manifests
 from edl.cluster.demand_lease import REASON_ANNOTATION, demand_from_lease
 from edl.cluster.kube_api import KubeApi
-from edl.masterlink import HttpMaster
+from edl.masterlink import FollowedMaster
 from tests.conftest import run_edl
 from tests.integration.cluster.test_kube_adapter import sa_token, token_client
 
@@ -34,9 +34,10 @@ pytestmark = pytest.mark.timeout(240)
 def start(job, api: client.ApiClient, namespace: str, period: float = 0.5):
     """The sidecar as ``edl launch`` starts it, for the local ``job``: 1..3 trainers of 2 CPUs."""
     info = job.info()
+    endpoint = MasterEndpoint(info["address"], info["token"], adopted=False)
     cfg = SidecarConfig(f"{namespace}/{job.name}", Resources(2, 1), 1, 3, period, 0.1)
-    return start_sidecar(KubeApi(api, namespace, give_up_s=1.0), job.name, cfg,
-                         HttpMaster(info["address"], info["token"], timeout_s=5.0, give_up_s=10.0), "edl", None)
+    return start_sidecar(KubeApi(api, namespace, give_up_s=1.0), job.name, cfg, FollowedMaster(lambda: endpoint),
+                         "edl", None)
 
 
 def job_args(digits, tmp_path):

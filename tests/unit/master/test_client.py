@@ -146,3 +146,24 @@ def test_the_control_key_leaves_out_the_step_and_takes_in_what_the_launcher_acts
     key = job.control_key()
     job.register("t2", 12, "h", 6, 0.6)  # a trainer the launcher must not name again
     assert job.control_key() != key
+
+
+def test_the_sidecars_link_follows_the_master_the_launcher_follows():
+    """``FollowedMaster``: no master yet, nothing to ask; a new link (new connections) for every endpoint the
+    launcher replaces, even at the same address (a Service: the old master may live on behind it)."""
+    from edl.api.cluster import MasterEndpoint
+    from edl.masterlink import FollowedMaster
+
+    now: list[MasterEndpoint | None] = [None]
+    link = FollowedMaster(lambda: now[0])
+    assert link.status() is None
+    with pytest.raises(TemporaryError, match="no master yet"):
+        link.scale(2)
+    now[0] = MasterEndpoint("edl-j-master:8470", TOKEN, adopted=False)
+    first = link._current()
+    assert first is not None and first.base == "http://edl-j-master:8470" and link._current() is first
+    now[0] = MasterEndpoint("edl-j-master:8470", TOKEN, adopted=False)  # recreated: equal, but another
+    second = link._current()
+    assert second is not None and second is not first and first._http.is_closed
+    now[0] = MasterEndpoint("10.0.0.7:8470", TOKEN, adopted=False)  # pod-ip: the successor's own address
+    assert link._current().base == "http://10.0.0.7:8470"
