@@ -14,6 +14,7 @@ Lease does), its resident memory and the pods it caches.
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import signal
 import sys
@@ -31,7 +32,6 @@ from edl.autoscale.policy import get_policy  # noqa: E402
 from edl.autoscale.sidecar import Sidecar, SidecarConfig, job_offset  # noqa: E402
 from edl.cluster.kube_api import KubeApi, load_api_client  # noqa: E402
 from edl.cluster.kube_view import KubeClusterView  # noqa: E402
-import edl.launcher.kube  # noqa: E402,F401  the launcher's modules: its process holds them before its sidecar starts
 
 TRAINER = Resources(1, 2)
 MIN, MAX, START = 1, 20, 5
@@ -41,13 +41,15 @@ def main() -> int:
     kubeconfig, namespace, job, period, out = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), Path(sys.argv[5])
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    importlib.import_module("edl.launcher.kube")  # the launcher's modules: its process holds them before its sidecar
     kube = KubeApi(load_api_client(kubeconfig), namespace)
     kube.get("leases", f"edl-{job}-demand")  # the launcher has called the API (its connections are open)
     gc.collect()
     before_mib = psutil.Process().memory_info().rss / 2 ** 20
-    view = KubeClusterView(kube, job, f"{job}-sidecar", lease_duration_s=max(15, int(3 * period))).start()
+    view = KubeClusterView(kube, job, f"{job}-sidecar", lease_duration_s=max(15, int(3 * period)))
+    view.refresh(time.time())
     while not view.healthy() and not stop.wait(0.1):
-        pass
+        view.refresh(time.time())
     out.with_name(out.name + ".ready").write_text(json.dumps({"t": time.time(), "rss_before_mib": before_mib}))
     sidecar = Sidecar(SidecarConfig(f"{namespace}/{job}", TRAINER, MIN, MAX, period, period),
                       view, MasterDouble(f"{namespace}/{job}", START, MIN, MAX), get_policy("edl"))

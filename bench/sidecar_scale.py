@@ -84,6 +84,9 @@ class CacheView:
     def publish(self, demand, now, reason=None):
         pass
 
+    def refresh(self, now):
+        pass
+
     def lead(self, now):
         return True  # the one sidecar of the namespace that decides: it plans every job
 

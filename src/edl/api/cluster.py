@@ -285,6 +285,11 @@ class ClusterView(Protocol):
     where every sidecar decides for itself leads always and publishes nowhere.
     """
 
+    def refresh(self, now: float) -> None:
+        """Read what the view reads once a period, before ``healthy`` and ``lead`` (Kubernetes: who decides
+        for the namespace, and every job's line); nothing where the view is kept current otherwise."""
+        ...
+
     def healthy(self) -> bool:
         """The view is current (listed and watching); if not, the sidecar holds the size."""
         ...
@@ -321,6 +326,9 @@ class ClusterView(Protocol):
 class DecidesAlone:
     """For a ``ClusterView`` whose sidecars each decide for themselves (the same deterministic policy over
     the same snapshot gives every one the same plan): it always leads and publishes no plan."""
+
+    def refresh(self, now: float) -> None:
+        pass
 
     def lead(self, now: float) -> bool:
         return True

@@ -4,10 +4,10 @@ cluster through the launcher's own Kubernetes client.
 
 Why a thread of the launcher and not a container of its own: the launcher already lives as long as the
 job, reaches its master with the job's token and holds a Kubernetes client, whose package alone adds
-some 45–65 MiB to every Python process that imports it. As a thread, a sidecar that follows the namespace's
-deciding one costs its launcher a thread and one watched Lease; only the deciding one holds the caches of
-the cluster (``edl.cluster.kube_view``), so the sidecars' memory does not grow with the jobs. The local
-launcher runs its sidecar the same way (``edl.launcher.local``).
+some 45–65 MiB to every Python process that imports it. As a thread, a sidecar that follows the
+namespace's deciding one costs its launcher a thread and one read of a Lease a period; only the deciding
+one holds the caches of the cluster (``edl.cluster.kube_view``), so the sidecars' memory does not grow
+with the jobs. The local launcher runs its sidecar the same way (``edl.launcher.local``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def start_sidecar(kube: KubeApi, job: str, cfg: SidecarConfig, master: SizeLink,
     chosen = get_policy(policy)
     # A Lease lapses after three periods without renewal (15 s at least): a sidecar that stopped no longer counts.
     view = KubeClusterView(kube, job, holder_identity(owner), lease_duration_s=max(15, int(3 * cfg.period_s)),
-                           owner=owner).start()
+                           owner=owner)
     sidecar = Sidecar(cfg, view, master, chosen)
     stop = threading.Event()
     thread = threading.Thread(target=sidecar.run, args=(stop.is_set, stop.wait), name="edl-sidecar", daemon=True)

@@ -153,6 +153,7 @@ class Sidecar:
         """One decision. Returns the new size if it changed it, else ``None``."""
         now = self.clock()
         # Every period, whatever follows: the sidecar deciding for the namespace keeps its Lease renewed.
+        self.view.refresh(now)
         leading = self.view.healthy() and self.view.lead(now)
         status = self.master.status()
         if status is None:

@@ -18,7 +18,7 @@ from edl.cluster.demand_lease import lapsed, renew_time
 
 log = logging.getLogger("edl.sidecar")
 LEASE_NAME = "edl-autoscaler"
-ROLE = "autoscaler"  # its edl.dev/role label: the followers watch this one Lease alone
+ROLE = "autoscaler"  # its edl.dev/role label, apart from the demand Leases the deciding sidecar watches
 PLAN_ANNOTATION = "edl.dev/plan"  # {"lines": {job: line}} as JSON
 HOLDER_JOB_ANNOTATION = "edl.dev/holder-job"  # the job whose sidecar holds it, for people
 # An object's annotations may take 256 KiB: past this, the lines go without their nodes (sizes and reasons
@@ -69,15 +69,40 @@ def holder_of(obj: dict | None, now: float) -> str | None:
         return None
 
 
-def plan_lines(obj: dict | None, now: float) -> dict[str, PlanLine]:
-    """The lines of the plan the Lease carries, while its holder renews it (else none)."""
+def _plan(obj: dict | None, now: float) -> dict[str, dict]:
+    """The plan's lines as JSON, while the Lease's holder renews it (else none)."""
     if obj is None or holder_of(obj, now) is None:
         return {}
     text = ((obj.get("metadata") or {}).get("annotations") or {}).get(PLAN_ANNOTATION)
     if not text:
         return {}
     try:
-        return {j: decode_line(d) for j, d in json.loads(text)["lines"].items()}
+        lines = json.loads(text)["lines"]
+        if not isinstance(lines, dict):
+            raise TypeError("lines is not an object")
+        return lines
     except (ValueError, KeyError, TypeError) as e:
         log.warning("ignoring the plan on lease %s: %s", LEASE_NAME, e)
         return {}
+
+
+def plan_lines(obj: dict | None, now: float) -> dict[str, PlanLine]:
+    """The lines of the plan the Lease carries, while its holder renews it (else none)."""
+    try:
+        return {j: decode_line(d) for j, d in _plan(obj, now).items()}
+    except (ValueError, KeyError, TypeError) as e:
+        log.warning("ignoring the plan on lease %s: %s", LEASE_NAME, e)
+        return {}
+
+
+def plan_line(obj: dict | None, job: str, now: float) -> PlanLine | None:
+    """``job``'s line of the plan the Lease carries (``plan_lines``), the others left undecoded: what a
+    following sidecar reads every period."""
+    d = _plan(obj, now).get(job)
+    if d is None:
+        return None
+    try:
+        return decode_line(d)
+    except (ValueError, KeyError, TypeError) as e:
+        log.warning("ignoring %s's line of the plan on lease %s: %s", job, LEASE_NAME, e)
+        return None

@@ -24,12 +24,14 @@ class KubeClusterView:
 
     The sidecars of a namespace's jobs elect one of them through the namespace's autoscaler Lease
     (``edl.cluster.autoscaler_lease``): it follows nodes, pods and the jobs' demand Leases, plans every
-    job and writes each job's line into the Lease as it renews it. The others follow that one Lease
-    only, so the apiserver serves one set of caches per namespace, not one per job. When the holder
-    stops renewing (its job ended, its pod is gone), the next sidecar to find the Lease lapsed takes
-    it and lists the cluster. No full list per period: the caches follow watch events. Demands are
-    Leases in the namespace labelled ``edl.dev/role=demand`` (the namespaced Role allows only that);
-    jobs in other namespaces still count, as the pods they run.
+    job and writes each job's line into the Lease as it renews it. The others read that one Lease once a
+    period (``refresh``, just before they decide) and decode their own line only: a follower holds no
+    cache, no watch and no thread, so the apiserver serves one set of caches per namespace, not one
+    per job, and a follower costs its launcher next to nothing. When the holder stops renewing (its
+    job ended, its pod is gone), the next sidecar to find the Lease lapsed takes it and lists the
+    cluster. No full list per period: the leader's caches follow watch events. Demands are Leases in
+    the namespace labelled ``edl.dev/role=demand`` (the namespaced Role allows only that); jobs in
+    other namespaces still count, as the pods they run.
     """
 
     LEASE_SELECTOR = "edl.dev/role=demand"
@@ -44,9 +46,8 @@ class KubeClusterView:
         self.lease_labels = labels(job, "demand")
         self.lease_duration_s = lease_duration_s
         self.watch_timeout_s = watch_timeout_s
-        self.leader_cache: Informer[dict] = Informer(
-            "autoscaler", kube.list_watch("leases"), lambda o: o,
-            selector=f"edl.dev/role={autoscaler_lease.ROLE}", watch_timeout_s=watch_timeout_s)
+        self._autoscaler: dict | None = None  # the namespace's autoscaler Lease, as ``refresh`` last read it
+        self._read: bool | None = None  # whether that read succeeded (``None``: not read yet)
         self.leading = False
         self._leader_labels = {"app.kubernetes.io/name": APP, "edl.dev/role": autoscaler_lease.ROLE}
         self._leader_version: str | None = None  # of the autoscaler Lease as this sidecar last wrote it
@@ -77,9 +78,18 @@ class KubeClusterView:
             c.relist()
         return self
 
-    def start(self) -> "KubeClusterView":
-        self.leader_cache.start()
-        return self
+    def refresh(self, now: float) -> None:
+        """Read the namespace's autoscaler Lease (who decides, and every job's line): once a period, before
+        ``healthy`` and ``lead``. A read that fails makes the view unhealthy until one succeeds."""
+        try:
+            self._autoscaler = self.kube.get("leases", autoscaler_lease.LEASE_NAME)
+        except EdlError as e:
+            if self._read is not False:
+                log.warning("cannot read the autoscaler Lease of namespace %s: %s", self.kube.namespace,
+                            str(e).splitlines()[0] if str(e) else type(e).__name__)
+            self._read = False
+            return
+        self._read = True
 
     def stop(self) -> None:
         """Stop following; a leading sidecar hands the namespace on at once (it deletes its Lease, as long as
@@ -92,7 +102,6 @@ class KubeClusterView:
             except EdlError as e:
                 log.warning("could not hand the autoscaler Lease on (it lapses by itself): %s", e)
             self.leading = False
-        self.leader_cache.stop()
         self._stop_caches()
 
     def _stop_caches(self) -> None:
@@ -102,9 +111,9 @@ class KubeClusterView:
             self._build_caches()  # and the old ones, with what they held, are dropped
 
     def healthy(self) -> bool:
-        """The autoscaler Lease is followed, and a leader's caches are current (or still on their first list:
-        then ``lead`` says it does not decide yet, and the size is held for want of a plan)."""
-        return self.leader_cache.healthy() and (not self.leading or all(
+        """The autoscaler Lease was read this period, and a leader's caches are current (or still on their first
+        list: then ``lead`` says it does not decide yet, and the size is held for want of a plan)."""
+        return bool(self._read) and (not self.leading or all(
             c.healthy() or (c.lists == 0 and c.last_error is None) for c in self._caches))
 
     # ------------------------------------------------------------ who decides
@@ -112,7 +121,7 @@ class KubeClusterView:
         """Whether this sidecar decides now. Called every period, whatever else the sidecar can do: the
         deciding one renews its Lease here (with the lines it last published) when half of it has passed,
         so that it keeps the namespace while it cannot plan (its master away, its first list running)."""
-        lease = self.leader_cache.get(f"{self.kube.namespace}/{autoscaler_lease.LEASE_NAME}")
+        lease = self._autoscaler
         holder = autoscaler_lease.holder_of(lease, now)
         if holder is not None and holder != self.holder:
             if self.leading:
@@ -191,8 +200,7 @@ class KubeClusterView:
         return self.leading and self._write(lines, now)
 
     def plan_line(self, job: str, now: float) -> PlanLine | None:
-        lease = self.leader_cache.get(f"{self.kube.namespace}/{autoscaler_lease.LEASE_NAME}")
-        return autoscaler_lease.plan_lines(lease, now).get(job)
+        return autoscaler_lease.plan_line(self._autoscaler, job, now)
 
     # ------------------------------------------------------------ the leader's reads
     def nodes(self) -> list[Node]:

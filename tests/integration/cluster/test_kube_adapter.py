@@ -213,7 +213,7 @@ def test_the_plane_enforces_owner_reference_permissions_and_edl_s_objects_pass(p
     assert fresh and created["metadata"]["ownerReferences"][0]["uid"] == owner["uid"]
 
 
-def test_one_sidecar_of_a_namespace_decides_and_another_takes_over(kube, namespace):
+def test_one_sidecar_of_a_namespace_decides_and_another_takes_over(kube, namespace, plane):
     """Sidecars' views elect one through the autoscaler Lease on the real apiserver: it lists the cluster and
     publishes the plan; another reads its line; a stopped one hands on, a silent one lapses."""
     kube_api = KubeApi(kube, namespace)
@@ -226,22 +226,33 @@ def test_one_sidecar_of_a_namespace_decides_and_another_takes_over(kube, namespa
                                   "capabilities": {"drop": ["ALL"]}}}]}})
     views = {j: KubeClusterView(kube_api, j, f"pod-{j}", lease_duration_s=2, watch_timeout_s=1) for j in "abc"}
     a, b, c = views["a"], views["b"], views["c"]
-    a.start(), b.start()
+
+    def period(view: KubeClusterView) -> bool:
+        """One period of a sidecar's view: read the autoscaler Lease, then whether it decides."""
+        now = time.time()
+        view.refresh(now)
+        return view.healthy() and view.lead(now)
+
     try:
-        until(lambda: a.leader_cache.healthy() and b.leader_cache.healthy())
-        until(lambda: a.lead(time.time()))  # a takes the Lease and lists nodes, pods and demands
+        until(lambda: period(a))  # a takes the Lease and lists nodes, pods and demands
         until(lambda: any(p.name == f"{namespace}/waiting" for p in a.pods()))
         assert a.leading and a.nodes()
-        assert not b.lead(time.time()) and not b.leading and not b._caches_started  # b reads the Lease alone
+        assert not period(b) and not b.leading and not b._caches_started  # b reads the Lease alone
         line = PlanLine(3, ("node-0",), SizeReason(SizeCause.GROWING, "growing 1 -> 3: there is room for it"))
         a.publish_plan({f"{namespace}/b": line}, time.time())
-        until(lambda: b.plan_line(f"{namespace}/b", time.time()) == line)
+        period(b)
+        assert b.plan_line(f"{namespace}/b", time.time()) == line and b.plan_line(f"{namespace}/x", time.time()) is None
         a.stop()  # a's job ends: it hands the namespace on
-        until(lambda: b.lead(time.time()))
+        until(lambda: period(b))
         assert b.leading and b.nodes() and b.plan_line(f"{namespace}/b", time.time()) is None  # no plan yet
-        c.start()  # b goes silent (its pod is gone): after the Lease's 2 s, c takes over
-        until(lambda: c.lead(time.time()), timeout=30)
-        assert not b.lead(time.time()) and not b.leading and not b._caches_started
+        # b goes silent (its pod is gone): after the Lease's 2 s, c takes over
+        until(lambda: period(c), timeout=30)
+        assert not period(b) and not b.leading and not b._caches_started
+        # The API away: the view is not current, and nobody decides.
+        away = KubeClusterView(KubeApi(token_client(plane, "x", host="https://127.0.0.1:1"), namespace, give_up_s=0.5),
+                               "d", "pod-d", lease_duration_s=2)
+        away.refresh(time.time())
+        assert not away.healthy()
     finally:
         for v in views.values():
             v.stop()

@@ -45,6 +45,9 @@ class MemoryView:
         self.board[demand.name] = (demand, now)
         self.reason = reason
 
+    def refresh(self, now):
+        pass
+
     def lead(self, now):
         return True
 
