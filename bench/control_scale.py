@@ -222,14 +222,14 @@ def measure(plane: ControlPlane, core, console: Console, jobs: int, period: floa
 
 
 def figure(rows: list[dict], before: list[dict], path: Path) -> None:
-    """The apiserver's load and the sidecars' caches as jobs grow; ``before``, dashed: another run's rows
+    """The apiserver's load and the sidecars' memory as jobs grow; ``before``, dashed: another run's rows
     (an earlier design) for comparison."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for data, style, tag in ((rows, "o-", ""), (before, "s--", " (before)")):
         if not data:
             continue
@@ -237,15 +237,14 @@ def figure(rows: list[dict], before: list[dict], path: Path) -> None:
         axes[0].plot(jobs, [r["watch_events_per_s"] for r in data], style, color="C0", label=f"watch events{tag}")
         axes[1].plot(jobs, [r["apiserver_cpu_cores"] for r in data], style, color="C0", label=f"kube-apiserver{tag}")
         axes[1].plot(jobs, [r["etcd_cpu_cores"] for r in data], style, color="C1", label=f"etcd{tag}")
-        axes[2].plot(jobs, [r["pods_cached_all"] / 1000 for r in data], style, color="C2", label=f"pods cached{tag}")
-        axes[3].plot(jobs, [r.get("sidecar_mib_all", r.get("sidecar_rss_mib_all", 0)) / 1024 for r in data], style,
+        axes[2].plot(jobs, [r.get("sidecar_mib_all", r.get("sidecar_rss_mib_all", 0)) for r in data], style,
                      color="C3", label=f"all sidecars{tag}")
     axes[0].set(title="watch events the apiserver sent (/s)", xlabel="jobs")
     axes[1].set(title="CPU (cores)", xlabel="jobs")
-    axes[2].set(title="pods cached by all sidecars (thousands)", xlabel="jobs")
-    axes[3].set(title="memory of all sidecars (GiB)", xlabel="jobs")
-    for ax in axes:
+    axes[2].set(title="memory of all sidecars (MiB, log scale)", xlabel="jobs", yscale="log")
+    for ax in axes[:2]:
         ax.set_ylim(bottom=0)
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
