@@ -819,7 +819,7 @@ async def run_one(rc: RunConfig, data: Path, epochs: int, tmp: Path, started: St
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     procs = LocalProcesses(run_dir / "logs", env)
     started.master = procs.spawn("master", ["master", *spec_to_argv(spec), "--port", str(port)],
-                                 {"EDL_TOKEN": token}, own_session=True)
+                                 {"EDL_TOKEN": token})
     master_pid = started.master.pid
 
     def dead() -> str | None:

@@ -269,9 +269,15 @@ class FollowedMaster:
         self._timeout_s, self._give_up_s = timeout_s, give_up_s
         self._followed: MasterEndpoint | None = None
         self._link: HttpMaster | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        """Follow no master any more: ``status`` answers ``None`` and ``scale`` raises from now on (a
+        stopped sidecar whose decision was still in flight sets nothing)."""
+        self._closed = True
 
     def _current(self) -> HttpMaster | None:
-        endpoint = self._endpoint()
+        endpoint = None if self._closed else self._endpoint()
         if endpoint is not self._followed:  # replaced, not changed in place: every recreate is a new one
             if self._link is not None:
                 self._link.close()
@@ -288,7 +294,7 @@ class FollowedMaster:
               released: tuple[str, ...] | None = None) -> int:
         link = self._current()
         if link is None:
-            raise MasterUnavailable("the launcher has no master yet")
+            raise MasterUnavailable("the launcher follows no master (not yet, or no more)")
         return link.scale(trainers, nodes, reason, released)
 
 

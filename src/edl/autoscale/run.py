@@ -19,16 +19,16 @@ import threading
 from dataclasses import dataclass
 
 from edl.api.cluster import Resources
-from edl.api.master import SizeLink
 from edl.api.spec import JobSpec, K8sOptions, selector_pairs, toleration_triples
 from edl.autoscale.policy import get_policy
 from edl.autoscale.sidecar import Sidecar, SidecarConfig
 from edl.cluster.kube_api import KubeApi
 from edl.cluster.kube_objects import GIB, quantity
 from edl.cluster.kube_view import KubeClusterView
+from edl.masterlink import FollowedMaster
 
 log = logging.getLogger("edl.sidecar")
-STOP_WAIT_S = 2.0  # for a decision in flight to finish (a cancelled launcher has seconds for its cleanup)
+STOP_WAIT_S = 2.0  # for a decision in flight to end (it can do no harm after ``stop``: this only tidies)
 
 
 def sidecar_config(spec: JobSpec, opts: K8sOptions) -> SidecarConfig:
@@ -52,23 +52,21 @@ def holder_identity(owner: dict | None) -> str:
 class RunningSidecar:
     sidecar: Sidecar
     view: KubeClusterView
+    master: FollowedMaster
     thread: threading.Thread
     stop_event: threading.Event
 
     def stop(self) -> None:
-        """Stop deciding; a sidecar that decides for the namespace hands it on at once (its Lease deleted).
-        Idempotent. Once the decision in flight ends it writes no Lease: the launcher may remove the job's
-        (one that took longer may write the demand Lease once more; it lapses, and goes with the pod)."""
-        if self.stop_event.is_set():
-            return
+        """Stop deciding, for good: a sidecar that decides for the namespace hands it on at once (its Lease
+        deleted). Once this returns the sidecar writes no Lease and sets no size, even where a decision still
+        in flight outlives the wait for it: the launcher may remove the job's Leases. Idempotent."""
         self.stop_event.set()
+        self.master.close()
+        self.view.stop()  # waits for a Lease being written, then refuses the rest
         self.thread.join(STOP_WAIT_S)
-        if self.thread.is_alive():
-            log.warning("the sidecar's decision in flight did not end within %.0f s", STOP_WAIT_S)
-        self.view.stop()
 
 
-def start_sidecar(kube: KubeApi, job: str, cfg: SidecarConfig, master: SizeLink, policy: str,
+def start_sidecar(kube: KubeApi, job: str, cfg: SidecarConfig, master: FollowedMaster, policy: str,
                   owner: dict | None) -> RunningSidecar:
     """Start the job's sidecar in a thread: ``kube`` the launcher's client in the job's namespace, ``job``
     the job's name there (``cfg.job`` qualifies it), ``owner`` the launcher's pod, which owns the Leases the
@@ -83,4 +81,4 @@ def start_sidecar(kube: KubeApi, job: str, cfg: SidecarConfig, master: SizeLink,
     thread.start()
     log.info("sidecar for %s: policy %s every %.1f s, %d..%d trainers of %s", cfg.job, chosen.name, cfg.period_s,
              cfg.min, cfg.max, cfg.trainer)
-    return RunningSidecar(sidecar, view, thread, stop)
+    return RunningSidecar(sidecar, view, master, thread, stop)

@@ -151,9 +151,9 @@ class Sidecar:
 
     def step(self) -> int | None:
         """One decision. Returns the new size if it changed it, else ``None``."""
-        now = self.clock()
-        # Every period, whatever follows: the sidecar deciding for the namespace keeps its Lease renewed.
-        self.view.refresh(now)
+        self.view.refresh(self.clock())
+        now = self.clock()  # after the read, which may have waited on the API: a Lease renewed at this time
+        # Every period while the view is current, whatever follows: the deciding sidecar keeps its Lease renewed.
         leading = self.view.healthy() and self.view.lead(now)
         status = self.master.status()
         if status is None:

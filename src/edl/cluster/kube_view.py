@@ -4,6 +4,7 @@ its informer caches of nodes, pods and demand Leases."""
 from __future__ import annotations
 
 import logging
+import threading
 
 from edl.api.cluster import JobDemand, Node, PlanLine, Pod, PodTotals, SizeReason
 from edl.api.ledger import PodLedger
@@ -48,6 +49,10 @@ class KubeClusterView:
         self.watch_timeout_s = watch_timeout_s
         self._autoscaler: dict | None = None  # the namespace's autoscaler Lease, as ``refresh`` last read it
         self._read: bool | None = None  # whether that read succeeded (``None``: not read yet)
+        # Held across each write of a Lease and by ``stop``: once stopped, a decision still in flight (its
+        # thread outlived the launcher's wait) writes nothing, and no Lease comes back after the cleanup.
+        self._writing = threading.Lock()
+        self._stopped = False
         self.leading = False
         self._leader_labels = {"app.kubernetes.io/name": APP, "edl.dev/role": autoscaler_lease.ROLE}
         self._leader_version: str | None = None  # of the autoscaler Lease as this sidecar last wrote it
@@ -90,18 +95,26 @@ class KubeClusterView:
             self._read = False
             return
         self._read = True
+        holder = autoscaler_lease.holder_of(self._autoscaler, now)
+        if self.leading and holder is not None and holder != self.holder:
+            # Taken over while this one could not renew (its caches failing): follow at once, rather than
+            # hold its own job for want of a view it no longer needs.
+            log.info("the sidecar %s decides for namespace %s now; %s follows", holder, self.kube.namespace, self.job)
+            self._follow()
 
     def stop(self) -> None:
-        """Stop following; a leading sidecar hands the namespace on at once (it deletes its Lease, as long as
-        it is still the version it wrote)."""
-        if self.leading:
-            try:
-                self.kube.delete("leases", autoscaler_lease.LEASE_NAME, version=self._leader_version)
-            except KubeConflictError:
-                pass  # taken over meanwhile: not ours to delete
-            except EdlError as e:
-                log.warning("could not hand the autoscaler Lease on (it lapses by itself): %s", e)
-            self.leading = False
+        """Stop following, for good: a leading sidecar hands the namespace on at once (it deletes its Lease,
+        as long as it is still the version it wrote), and no Lease is written after this returns."""
+        with self._writing:
+            self._stopped = True
+            if self.leading:
+                try:
+                    self.kube.delete("leases", autoscaler_lease.LEASE_NAME, version=self._leader_version)
+                except KubeConflictError:
+                    pass  # taken over meanwhile: not ours to delete
+                except EdlError as e:
+                    log.warning("could not hand the autoscaler Lease on (it lapses by itself): %s", e)
+                self.leading = False
         self._stop_caches()
 
     def _stop_caches(self) -> None:
@@ -118,9 +131,15 @@ class KubeClusterView:
 
     # ------------------------------------------------------------ who decides
     def lead(self, now: float) -> bool:
-        """Whether this sidecar decides now. Called every period, whatever else the sidecar can do: the
-        deciding one renews its Lease here (with the lines it last published) when half of it has passed,
-        so that it keeps the namespace while it cannot plan (its master away, its first list running)."""
+        """Whether this sidecar decides now. Called every period while the view is current, whatever else the
+        sidecar can do: the deciding one renews its Lease here (with the lines it last published) when half
+        of it has passed, so that it keeps the namespace while it cannot plan (its master away, its first list
+        running). A deciding one whose caches fail is not current: it stops renewing, another takes the
+        namespace once the Lease lapses, and ``refresh`` makes this one follow."""
+        with self._writing:
+            return not self._stopped and self._lead(now)
+
+    def _lead(self, now: float) -> bool:
         lease = self._autoscaler
         holder = autoscaler_lease.holder_of(lease, now)
         if holder is not None and holder != self.holder:
@@ -197,7 +216,8 @@ class KubeClusterView:
 
     def publish_plan(self, lines: dict[str, PlanLine], now: float) -> bool:
         """Renew the autoscaler Lease with every job's line; ``False`` when it was taken (this one follows)."""
-        return self.leading and self._write(lines, now)
+        with self._writing:
+            return not self._stopped and self.leading and self._write(lines, now)
 
     def plan_line(self, job: str, now: float) -> PlanLine | None:
         return autoscaler_lease.plan_line(self._autoscaler, job, now)
@@ -223,6 +243,11 @@ class KubeClusterView:
         return out
 
     def publish(self, demand: JobDemand, now: float, reason: SizeReason | None = None) -> None:
+        with self._writing:
+            if not self._stopped:
+                self._publish(demand, now, reason)
+
+    def _publish(self, demand: JobDemand, now: float, reason: SizeReason | None) -> None:
         lease = demand_lease(demand, self.lease_name, self.kube.namespace, self.holder, now, self.lease_duration_s,
                              self.lease_labels, reason)
         if self.owner is not None:

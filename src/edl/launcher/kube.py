@@ -142,6 +142,7 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
         with ProgressView(console) as view:
             final = launcher.run(view, poll_s=POLL_S)
             view.show(final)
+        sidecar.stop()  # the job is over: the namespace goes on to another job's sidecar at once
         result = launcher.finish(summary_out, (lambda s: audit_summary(spec, s)) if spec.audit else None)
         audited = f", lost {result.lost_samples}, duplicated {result.duplicate_samples}" if spec.audit else ""
         cluster.record("JobSucceeded", f"{result.epochs_completed} epochs{audited}; model at {result.final_model_uri}")
@@ -149,13 +150,15 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
                      f"{result.steps} steps{audited}; model at {result.final_model_uri}")
         return 0
     except Cancelled as why:
+        started = time.monotonic()  # the pod's grace period runs from the signal
         say(console, f"cancelled ({why}): asking for a last checkpoint (up to {budget_s:.0f} s), "
                      "then removing the job's objects")
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # a second SIGTERM must not interrupt the cleanup
         if sidecar is not None:
             sidecar.stop()  # no rescale during the last checkpoint
-        saved = launcher.final_checkpoint(budget_s) if budget_s > 0 else False
+        left_s = budget_s - (time.monotonic() - started)
+        saved = launcher.final_checkpoint(left_s) if left_s > 0 else False
         cluster.record("JobCancelled", "cancelled; last checkpoint " + ("written" if saved else "not written"),
                        warning=True)
         return EXIT_CANCELLED
@@ -163,6 +166,8 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
         cluster.record("JobFailed", str(e), warning=True)
         raise
     finally:
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)  # a SIGTERM now must not cut the cleanup short
         if sidecar is not None:
             sidecar.stop()  # before the cleanup, which removes the demand Lease it would write again
         launcher.shutdown(delete=True)

@@ -97,7 +97,7 @@ def argo_cron_workflow(*, schedule: str = "0 3 * * *", namespace: str = "default
                   "--init-model", "{{inputs.parameters.warm}}", "--summary-out", "/tmp/summary.json"],
             inputs=[Parameter(name="warm")], env=[*pod_env, *s3_env], security_context=secure,
             # The launcher and the job's autoscale sidecar; the sidecar that decides for the namespace caches
-            # its nodes and pods (about 75 MiB for 20,000 pods: docs/autoscaling.md), hence the higher limit.
+            # the cluster's nodes and pods (27 MiB for 20,000 pods, 73 MiB for 150,000: docs/autoscaling.md).
             resources=ResourceRequirements(requests={"cpu": "500m", "memory": "512Mi"},
                                            limits={"cpu": "1", "memory": "1Gi"}),
             # Retry a failed step (OnFailure: OnError would not retry the main container's own failure),

@@ -115,12 +115,11 @@ def test_sidecar_holds_the_size_when_the_api_is_unreachable(digits, tmp_path, jo
     sidecar = start(job, nowhere, "ml")
     try:
         time.sleep(4)
-        assert sidecar.thread.is_alive()  # still deciding, retrying
+        assert sidecar.sidecar.holding and sidecar.sidecar.decisions == 0  # holding, never planned
         st = job.status()
         assert st["desired_trainers"] == 1
         assert st["reason"]["cause"] == "held_api_away" and st["reason"]["text"].startswith("held at 1: "), st
     finally:
         sidecar.stop()
-    assert not sidecar.thread.is_alive()
     out = "\n".join(r.getMessage() for r in caplog.records if r.name == "edl.sidecar")
     assert "holding 1 trainers" in out, out

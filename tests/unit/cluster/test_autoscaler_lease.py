@@ -33,3 +33,16 @@ def test_the_plan_names_each_node_once_and_goes_without_nodes_when_too_large(mon
     monkeypatch.setattr(al, "PLAN_BYTES", 100)
     lines = plan_lines(autoscaler_lease("ml", "pod-a", "a", 1000.0, 30, {}, {"ml/a": LINE}), 1000.0)
     assert lines["ml/a"].nodes == () and lines["ml/a"].size == 3 and lines["ml/a"].at == 990.0
+
+
+def test_a_following_sidecar_decodes_its_own_line_only():
+    from edl.cluster.autoscaler_lease import plan_line
+
+    other = PlanLine(1, (), SizeReason(SizeCause.AT_MAX, "at its maximum of 1 trainers"))
+    lease = autoscaler_lease("ml", "pod-a", "a", 1000.0, 30, {}, {"ml/a": LINE, "ml/b": other})
+    assert plan_line(lease, "ml/a", 1001.0) == LINE and plan_line(lease, "ml/b", 1001.0) == other
+    assert plan_line(lease, "ml/c", 1001.0) is None  # not planned yet
+    assert plan_line(lease, "ml/a", 1031.0) is None and plan_line(None, "ml/a", 1001.0) is None  # lapsed, none
+    lease["metadata"]["annotations"][PLAN_ANNOTATION] = '{"lines": {"ml/a": {"size": "x"}, "ml/b": ' + \
+        lease["metadata"]["annotations"][PLAN_ANNOTATION].split('"ml/b":', 1)[1]
+    assert plan_line(lease, "ml/a", 1001.0) is None and plan_line(lease, "ml/b", 1001.0) == other  # one bad line

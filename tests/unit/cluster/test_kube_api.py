@@ -355,3 +355,71 @@ def test_a_node_is_read_with_its_labels_and_taints():
                                    "conditions": [{"type": "Ready", "status": "True"}]}})
     assert node.labels == (("pool", "training"),)
     assert node.taints == (("dedicated", "training", "NoSchedule"), ("gpu", "", "NoExecute"))
+
+
+# ------------------------------------------------- who decides, read once a period
+class _ElectionKube(_LeaseKube):
+    """The namespace's autoscaler Lease as ``refresh`` reads it: ``lease``, or ``away`` raised."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.lease: dict | None = None
+        self.away: Exception | None = None
+        self.deleted: list[str] = []
+
+    def get(self, resource: str, name: str) -> dict | None:
+        if name == "edl-autoscaler":
+            if self.away is not None:
+                raise self.away
+            return self.lease
+        return super().get(resource, name)
+
+    def create(self, obj: dict) -> tuple[dict, bool]:
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "1"}}
+        if obj["metadata"]["name"] == "edl-autoscaler":
+            self.lease = obj
+        return obj, True
+
+    def delete(self, resource: str, name: str, version: str | None = None, **kw) -> bool:
+        self.deleted.append(name)
+        return True
+
+
+def test_a_view_reads_who_decides_each_period_and_follows_once_another_took_it():
+    from edl.cluster.autoscaler_lease import autoscaler_lease
+
+    kube = _ElectionKube()
+    view = KubeClusterView(kube, "a", "pod-a", lease_duration_s=30)
+    assert not view.healthy()  # nothing read yet
+    kube.away = KubeUnavailableError("Kubernetes API unreachable")
+    view.refresh(1000.0)
+    assert not view.healthy()  # the read failed: the size is held
+    kube.away = None
+    view.refresh(1000.0)
+    view._caches_started = True  # no cluster to list here: the caches are not started
+    assert view.healthy()
+    view.lead(1000.0)
+    assert view.leading and kube.lease["spec"]["holderIdentity"] == "pod-a"  # nobody held it: taken
+    kube.lease = autoscaler_lease("ml", "pod-b", "b", 1010.0, 30, {})  # b took it while a could not renew
+    view.refresh(1011.0)
+    assert not view.leading and not view._caches_started  # a follows at once
+    assert not view.lead(1011.0)
+    view.stop()
+    assert kube.deleted == []  # not a's to hand on
+
+
+def test_a_stopped_view_writes_no_lease():
+    kube = _ElectionKube()
+    view = KubeClusterView(kube, "a", "pod-a", lease_duration_s=30)
+    view.refresh(1000.0)
+    view._caches_started = True  # no cluster to list here: the caches are not started
+    view.lead(1000.0)
+    assert view.leading
+    view.stop()
+    assert kube.deleted == ["edl-autoscaler"] and not view.leading  # handed on
+    created = kube.created
+    kube.lease = None
+    view.refresh(1001.0)
+    assert not view.lead(1001.0) and not view.publish_plan({}, 1001.0)  # a decision still in flight: nothing
+    view.publish(DEMAND, 1001.0)
+    assert kube.created == created and kube.lease is None and kube.replaced == []

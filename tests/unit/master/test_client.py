@@ -157,7 +157,7 @@ def test_the_sidecars_link_follows_the_master_the_launcher_follows():
     now: list[MasterEndpoint | None] = [None]
     link = FollowedMaster(lambda: now[0])
     assert link.status() is None
-    with pytest.raises(TemporaryError, match="no master yet"):
+    with pytest.raises(TemporaryError, match="follows no master"):
         link.scale(2)
     now[0] = MasterEndpoint("edl-j-master:8470", TOKEN, adopted=False)
     first = link._current()
@@ -166,4 +166,9 @@ def test_the_sidecars_link_follows_the_master_the_launcher_follows():
     second = link._current()
     assert second is not None and second is not first and first._http.is_closed
     now[0] = MasterEndpoint("10.0.0.7:8470", TOKEN, adopted=False)  # pod-ip: the successor's own address
-    assert link._current().base == "http://10.0.0.7:8470"
+    third = link._current()
+    assert third is not None and third.base == "http://10.0.0.7:8470"
+    link.close()  # a stopped sidecar: nothing more reaches a master
+    assert link.status() is None and third._http.is_closed
+    with pytest.raises(TemporaryError, match="follows no master"):
+        link.scale(2)
