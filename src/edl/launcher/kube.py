@@ -91,6 +91,20 @@ def master_placer(kube: KubeApi, spec: JobSpec, opts: K8sOptions,
     return place
 
 
+def preemptible_below_trainers(me: dict, trainer_class: dict | None) -> str | None:
+    """What to tell the user when this step's pod has a lower priority than the trainers' PriorityClass: the
+    scheduler then takes it first to make room for higher-priority pods, and the job (its launcher and
+    autoscale sidecar, the dead-man switch's beat) ends with it. ``None`` when it is not below them."""
+    if trainer_class is None:
+        return None
+    mine, theirs = int((me.get("spec") or {}).get("priority") or 0), int(trainer_class.get("value") or 0)
+    if mine >= theirs:
+        return None
+    name = (trainer_class.get("metadata") or {}).get("name", "")
+    return (f"this step's pod has priority {mine}, below its trainers' {theirs} (PriorityClass {name}): the "
+            f"scheduler preempts it first, and the job ends with it; run the step with PriorityClass {name}")
+
+
 def _cancel(signum: int, _frame) -> None:
     raise Cancelled(signal.Signals(signum).name)
 
@@ -108,7 +122,8 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
         raise naming.error(Problem("s3_secret", f"{opts.s3_secret!r}: no such Secret in namespace {opts.namespace!r}"))
     if spec.audit:
         _s3_env_from(s3_secret)  # this process reads the audit log the trainers write to the checkpoint store
-    if opts.priority_class and kube.get("priorityclasses", opts.priority_class) is None:
+    trainer_class = kube.get("priorityclasses", opts.priority_class) if opts.priority_class else None
+    if opts.priority_class and trainer_class is None:
         raise naming.error(Problem("priority_class", f"{opts.priority_class!r}: no such PriorityClass in the cluster"))
     # The step's pod owns the job's objects: KFP's driver sets KFP_POD_NAME/KFP_POD_UID in every
     # task's pod; Argo steps (and the CronWorkflow) pass POD_NAME/POD_UID.
@@ -116,15 +131,20 @@ def launch(spec: JobSpec, opts: K8sOptions, *, kubeconfig: str | None = None, ma
     if owner is None:
         say(console, "KFP_POD_NAME/KFP_POD_UID or POD_NAME/POD_UID not set (not in a pod?): the job's objects "
                      "get no owner; they are removed when this launcher ends")
-    grace_s = None
+    grace_s, below = None, None
     if owner is not None and (me := kube.get("pods", owner["name"])) is not None:
         grace_s = (me.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        below = preemptible_below_trainers(me, trainer_class)
+        if below is not None:
+            say(console, below)
     budget_s = final_checkpoint_budget(grace_s)
     if budget_s < FINAL_CHECKPOINT_S:
         say(console, f"this pod's grace period is {grace_s} s: a cancelled job gets {budget_s:.0f} s for its "
                      f"last checkpoint (give the step {FINAL_CHECKPOINT_S + CLEANUP_S:.0f} s for the full "
                      f"{FINAL_CHECKPOINT_S:.0f} s)")
     cluster = KubeCluster(kube, spec, opts, owner, master_via, place_master=master_placer(kube, spec, opts))
+    if below is not None:
+        cluster.record("LauncherBelowTrainers", below, warning=True)
     launcher = Launcher(spec, cluster, max_trainer_failures=max_trainer_failures,
                         pending_timeout_s=opts.pending_timeout_s, trainer_prefix=cluster.trainer_prefix,
                         console=console, beat_in_background=True)

@@ -27,7 +27,7 @@ def test_render_command_writes_valid_files(tmp_path):
         for obj in yaml.safe_load_all(p.read_text()):
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
             kinds.append(obj["kind"])
-    assert kinds.count("ServiceAccount") == 3 and "PodTemplate" in kinds and kinds.count("NetworkPolicy") == 2
+    assert kinds.count("ServiceAccount") == 2 and "PodTemplate" in kinds and kinds.count("NetworkPolicy") == 2
 
     bad = tmp_path / "bad"
     r = run_edl(*[a if a != "s3://c/mnist" else "file:///tmp/c" for a in args[:-1]], str(bad))

@@ -338,7 +338,7 @@ def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
         unschedulable_trainers(steps, "yield", stuck)
         time.sleep(0.3)
     assert not stuck, f"trainers started with no room for them: {sorted(stuck)}\n{steps.log(step)[-3000:]}"
-    assert "TrainersUnschedulable" not in steps.events()
+    assert "TrainersUnschedulable" not in steps.events() and "LauncherBelowTrainers" not in steps.events()
     assert steps.phase(step) == "Running"
     # The service leaves: the job grows back into the room (it once stayed small: its replacements had sat
     # Pending, and the sidecar held off growing after the launcher reported them unschedulable).
