@@ -44,7 +44,6 @@ class TaskBuffer:
         self._taken: list[Task] = []
         self._start: Cursor | None = None
         self._start_offset = 0
-        self.rows_taken = 0  # by the loop, ever: how fast it reads (``edl.trainer.prefetch.AskPace``)
 
     def add(self, task: Task) -> bool:
         """Hold ``task`` unless it is held already; whether it was new."""
@@ -83,7 +82,6 @@ class TaskBuffer:
                 if self.offset >= t.size:
                     self.tasks.pop(0)
                     self.offset = 0
-            self.rows_taken += sum(s.end - s.start for s in out)
             self._took.notify_all()
         return out
 
