@@ -224,8 +224,10 @@ class HttpMaster:
     def leave(self, trainer: str) -> None:
         self._call("POST", f"/v1/trainers/{trainer}/leave")
 
-    def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:
-        body = {"request_id": request_id, "safe_cursor": cursor_to_json(safe_cursor)}
+    def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None, *, master_uid: str | None = None,
+                  generation: int | None = None) -> Task | Next:
+        body = {"request_id": request_id, "safe_cursor": cursor_to_json(safe_cursor), "master_uid": master_uid,
+                "generation": generation}
         return next_task_from_json(self._call("POST", f"/v1/trainers/{trainer}/task", body))
 
     def task_failed(self, trainer: str, task_id: int, reason: str) -> None:

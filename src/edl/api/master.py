@@ -587,8 +587,11 @@ class TrainerLink(Protocol):
         it leaves at the next change as a drained trainer does and its peers never wait for it."""
         ...
 
-    def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None) -> Task | Next:
-        """The next task to prefetch; the same ``request_id`` gets the same answer again."""
+    def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None, *, master_uid: str | None = None,
+                  generation: int | None = None) -> Task | Next:
+        """The next task to prefetch; the same ``request_id`` gets the same answer again. With ``master_uid``
+        and ``generation`` (the trainer's tasks are for that generation of that master), only in that
+        generation: ``Next.WAIT`` in any other."""
         ...
 
     def task_failed(self, trainer: str, task_id: int, reason: str) -> None: ...

@@ -233,7 +233,8 @@ class Job:
         m = self.membership
         t = m.heartbeat(trainer, step, now, generation, in_collective_s, store_port)
         if t is not None and t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING:
-            self.queue.commit(trainer, safe_cursor)
+            if self._in_current(None, generation):  # a cursor sent before a change may name a task handed out again
+                self.queue.commit(trainer, safe_cursor)
             if loss is not None and step >= self.last_step_seen:
                 self.loss = loss
             self.last_step_seen = max(self.last_step_seen, step)
@@ -241,6 +242,12 @@ class Job:
         # would cost the master N x N a second.
         self.tick(now, expire=False)
         return self.heartbeat_answer(trainer)
+
+    def _in_current(self, master_uid: str | None, generation: int | None) -> bool:
+        """A trainer's request made in ``generation`` of ``master_uid`` (None: not said) is of the current one."""
+        current = self.membership.current
+        return ((master_uid is None or master_uid == self.master_uid)
+                and (generation is None or (current is not None and generation == current.id)))
 
     def heartbeat_answer(self, trainer: str) -> HeartbeatAnswer:
         m = self.membership
@@ -280,9 +287,15 @@ class Job:
             return None
         return cut.cursors.get(trainer)
 
-    def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None, now: float) -> Task | Next:
+    def next_task(self, trainer: str, request_id: str, safe_cursor: Cursor | None, now: float, *,
+                  master_uid: str | None = None, generation: int | None = None) -> Task | Next:
         t = self.membership.trainers.get(trainer)
         if t is None or t.state is not TrainerState.ACTIVE:
+            return Next.WAIT
+        if not self._in_current(master_uid, generation):
+            # Asked for in a generation that is not the current one (the trainer has not joined the one
+            # formed since, or has switched into the next before the others did): a task handed out now
+            # would be missing from the assignment it has read, or land in a buffer it is about to replace.
             return Next.WAIT
         if self.membership.phase is Phase.RUNNING:
             self.queue.commit(trainer, safe_cursor)

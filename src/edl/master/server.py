@@ -145,6 +145,8 @@ class HeartbeatBody(Body, frozen=True):
 class TaskBody(Body, frozen=True):
     request_id: str
     safe_cursor: CursorJSON = None
+    master_uid: str | None = None  # the master and generation the trainer's tasks are for (None: any)
+    generation: int | None = None
 
 
 class TaskFailedBody(Body, frozen=True):
@@ -564,7 +566,8 @@ def _trainer_routes(master: Master) -> list[BaseRoute]:
     async def next_task(r: Request) -> dict:
         trainer = r.path_params["trainer"]
         body = await TaskBody.read(r)
-        answer = job.next_task(trainer, body.request_id, cursor_from_json(body.safe_cursor), master.clock())
+        answer = job.next_task(trainer, body.request_id, cursor_from_json(body.safe_cursor), master.clock(),
+                               master_uid=body.master_uid, generation=body.generation)
         return next_task_to_json(answer)
 
     @routes.post("/user-code-failed")

@@ -44,10 +44,23 @@ class TaskBuffer:
         self._taken: list[Task] = []
         self._start: Cursor | None = None
         self._start_offset = 0
+        # Bumped whenever the held tasks are replaced (``clear``, ``reposition``), not when a generation goes
+        # on with them (``rekey``): an answer to a request made before a bump is not ours to hold.
+        self._lineage = 0
 
-    def add(self, task: Task) -> bool:
-        """Hold ``task`` unless it is held already; whether it was new."""
+    def ticket(self) -> tuple[tuple[str, int], int]:
+        """What a request for a task is made under: the (master uid, generation) the buffer holds tasks for,
+        and its lineage (``add``)."""
         with self._lock:
+            return self._key, self._lineage
+
+    def add(self, task: Task, lineage: int | None = None) -> bool:
+        """Hold ``task`` unless it is held already, or it answers a request made under another ``lineage``
+        (the buffer was cleared or replaced while the request was on the wire: the master counts the task
+        in what it told us at the change, or took it back with the rest); whether it was new."""
+        with self._lock:
+            if lineage is not None and lineage != self._lineage:
+                return False
             if any(t.id == task.id for t in self.tasks):
                 return False
             self.tasks.append(task)
@@ -93,6 +106,7 @@ class TaskBuffer:
             self.offset = offset if self.tasks else 0
             self.cursor = cursor
             self._key, self._taken, self._start, self._start_offset = key, list(held), cursor, self.offset
+            self._lineage += 1
             self._took.notify_all()
 
     def rekey(self, key: tuple[str, int]) -> None:
@@ -106,6 +120,7 @@ class TaskBuffer:
         with self._lock:
             self.tasks, self.offset, self.cursor = [], 0, None
             self._key, self._taken, self._start, self._start_offset = key, [], None, 0
+            self._lineage += 1
             self._took.notify_all()
 
     def ledger(self) -> Ledger:

@@ -34,6 +34,7 @@ class Prefetcher:
         self.full_wait_s = full_wait_s
         self.finished = False  # the master has handed out every task of every epoch
         self._request_id = new_id()
+        self._request_lineage = buffer.ticket()[1]  # the buffer's lineage ``_request_id`` was made under
 
     def restart(self, key: tuple[str, int] = ("", 0)) -> None:
         """Drop the tasks held: generation ``key`` starts from the master's queue (checkpoint or fresh)."""
@@ -57,14 +58,24 @@ class Prefetcher:
             # 5 ms of CPU a second, beside a loop that needs all of it.
             self.buffer.wait_below(2 * self.batch_size, self.full_wait_s)
             return
+        # The request names the generation the buffer holds tasks for: the master answers it only in that
+        # generation, and its task is held only if the buffer was not replaced meanwhile. Without both, a
+        # task handed out across a change was lost (held by the master's count, dropped by the trainer's
+        # new start) or trained twice (taken back at a restart, kept by the trainer).
+        (master_uid, generation), lineage = self.buffer.ticket()
+        if lineage != self._request_lineage:
+            # A retry after the change would be answered with the task of before it (``next_task`` is
+            # idempotent per request id), which the change's assignment already accounted for.
+            self._request_id, self._request_lineage = self.new_id(), lineage
         try:
-            r = self.link.next_task(self.id, self._request_id, self.progress.safe_cursor)
+            r = self.link.next_task(self.id, self._request_id, self.progress.safe_cursor, master_uid=master_uid,
+                                    generation=generation)
         except EdlError:
             self.sleep(0.2)  # same request id next time: a lost answer is handed out again, not twice
             return
         self._request_id = self.new_id()
         if isinstance(r, Task):
-            if self.buffer.add(r):
+            if self.buffer.add(r, lineage):
                 self.warm(r)
         elif r is Next.FINISHED:
             self.finished = True

@@ -23,22 +23,24 @@ def answer(uid="1", generation=2, stop=False, status=JobStatus.RUNNING, checkpoi
 
 class FakeLink:
     def __init__(self, *answers) -> None:
-        self.answers = list(answers)
+        self.answers = list(answers)  # an answer, an exception to raise, or what a callable returns
         self.calls: list[tuple] = []
+        self.asked_in: list[tuple] = []  # each task request's (master uid, generation)
 
     def _next(self):
         a = self.answers.pop(0)
         if isinstance(a, Exception):
             raise a
-        return a
+        return a() if callable(a) else a
 
     def heartbeat(self, trainer, *, generation, step, safe_cursor, loss, wait_s, in_collective_s=None, store_port=None,
                   heard=(0, False)):
         self.calls.append((trainer, generation, step, safe_cursor, loss, wait_s, in_collective_s))
         return self._next()
 
-    def next_task(self, trainer, request_id, safe_cursor):
+    def next_task(self, trainer, request_id, safe_cursor, *, master_uid=None, generation=None):
         self.calls.append((trainer, request_id, safe_cursor))
+        self.asked_in.append((master_uid, generation))
         return self._next()
 
 
@@ -264,6 +266,61 @@ def test_each_new_task_is_read_ahead_once():
     for _ in range(5):
         pf.fetch()
     assert warmed == [task(0), task(1)] and pf.buffer.remaining() == 32
+
+
+def in_generation(key: tuple[str, int]) -> TaskBuffer:
+    buffer = TaskBuffer()
+    buffer.clear(key)
+    return buffer
+
+
+def test_a_request_names_the_generation_its_tasks_are_for():
+    link = FakeLink(task(0))
+    pf, _ = prefetcher(link, Progress(generation=3), in_generation(("7", 3)))
+    pf.fetch()
+    assert link.asked_in == [("7", 3)] and pf.buffer.remaining() == 16
+
+
+def test_a_task_answered_after_the_loop_joined_another_generation_is_not_held():
+    # The loop joined generation 4 (its assignment lists what it holds) while the request made in 3 was on
+    # the wire: the master counts that task in the assignment's list or took it back; holding it too
+    # would train its rows twice.
+    warmed: list[Task] = []
+    buffer = in_generation(("7", 3))
+
+    def joined_on_the_wire() -> Task:
+        buffer.reposition(None, [task(5)], 0, ("7", 4))
+        return task(0)
+
+    link = FakeLink(joined_on_the_wire, task(1))
+    pf, _ = prefetcher(link, Progress(generation=3), buffer, warm=warmed.append)
+    pf.fetch()
+    assert [t.id for t in buffer.tasks] == [5] and buffer.ledger().tasks == (task(5),) and warmed == []
+    pf.fetch()
+    assert link.asked_in == [("7", 3), ("7", 4)] and [t.id for t in buffer.tasks] == [5, 1]
+
+
+def test_a_task_answered_after_a_switch_that_keeps_the_tasks_is_held():
+    buffer = in_generation(("7", 3))
+
+    def switched_on_the_wire() -> Task:
+        buffer.rekey(("7", 4))  # the generation goes on with what is held
+        return task(0)
+
+    pf, _ = prefetcher(FakeLink(switched_on_the_wire), Progress(generation=3), buffer)
+    pf.fetch()
+    assert [t.id for t in buffer.tasks] == [0] and buffer.ledger().tasks == (task(0),)
+
+
+def test_a_request_lost_before_a_change_is_not_retried_after_it():
+    # Retried with the same id, the master would answer with the task of before the change.
+    buffer = in_generation(("7", 3))
+    link = FakeLink(TemporaryError("away"), task(0))
+    pf, _ = prefetcher(link, Progress(generation=3), buffer)
+    pf.fetch()
+    buffer.clear(("7", 4))
+    pf.fetch()
+    assert [c[1] for c in link.calls] == ["r0", "r1"] and link.asked_in == [("7", 3), ("7", 4)]
 
 
 def test_a_prepared_generation_has_the_go_once_given_or_once_formed():

@@ -73,7 +73,7 @@ class FakeMaster:
     def heartbeat(self, trainer, **kw) -> HeartbeatAnswer:
         return HeartbeatAnswer("11", True, TrainerState.ACTIVE, 1, False, JobStatus.RUNNING, False)
 
-    def next_task(self, trainer, request_id, safe_cursor):
+    def next_task(self, trainer, request_id, safe_cursor, *, master_uid=None, generation=None):
         with self.lock:
             return self.tasks.pop(0) if self.tasks else Next.FINISHED
 
