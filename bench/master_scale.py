@@ -12,7 +12,8 @@ and ``--clients`` processes of this script (asyncio and aiohttp, JSON only) play
 trainers, each the way ``edl.trainer`` talks to its master: ``GET /v1/spec``, register (spread over
 ``--ramp-s``), long-poll for its assignment (``wait_s`` 10); a heartbeat after another, each waiting up
 to 1 s on the master (``edl.trainer.heartbeat``), with the trainer's step, loss and safe cursor; the
-prefetch's ``next_task`` whenever it holds under two batches (``edl.trainer.prefetch``). The trainers
+prefetch's ``next_task`` whenever it holds under two batches, at the moment ``AskPace`` picks
+(``edl.trainer.prefetch``: a random share of half the time the held rows last). The trainers
 step in lockstep on a shared clock every ``--step-s`` seconds through ``--batch`` rows of their tasks,
 the last fifth of each step counting as their all-reduce (the heartbeat's ``in_collective_s``); a
 trainer's safe cursor is its position one step back, as the real loop's. Rank 0 reports its first step
@@ -55,6 +56,7 @@ import ctypes
 import json
 import math
 import os
+import random
 import re
 import secrets
 import shutil
@@ -78,6 +80,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result  # noqa: E402
 
 from edl.api.data import Cursor, Task, cursor_to_json  # noqa: E402
+from edl.trainer.prefetch import AskPace  # noqa: E402
 from edl.api.master import (  # noqa: E402
     Assignment,
     HeartbeatAnswer,
@@ -263,15 +266,20 @@ class SimBuffer:
         self.low_rows = low_rows  # the prefetch wants more below this
         self.low = asyncio.Event()  # set while under ``low_rows``
         self.low.set()
+        self.short = asyncio.Event()  # set while under one batch (half of ``low_rows``): ask at once
+        self.short.set()
+        self.rows_taken = 0  # ``TaskBuffer.rows_taken``
 
     def remaining(self) -> int:
         return sum(t.size for t in self.tasks) - self.offset
 
     def _changed(self) -> None:
-        if self.remaining() < self.low_rows:
-            self.low.set()
-        else:
-            self.low.clear()
+        held = self.remaining()
+        for event, below in ((self.low, self.low_rows), (self.short, self.low_rows // 2)):
+            if held < below:
+                event.set()
+            else:
+                event.clear()
 
     def add(self, task: Task) -> bool:
         if any(t.id == task.id for t in self.tasks):
@@ -282,6 +290,12 @@ class SimBuffer:
 
     def take(self, n: int) -> int:
         """Up to ``n`` rows, crossing task boundaries; the rows taken."""
+        taken = self._take(n)
+        self.rows_taken += taken
+        self._changed()
+        return taken
+
+    def _take(self, n: int) -> int:
         taken = 0
         while n > 0 and self.tasks:
             t = self.tasks[0]
@@ -291,7 +305,6 @@ class SimBuffer:
             if self.offset >= t.size:
                 self.tasks.pop(0)
                 self.offset = 0
-        self._changed()
         return taken
 
     def reposition(self, cursor: Cursor | None, held: list[Task], offset: int) -> None:
@@ -456,6 +469,7 @@ class SimTrainer:
         self.loop, self.hb_link, self.prefetch_link = worker.link(), worker.link(), worker.link()
         self.ctl = Control()
         self.buffer = SimBuffer(2 * worker.cfg.batch)
+        self.pace = AskPace()
         self.assignment: Assignment | None = None
         self.generation = 0
         self.step = 0
@@ -525,6 +539,7 @@ class SimTrainer:
     def join(self, a: Assignment) -> None:
         """``Trainer._join`` without the collective: keep the data (from a peer) or start from the queue."""
         self.assignment, self.generation = a, a.generation
+        self.pace.restart()
         if a.source is Source.PEER:
             self.buffer.reposition(a.cursor, list(a.held), a.held_offset)
         else:
@@ -659,7 +674,8 @@ class SimTrainer:
                 await asyncio.sleep(0.1)
 
     async def prefetch(self) -> None:
-        """``Prefetcher.run``: a task whenever the buffer holds under two batches."""
+        """``Prefetcher.run``: a task whenever the buffer holds under two batches, asked for at the moment
+        ``AskPace`` picks (at once while the buffer holds under a batch)."""
         while self.w.alive and not self.gone:
             if self.finished:
                 return
@@ -671,6 +687,11 @@ class SimTrainer:
                 # the master sees the same calls either way.
                 await self.buffer.low.wait()
                 continue
+            self.pace.observe(time.monotonic(), self.buffer.rows_taken)
+            delay = self.pace.delay_s(self.buffer.remaining(), random.random())
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.buffer.short.wait(), delay)
             body = {"request_id": self.request_id, "safe_cursor": cursor_to_json(self.safe_cursor)}
             try:
                 d = await self.w.call(self.prefetch_link, "next_task", "POST", f"{self.base}/task", body=body,

@@ -47,6 +47,7 @@ class TaskBuffer:
         # Bumped whenever the held tasks are replaced (``clear``, ``reposition``), not when a generation goes
         # on with them (``rekey``): an answer to a request made before a bump is not ours to hold.
         self._lineage = 0
+        self.rows_taken = 0  # by the loop, ever: how fast it reads (``edl.trainer.prefetch.AskPace``)
 
     def ticket(self) -> tuple[tuple[str, int], int]:
         """What a request for a task is made under: the (master uid, generation) the buffer holds tasks for,
@@ -95,6 +96,7 @@ class TaskBuffer:
                 if self.offset >= t.size:
                     self.tasks.pop(0)
                     self.offset = 0
+            self.rows_taken += sum(s.end - s.start for s in out)
             self._took.notify_all()
         return out
 

@@ -3,6 +3,7 @@ the rows of each new task ahead (``warm``) so that the loop rarely waits for sto
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from typing import Callable
@@ -15,6 +16,48 @@ from edl.trainer.progress import Progress
 
 
 FULL_WAIT_S = 0.5  # a full buffer is waited on this long at most (then ``alive`` is asked again)
+ASK_SHARE = 0.5  # of the time the held rows last: a request waits at most this share of it (see AskPace)
+MAX_ASK_DELAY_S = 1.0
+PACE_ALPHA = 0.3
+
+
+class AskPace:
+    """When the prefetch asks for its next task: at a random moment of the first half of the time the rows
+    it holds still last, not at once.
+
+    The ranks of a job take their batches in lockstep, so every trainer's buffer drops under two batches in
+    the same step: asked at once, the master gets one request per trainer in the same few milliseconds
+    (1,024 at 1,024 trainers) and answers them one after another, the last after all the others. Waiting a
+    random share (``u``) of half the time the held rows last at the loop's pace spreads the requests over
+    that time; the request still goes with half the slack left for its answer, and at once whenever the
+    pace is not known yet (a generation's first rows) or the loop holds less than a batch (``Prefetcher``).
+    The pace is the rows the loop took over the time between two observations that saw it take some."""
+
+    def __init__(self, alpha: float = PACE_ALPHA) -> None:
+        self.alpha = alpha
+        self.rows_per_s: float | None = None
+        self._last: tuple[float, int] | None = None  # (time, rows taken) when the count last moved
+
+    def observe(self, now: float, rows_taken: int) -> None:
+        last = self._last
+        if last is None or rows_taken < last[1]:
+            self._last = (now, rows_taken)
+            return
+        if rows_taken == last[1] or now <= last[0]:
+            return
+        rate = (rows_taken - last[1]) / (now - last[0])
+        self.rows_per_s = rate if self.rows_per_s is None else (1 - self.alpha) * self.rows_per_s + self.alpha * rate
+        self._last = (now, rows_taken)
+
+    def restart(self) -> None:
+        """A new generation: the time until its first rows is not the loop's pace."""
+        self._last = None
+
+    def delay_s(self, held_rows: int, u: float) -> float:
+        """How long to wait before asking, holding ``held_rows``; ``u`` uniform in [0, 1)."""
+        if not self.rows_per_s or held_rows <= 0:
+            return 0.0
+        return min(MAX_ASK_DELAY_S, u * ASK_SHARE * held_rows / self.rows_per_s)
 
 
 class Prefetcher:
@@ -22,7 +65,8 @@ class Prefetcher:
 
     def __init__(self, link: TrainerLink, trainer_id: str, buffer: TaskBuffer, batch_size: int, progress: Progress,
                  sleep: Callable[[float], None] = time.sleep, new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
-                 warm: Callable[[Task], None] = lambda task: None, full_wait_s: float = FULL_WAIT_S) -> None:
+                 warm: Callable[[Task], None] = lambda task: None, full_wait_s: float = FULL_WAIT_S,
+                 clock: Callable[[], float] = time.monotonic, uniform: Callable[[], float] = random.random) -> None:
         self.link = link
         self.id = trainer_id
         self.buffer = buffer
@@ -32,6 +76,8 @@ class Prefetcher:
         self.new_id = new_id
         self.warm = warm
         self.full_wait_s = full_wait_s
+        self.clock, self.uniform = clock, uniform
+        self.pace = AskPace()
         self.finished = False  # the master has handed out every task of every epoch
         self._request_id = new_id()
         self._request_lineage = buffer.ticket()[1]  # the buffer's lineage ``_request_id`` was made under
@@ -39,6 +85,7 @@ class Prefetcher:
     def restart(self, key: tuple[str, int] = ("", 0)) -> None:
         """Drop the tasks held: generation ``key`` starts from the master's queue (checkpoint or fresh)."""
         self.buffer.clear(key)
+        self.pace.restart()
         self.finished = False
 
     def out_of_data(self) -> bool:
@@ -53,11 +100,17 @@ class Prefetcher:
         if self.finished or self.progress.generation == 0:
             self.sleep(0.01)
             return
-        if self.buffer.remaining() >= 2 * self.batch_size:
+        self.pace.observe(self.clock(), self.buffer.rows_taken)
+        held = self.buffer.remaining()
+        if held >= 2 * self.batch_size:
             # Woken by the loop's next batch, not a poll: a poll of 100 a second cost the trainer about
             # 5 ms of CPU a second, beside a loop that needs all of it.
             self.buffer.wait_below(2 * self.batch_size, self.full_wait_s)
             return
+        delay = self.pace.delay_s(held, self.uniform())
+        if delay > 0:
+            # Spread out from the other ranks' requests (AskPace), unless the loop runs short first.
+            self.buffer.wait_below(self.batch_size, delay)
         # The request names the generation the buffer holds tasks for: the master answers it only in that
         # generation, and its task is held only if the buffer was not replaced meanwhile. Without both, a
         # task handed out across a change was lost (held by the master's count, dropped by the trainer's

@@ -287,6 +287,7 @@ class Trainer:
         key = (a.master_uid, a.generation)
         if plan.keep_data:
             self.prefetch.buffer.reposition(a.cursor, list(a.held), a.held_offset, key)
+            self.prefetch.pace.restart()  # the pause between the generations is not the loop's pace
         else:
             p.safe_cursor = None  # the old tasks are gone: committing a cursor into them would be wrong
             self.prefetch.restart(key)

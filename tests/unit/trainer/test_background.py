@@ -358,3 +358,54 @@ def test_a_joiner_knows_its_prepared_generation_superseded_without_having_heard_
     c.learn(HeartbeatAnswer("1", True, TrainerState.ACTIVE, 4, False, JobStatus.RUNNING, False,
                             prepared=Prepared(5, ("a", "b"), ("h", 1), (), False)))
     assert not c.superseded(4)
+
+
+def test_the_ask_for_a_task_waits_a_random_share_of_half_the_time_the_held_rows_last():
+    from edl.trainer.prefetch import MAX_ASK_DELAY_S, AskPace
+
+    pace = AskPace(alpha=1.0)
+    assert pace.delay_s(32, 0.99) == 0.0  # no pace yet: at once
+    pace.observe(10.0, 0)
+    pace.observe(10.2, 0)  # the loop took nothing: no figure
+    pace.observe(10.5, 64)  # 64 rows in 0.5 s
+    assert pace.rows_per_s == 128.0
+    assert pace.delay_s(32, 0.5) == 0.5 * 0.5 * 32 / 128.0  # 32 rows last 0.25 s: at most half of it
+    assert pace.delay_s(32, 0.0) == 0.0 and pace.delay_s(0, 0.9) == 0.0
+    assert AskPace(alpha=1.0).delay_s(10 ** 9, 0.9) == 0.0
+    slow = AskPace(alpha=1.0)
+    slow.observe(0.0, 0)
+    slow.observe(100.0, 1)
+    assert slow.delay_s(1000, 0.99) == MAX_ASK_DELAY_S
+    pace.restart()  # a new generation: the wait for its first rows is not the pace
+    pace.observe(20.0, 64)
+    pace.observe(30.0, 65)  # measured from 20.0, not from 10.5
+    assert pace.rows_per_s == 0.1
+
+
+class RecordedWaits(TaskBuffer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[tuple[int, float]] = []
+
+    def wait_below(self, rows: int, timeout_s: float) -> bool:
+        self.waits.append((rows, timeout_s))
+        return self.remaining() < rows
+
+
+def test_the_prefetch_spreads_its_asks_once_the_pace_is_known_and_asks_at_once_when_short():
+    link = FakeLink(task(0), task(1), task(2), task(3))
+    t = [0.0]
+    buffer = RecordedWaits()
+    ids = iter(f"r{i}" for i in range(100))
+    pf = Prefetcher(link, "t1", buffer, 16, Progress(generation=1), sleep=lambda s: None,
+                    new_id=lambda: next(ids), clock=lambda: t[0], uniform=lambda: 0.5)
+    pf.fetch()
+    pf.fetch()  # two batches held, at once: no pace yet
+    assert len(link.calls) == 2 and buffer.waits == []
+    buffer.take(16)
+    t[0] = 0.5  # 16 rows in 0.5 s: 32 rows/s
+    pf.fetch()  # 16 rows held (half a second): waits 0.5 x 0.5 x 0.5 s, or until under a batch
+    assert buffer.waits == [(16, 0.125)] and len(link.calls) == 3
+    buffer.take(32)  # nothing held: the ask goes at once
+    pf.fetch()
+    assert len(buffer.waits) == 1 and len(link.calls) == 4
