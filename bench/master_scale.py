@@ -80,7 +80,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result  # noqa: E402
 
 from edl.api.data import Cursor, Task, cursor_to_json  # noqa: E402
-from edl.trainer.prefetch import AskPace  # noqa: E402
+from edl.trainer.prefetch import ASK_SHARE, AskPace  # noqa: E402
 from edl.api.master import (  # noqa: E402
     Assignment,
     HeartbeatAnswer,
@@ -254,6 +254,7 @@ class WorkerConfig:
     start_at: float  # wall clock: the ramp starts here
     max_run_s: float  # a safety net: stop on our own after this long
     out: str  # where the results go (JSON)
+    ask_share: float = ASK_SHARE  # the trainers' AskPace share (0: every ask at once)
 
 
 class SimBuffer:
@@ -469,7 +470,7 @@ class SimTrainer:
         self.loop, self.hb_link, self.prefetch_link = worker.link(), worker.link(), worker.link()
         self.ctl = Control()
         self.buffer = SimBuffer(2 * worker.cfg.batch)
-        self.pace = AskPace()
+        self.pace = AskPace(share=worker.cfg.ask_share)
         self.assignment: Assignment | None = None
         self.generation = 0
         self.step = 0
@@ -815,6 +816,7 @@ class RunConfig:
     ramp_s: float
     ready_timeout_s: float
     py_spy: str | None
+    ask_share: float = ASK_SHARE
 
 
 class Started:
@@ -869,7 +871,7 @@ async def run_one(rc: RunConfig, data: Path, epochs: int, tmp: Path, started: St
     from edl.net import free_port
 
     n = rc.trainers
-    run_dir = tmp / f"n{n}"
+    run_dir = tmp / f"n{n}-share{rc.ask_share:g}"
     run_dir.mkdir()
     spec = JobSpec(job=f"master-scale-{n}", model_def="edl.zoo.mlp", data=str(data), epochs=epochs,
                    batch_size=rc.batch, min_trainers=n, max_trainers=n, trainers=n,
@@ -920,7 +922,8 @@ async def run_one(rc: RunConfig, data: Path, epochs: int, tmp: Path, started: St
             cfg = WorkerConfig(index=c, address=address, trainers=[ids[i] for i in mine], orders=mine, total=n,
                                step_s=rc.step_s, batch=rc.batch, checkpoint_interval_s=rc.checkpoint_interval_s,
                                ramp_s=rc.ramp_s, start_at=start_at, out=str(run_dir / f"client-{c}.json"),
-                               max_run_s=rc.ready_timeout_s + rc.settle_s + rc.duration_s + 120)
+                               max_run_s=rc.ready_timeout_s + rc.settle_s + rc.duration_s + 120,
+                               ask_share=rc.ask_share)
             cfg_path = run_dir / f"client-{c}.config.json"
             cfg_path.write_text(json.dumps(asdict(cfg)))
             log = (run_dir / f"client-{c}.log").open("wb")
@@ -1278,8 +1281,9 @@ def print_summary(console: Console, runs: list[dict[str, Any]]) -> None:
     t = Table(title="one master, N simulated trainers: the steady state")
     t.add_column("", no_wrap=True)
     t.add_column("target", justify="right")
+    shares = {r.get("ask_share") for r in runs}
     for r in runs:
-        t.add_column(f"N={r['trainers']}", justify="right")
+        t.add_column(f"N={r['trainers']}" + (f", share {r['ask_share']:g}" if len(shares) > 1 else ""), justify="right")
     columns = [summary_rows(r) for r in runs]
     for i, (name, target) in enumerate(SUMMARY):
         t.add_row(name, target, *[c[i] for c in columns])
@@ -1314,6 +1318,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rows", type=int, default=500_000,
                    help="rows of the generated data set (4 features, 8 shards; 10 %% held out); the job's epochs are "
                         "set so that the data outlasts the run (default 500000)")
+    p.add_argument("--ask-share", type=float, nargs="+", default=[ASK_SHARE], metavar="S",
+                   help="the share of the time its held rows last over which a trainer spreads its ask for a task "
+                        "(edl.trainer.prefetch.AskPace); one run per N and share, side by side; 0: every trainer asks "
+                        f"at once (default {ASK_SHARE:g}, the trainers')")
     p.add_argument("--ready-timeout", type=float, default=300.0,
                    help="seconds to wait for the generation of all N trainers before the run is given up (default 300)")
     p.add_argument("--py-spy", metavar="PATH", default=None,
@@ -1325,6 +1333,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.worker is None:
         problems = [f"--trainers {n}: at least 1" for n in a.trainers if n < 1]
+        problems += [f"--ask-share {s:g}: from 0 to 1" for s in a.ask_share if not 0 <= s <= 1]
         problems += [f"{flag} must be positive" for flag, v in (("--duration", a.duration), ("--step-s", a.step_s),
                                                                  ("--batch", a.batch), ("--rows", a.rows))
                      if v <= 0]
@@ -1346,16 +1355,17 @@ async def run_all(a: argparse.Namespace, tmp: Path, console: Console) -> list[di
     info = prepare_synthetic(str(data), rows=a.rows, features=4, classes=2, shards=8)
     console.print(f"data: {info['train_rows']} training rows in 8 shards ({time.monotonic() - t0:.1f} s)")
     runs: list[dict[str, Any]] = []
-    for n in a.trainers:
+    for n, share in ((n, share) for n in a.trainers for share in a.ask_share):
         clients = a.clients or max(1, math.ceil(n / 512))
         rc = RunConfig(trainers=n, clients=min(clients, n), duration_s=a.duration, settle_s=a.settle,
                        step_s=a.step_s, batch=a.batch, rows_per_task=a.rows_per_task,
                        checkpoint_interval_s=a.checkpoint_interval, ramp_s=a.ramp_s,
-                       ready_timeout_s=a.ready_timeout, py_spy=a.py_spy)
+                       ready_timeout_s=a.ready_timeout, py_spy=a.py_spy, ask_share=share)
         # Enough epochs that the data outlasts the run, twice over (the queue makes an epoch's tasks when needed).
         run_s = a.ramp_s + a.ready_timeout / 4 + a.settle + a.duration + 30
         epochs = max(1, math.ceil(2 * n * a.batch * run_s / a.step_s / info["train_rows"]))
-        console.print(f"[bold]{n} trainers[/bold] ({rc.clients} client process(es), {epochs} epochs)")
+        console.print(f"[bold]{n} trainers[/bold] ({rc.clients} client process(es), {epochs} epochs, "
+                      f"asks spread over {share:g} of the held rows' time)")
         started = Started()
         try:
             r = analyze(await run_one(rc, data, epochs, tmp, started, console), rc)
@@ -1364,6 +1374,7 @@ async def run_all(a: argparse.Namespace, tmp: Path, console: Console) -> list[di
             r = {"trainers": n, "clients": rc.clients, "error": str(e)}
         finally:
             started.close()
+        r["ask_share"] = share
         r["config"] = asdict(rc)
         runs.append(r)
         if "calls" in r:

@@ -33,8 +33,9 @@ class AskPace:
     pace is not known yet (a generation's first rows) or the loop holds less than a batch (``Prefetcher``).
     The pace is the rows the loop took over the time between two observations that saw it take some."""
 
-    def __init__(self, alpha: float = PACE_ALPHA) -> None:
+    def __init__(self, alpha: float = PACE_ALPHA, share: float = ASK_SHARE) -> None:
         self.alpha = alpha
+        self.share = share  # 0: ask at once (bench/master_scale.py --ask-share 0, the trainers before this)
         self.rows_per_s: float | None = None
         self._last: tuple[float, int] | None = None  # (time, rows taken) when the count last moved
 
@@ -57,7 +58,7 @@ class AskPace:
         """How long to wait before asking, holding ``held_rows``; ``u`` uniform in [0, 1)."""
         if not self.rows_per_s or held_rows <= 0:
             return 0.0
-        return min(MAX_ASK_DELAY_S, u * ASK_SHARE * held_rows / self.rows_per_s)
+        return min(MAX_ASK_DELAY_S, u * self.share * held_rows / self.rows_per_s)
 
 
 class Prefetcher:

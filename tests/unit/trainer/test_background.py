@@ -361,7 +361,7 @@ def test_a_joiner_knows_its_prepared_generation_superseded_without_having_heard_
 
 
 def test_the_ask_for_a_task_waits_a_random_share_of_half_the_time_the_held_rows_last():
-    from edl.trainer.prefetch import MAX_ASK_DELAY_S, AskPace
+    from edl.trainer.prefetch import ASK_SHARE, MAX_ASK_DELAY_S, AskPace
 
     pace = AskPace(alpha=1.0)
     assert pace.delay_s(32, 0.99) == 0.0  # no pace yet: at once
@@ -369,7 +369,8 @@ def test_the_ask_for_a_task_waits_a_random_share_of_half_the_time_the_held_rows_
     pace.observe(10.2, 0)  # the loop took nothing: no figure
     pace.observe(10.5, 64)  # 64 rows in 0.5 s
     assert pace.rows_per_s == 128.0
-    assert pace.delay_s(32, 0.5) == 0.5 * 0.5 * 32 / 128.0  # 32 rows last 0.25 s: at most half of it
+    assert pace.delay_s(32, 0.5) == 0.5 * ASK_SHARE * 32 / 128.0  # 32 rows last 0.25 s: at most a share of it
+    assert AskPace(share=0.0).delay_s(32, 0.99) == 0.0
     assert pace.delay_s(32, 0.0) == 0.0 and pace.delay_s(0, 0.9) == 0.0
     assert AskPace(alpha=1.0).delay_s(10 ** 9, 0.9) == 0.0
     slow = AskPace(alpha=1.0)
@@ -393,6 +394,8 @@ class RecordedWaits(TaskBuffer):
 
 
 def test_the_prefetch_spreads_its_asks_once_the_pace_is_known_and_asks_at_once_when_short():
+    from edl.trainer.prefetch import ASK_SHARE
+
     link = FakeLink(task(0), task(1), task(2), task(3))
     t = [0.0]
     buffer = RecordedWaits()
@@ -404,8 +407,8 @@ def test_the_prefetch_spreads_its_asks_once_the_pace_is_known_and_asks_at_once_w
     assert len(link.calls) == 2 and buffer.waits == []
     buffer.take(16)
     t[0] = 0.5  # 16 rows in 0.5 s: 32 rows/s
-    pf.fetch()  # 16 rows held (half a second): waits 0.5 x 0.5 x 0.5 s, or until under a batch
-    assert buffer.waits == [(16, 0.125)] and len(link.calls) == 3
+    pf.fetch()  # 16 rows held (half a second): waits u x the share of 0.5 s, or until under a batch
+    assert buffer.waits == [(16, 0.5 * ASK_SHARE * 0.5)] and len(link.calls) == 3
     buffer.take(32)  # nothing held: the ask goes at once
     pf.fetch()
     assert len(buffer.waits) == 1 and len(link.calls) == 4
