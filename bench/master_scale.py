@@ -693,7 +693,8 @@ class SimTrainer:
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.buffer.short.wait(), delay)
-            body = {"request_id": self.request_id, "safe_cursor": cursor_to_json(self.safe_cursor)}
+            body = {"request_id": self.request_id, "safe_cursor": cursor_to_json(self.safe_cursor),
+                    "master_uid": self.ctl.master_uid, "generation": self.generation}
             try:
                 d = await self.w.call(self.prefetch_link, "next_task", "POST", f"{self.base}/task", body=body,
                                       timeout_s=PREFETCH_TIMEOUT_S, outcome=lambda d: str(d["status"]))
