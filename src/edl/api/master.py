@@ -94,6 +94,9 @@ REPLACEMENT_HOLD_S = 30.0
 _PLAIN = frozenset({int, float, str, bool})
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def to_json(value: Any) -> Any:
     """The JSON form of any answer below: enums by value, cursors as ``[task_id, offset]``,
     dataclasses as objects of their fields, tuples as lists."""
@@ -106,7 +109,10 @@ def to_json(value: Any) -> Any:
     if isinstance(value, Cursor):
         return cursor_to_json(value)
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in fields(value)}
+        names = _FIELD_NAMES.get(type(value))
+        if names is None:  # ``fields`` builds its answer at every call: a status holds a thousand dataclasses
+            names = _FIELD_NAMES[type(value)] = tuple(f.name for f in fields(value))
+        return {name: to_json(getattr(value, name)) for name in names}
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
     if isinstance(value, dict):
