@@ -25,6 +25,7 @@ import hmac
 import json
 import logging
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -281,13 +282,15 @@ class Master:
         self.job = job
         self.token = token
         self.clock = clock
-        self.changed = asyncio.Condition()
+        self.changed = asyncio.Condition()  # wakes the long polls of assignments and the status
+        self.beats = asyncio.Condition()  # wakes the waiting heartbeats (``Job.beat_revision``)
         self.shutdown_requested = asyncio.Event()
         self._logged_generations = 0
         self._logged_status = JobStatus.RUNNING
         self._logged_abandoned = False
         self._logged_excluded = 0
         self._woken_at: tuple | None = None  # ``Job.revision`` when the long polls were last woken
+        self._beats_woken_at: tuple | None = None  # ``Job.beat_revision`` when the heartbeats were
         self.request_times = RequestTimes()
 
     async def notify(self) -> None:
@@ -301,14 +304,22 @@ class Master:
         self._woken_at = revision
         async with self.changed:
             self.changed.notify_all()
+        beats = self.job.beat_revision()
+        if beats != self._beats_woken_at:
+            self._beats_woken_at = beats
+            async with self.beats:
+                self.beats.notify_all()
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Until ``predicate()`` holds after a change, or ``timeout`` seconds (the event loop's clock)."""
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float,
+                       condition: asyncio.Condition | None = None) -> bool:
+        """Until ``predicate()`` holds after a change (woken by ``condition``, ``changed`` unless said), or
+        ``timeout`` seconds (the event loop's clock)."""
         began = time.perf_counter()
+        condition = self.changed if condition is None else condition
         try:
             async with asyncio.timeout(timeout):
-                async with self.changed:
-                    await self.changed.wait_for(predicate)
+                async with condition:
+                    await condition.wait_for(predicate)
             return True
         except TimeoutError:
             return predicate()
@@ -408,6 +419,17 @@ class _Routes:
             return handler
 
         return add
+
+
+def heartbeat_wait_s(trainer: str, now: float, wait_s: float) -> float:
+    """How long a heartbeat that may wait up to ``wait_s`` for news waits without any: until the trainer's
+    own moment of each ``wait_s`` (a phase from its name), not ``wait_s`` from its arrival. The trainers'
+    beats then end spread evenly over the period whatever bunched their requests (a burst of other
+    requests that delayed answers, a change that woke every poll at once): ended together, 1,024 beats
+    came back together every second and each such burst kept the event loop from everything else for
+    100 ms or more. A trainer beats once per period; the first wait may be shorter."""
+    phase = zlib.crc32(trainer.encode()) / 2**32 * wait_s
+    return (phase - now) % wait_s or wait_s
 
 
 def _authorized(request: Request, token: str) -> bool:
@@ -510,7 +532,8 @@ def _trainer_routes(master: Master) -> list[BaseRoute]:
             return a.stop or a.abort or told != heard
 
         if body.wait_s > 0 and not news(answer) and answer.known:
-            await master.wait_for(lambda: news(job.heartbeat_answer(trainer)), min(body.wait_s, 5.0))
+            await master.wait_for(lambda: news(job.heartbeat_answer(trainer)),
+                                  heartbeat_wait_s(trainer, master.clock(), min(body.wait_s, 5.0)), master.beats)
             job.membership.heartbeat(trainer, body.step, master.clock())
             answer = job.heartbeat_answer(trainer)
         return to_json(answer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import msgspec
@@ -10,24 +11,24 @@ from starlette.testclient import TestClient
 
 from edl.api.spec import JobSpec
 from edl.master.job import Job
-from edl.master.server import HeartbeatBody, Master, build_app
+from edl.master.server import HeartbeatBody, Master, build_app, heartbeat_wait_s
 from edl.api.data import Shard
 
 TOKEN = "s3cret"
 
 
-def make_client() -> tuple[TestClient, Job]:
+def make_client(clock=time.monotonic) -> tuple[TestClient, Job]:
     spec = JobSpec(job="api", model_def="m", data="d", epochs=1, batch_size=4, min_trainers=1, max_trainers=3,
                    trainers=1, checkpoint_uri="/tmp/x")
     # Started now on the master's clock (the wall clock): its launcher's dead-man switch has not tripped.
     job = Job(spec, [Shard("a.parquet", 40)], master_uid="1", now=time.monotonic())
     loop = asyncio.new_event_loop()
-    master = loop.run_until_complete(_make_master(job))
+    master = loop.run_until_complete(_make_master(job, clock))
     return TestClient(build_app(master)), job
 
 
-async def _make_master(job: Job) -> Master:
-    return Master(job, TOKEN)
+async def _make_master(job: Job, clock=time.monotonic) -> Master:
+    return Master(job, TOKEN, clock)
 
 
 def test_requests_without_the_token_get_401_and_change_nothing():
@@ -111,18 +112,35 @@ def test_status_and_metrics():
 
 
 def test_the_metrics_time_each_route_leaving_out_the_long_polls_wait():
-    client, _ = make_client()
+    # The master's clock stands just past t1's moment of the period (``heartbeat_wait_s``).
+    now, phase = time.monotonic(), heartbeat_wait_s("t1", 0.0, 0.4)
+    at = now - (now - phase) % 0.4 + 0.001
+    client, _ = make_client(clock=lambda: at)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     client.post("/v1/trainers/t1/register", json={"pid": 11, "host": "127.0.0.1", "store_port": 5}, headers=auth)
-    # Nothing to tell t1: its heartbeat waits its whole 0.4 s, which its time leaves out.
+    # Nothing to tell t1: its heartbeat waits a whole period (0.399 s), which its time leaves out.
     r = client.post("/v1/trainers/t1/heartbeat", json={"step": 1, "wait_s": 0.4}, headers=auth)
-    assert r.status_code == 200 and r.elapsed.total_seconds() >= 0.4
+    assert r.status_code == 200 and r.elapsed.total_seconds() >= 0.39
     text = client.get("/metrics").text
     beat = 'route="/v1/trainers/{trainer}/heartbeat"'
     assert f"edl_master_request_seconds_count{{{beat}}} 1.0" in text
     assert f'edl_master_request_seconds_bucket{{le="0.25",{beat}}} 1.0' in text
     assert 'edl_master_request_seconds_count{route="/v1/trainers/{trainer}/register"} 1.0' in text
     assert "/healthz" not in text  # probes are not the job's traffic
+
+
+def test_heartbeats_that_arrive_together_are_answered_spread_over_the_period():
+    # 1,024 trainers' beats arrive in the same instant (a burst answered late, a change that woke them
+    # all): without news each is answered at its trainer's own moment of the 1 s period, so their answers,
+    # and the beats that follow them, spread evenly instead of coming back together.
+    names = [f"job-trainer-{i}" for i in range(1024)]
+    waits = [heartbeat_wait_s(n, 5000.25, 1.0) for n in names]
+    assert all(0 < w <= 1.0 for w in waits)
+    per_tenth = [sum(1 for w in waits if k / 10 < w <= (k + 1) / 10) for k in range(10)]
+    assert max(per_tenth) < 1.5 * 1024 / 10, per_tenth
+    # The next beat of each, sent as the answer arrives, waits the rest of the period: one a second.
+    again = [heartbeat_wait_s(n, 5000.25 + w + 0.002, 1.0) for n, w in zip(names, waits)]
+    assert all(abs(a - 0.998) < 1e-6 for a in again)
 
 
 def test_the_launchers_beat_carries_its_failure_budgets_to_the_status():
@@ -192,3 +210,16 @@ def test_a_caller_gone_mid_request_is_answered_quietly(caplog):
     asyncio.new_event_loop().run_until_complete(app(scope, receive, send))
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 400
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+def test_the_master_collects_its_youngest_objects_every_10000_allocations():
+    # What a heartbeat's request allocates lives about a second; collected every 700 allocations it was
+    # promoted to the oldest generation, whose collections held the loop 100-150 ms at 1,024 trainers.
+    from edl.master.main import YOUNG_COLLECTION_EVERY, tune_collector
+
+    before = gc.get_threshold()
+    try:
+        tune_collector()
+        assert gc.get_threshold() == (YOUNG_COLLECTION_EVERY, before[1], before[2]) and YOUNG_COLLECTION_EVERY > 700
+    finally:
+        gc.set_threshold(*before)

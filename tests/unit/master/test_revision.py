@@ -1,6 +1,7 @@
 """``Job.revision``: the master wakes its long polls only when it moves, so it must move whenever anything
 a long poll waits on changes: a trainer's heartbeat news (stop, abort, the prepared generation and its go),
-its assignment, and the launcher's ``control_key``. Checked over random runs of the job's operations."""
+its assignment, and the launcher's ``control_key``; ``Job.beat_revision``, which alone wakes the waiting
+heartbeats, whenever a heartbeat's news changes. Checked over random runs of the job's operations."""
 
 from __future__ import annotations
 
@@ -56,14 +57,21 @@ class JobRun(RuleBasedStateMachine):
                 polls.append(not (isinstance(a, NoAssignment) and a.why is Unassigned.WAIT))
         return tuple(polls), job.control_key()
 
+    def observe_beats(self) -> tuple:
+        """What the waiting heartbeats compare, woken by ``Job.beat_revision`` alone."""
+        return tuple(news(self.job.heartbeat_answer(t)) for t in TRAINERS if t != self.heartbeating)
+
     def act(self, fn) -> None:
         before, seen = self.job.revision(), self.observe()
+        beats_before, beats_seen = self.job.beat_revision(), self.observe_beats()
         try:
             fn()
         except EdlError:
             pass
         if self.observe() != seen:
             assert self.job.revision() != before, "a long poll's answer changed, the revision did not"
+        if self.observe_beats() != beats_seen:
+            assert self.job.beat_revision() != beats_before, "a heartbeat's news changed, its revision did not"
         self.heartbeating = None
         self.seen = self.observe()
 
