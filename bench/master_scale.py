@@ -8,7 +8,7 @@ One run per N of ``--trainers``. Each starts a real ``edl master`` as the local 
 set generated once (``prepare_synthetic``: ``--rows`` rows, 4 features, 8 shards), with
 ``--min-trainers`` = ``--max-trainers`` = ``--trainers`` N, so the job keeps one generation of N. This
 process plays the launcher (a beat a second, the long poll of the status, as ``edl.launcher`` does),
-and ``--clients`` processes of this script (asyncio and aiohttp, JSON only) play the N
+and ``--clients`` processes of this script (one per 128 trainers unless given; asyncio and aiohttp, JSON only) play the N
 trainers, each the way ``edl.trainer`` talks to its master: ``GET /v1/spec``, register (spread over
 ``--ramp-s``), long-poll for its assignment (``wait_s`` 10); a heartbeat after another, each waiting up
 to 1 s on the master (``edl.trainer.heartbeat``), with the trainer's step, loss and safe cursor; the
@@ -1315,7 +1315,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the trainers' registrations are spread evenly over this many seconds, as trainer processes "
                         "or pods come up one after another; 0: all at once (default 5)")
     p.add_argument("--clients", type=int, default=0,
-                   help="client processes the trainers are spread over; 0: one per 512 trainers (default 0)")
+                   help="client processes the trainers are spread over; 0: one per 128 trainers (default 0)")
     p.add_argument("--rows", type=int, default=500_000,
                    help="rows of the generated data set (4 features, 8 shards; 10 %% held out); the job's epochs are "
                         "set so that the data outlasts the run (default 500000)")
@@ -1357,7 +1357,9 @@ async def run_all(a: argparse.Namespace, tmp: Path, console: Console) -> list[di
     console.print(f"data: {info['train_rows']} training rows in 8 shards ({time.monotonic() - t0:.1f} s)")
     runs: list[dict[str, Any]] = []
     for n, share in ((n, share) for n in a.trainers for share in a.ask_share):
-        clients = a.clients or max(1, math.ceil(n / 512))
+        # Each real trainer is a process of its own; a client process plays many, and one playing 512 spent
+        # up to 300 ms sending a burst of their requests (its own delay, counted in their latency).
+        clients = a.clients or max(1, math.ceil(n / 128))
         rc = RunConfig(trainers=n, clients=min(clients, n), duration_s=a.duration, settle_s=a.settle,
                        step_s=a.step_s, batch=a.batch, rows_per_task=a.rows_per_task,
                        checkpoint_interval_s=a.checkpoint_interval, ramp_s=a.ramp_s,
