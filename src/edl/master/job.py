@@ -292,6 +292,12 @@ class Job:
         t = self.membership.trainers.get(trainer)
         if t is None or t.state is not TrainerState.ACTIVE:
             return Next.WAIT
+        replayed = self.queue.replay(trainer, request_id)
+        if replayed is not None:
+            # A request asked again (its answer was lost): the same answer, whatever the generation now. Its
+            # task is held by the trainer in the master's count, and the trainer asks again with the same id
+            # only while its buffer goes on (a switch at a step boundary), never after replacing it.
+            return replayed
         if not self._in_current(master_uid, generation):
             # Asked for in a generation that is not the current one (the trainer has not joined the one
             # formed since, or has switched into the next before the others did): a task handed out now

@@ -237,7 +237,6 @@ def tune_collector() -> None:
     master, and what its request allocated lives as long: with collections every 700 allocations it
     outlived two of them and was promoted to the oldest generation, whose collections then came every
     second or two at 1,024 trainers and held the event loop for 100-150 ms each (every call waited
-    behind them). Collected every 10,000 allocations, requests die young; what was loaded at the start
-    (modules, the app) is left out of every collection (``gc.freeze``)."""
+    behind them). Collected every 10,000 allocations, requests die young."""
     _, middle, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_EVERY, middle, oldest)

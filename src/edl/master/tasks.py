@@ -112,8 +112,9 @@ class TaskQueue:
         lost on the wire) gets the same task again instead of a second one.
         """
         h = self.held.setdefault(trainer, _Held())
-        if request_id is not None and request_id == h.last_request:
-            return h.last_answer[0] if h.last_answer else Next.WAIT
+        replayed = self.replay(trainer, request_id)
+        if replayed is not None:
+            return replayed
         if not self.todo and self.materialized_epochs < self.epochs:
             self._materialize(self.materialized_epochs)
         if not self.todo:
@@ -124,6 +125,14 @@ class TaskQueue:
         h.tasks.append(task)
         h.last_request, h.last_answer = request_id, [task]
         return task
+
+    def replay(self, trainer: str, request_id: str | None) -> Task | Next | None:
+        """The answer ``next_task`` gave ``trainer``'s last request if ``request_id`` is that request's (None:
+        another request)."""
+        h = self.held.get(trainer)
+        if h is None or request_id is None or request_id != h.last_request:
+            return None
+        return h.last_answer[0] if h.last_answer else Next.WAIT
 
     def _find(self, h: _Held, task_id: int) -> int:
         for i, t in enumerate(h.tasks):

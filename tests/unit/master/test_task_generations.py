@@ -64,3 +64,23 @@ def test_a_cursor_sent_before_a_change_commits_nothing_after_it():
     assert job.queue.held["t0"].offset == 4
     job.heartbeat("t0", 3, Cursor(task.id, 8), 1.3, generation=1)
     assert job.queue.held["t0"].offset == 8
+
+
+def test_a_request_asked_again_across_a_switch_gets_its_task_again():
+    # t0's answer was lost on the wire; it asks again with the same id after switching into the prepared
+    # generation (its buffer goes on), before the master adopted it, and again after. Answered WAIT, the
+    # task would stay held by t0 in the master's count and never reach it: its rows lost.
+    job = started()
+    job.heartbeat("t0", 3, None, 1.0, generation=1, store_port=9010)
+    lost = job.next_task("t0", "r1", None, 1.0, master_uid="7", generation=1)
+    assert isinstance(lost, Task)
+    job.register("t1", 2, "h", 9001, now=1.1)
+    job.tick(1.2)
+    p = job.membership.prepared
+    job.prepared_ready("t0", p.id, 1.3)
+    job.prepared_ready("t1", p.id, 1.3)
+    assert job.next_task("t0", "r1", None, 1.4, master_uid="7", generation=p.id) == lost
+    job.sync(SyncReport("t0", 1, 4, {"t0": None}, 9010, switched_to=p.id), 1.5)
+    assert job.membership.current.id == p.id
+    assert job.next_task("t0", "r1", None, 1.6, master_uid="7", generation=1) == lost
+    assert job.queue.held_by("t0") == [lost]
