@@ -79,7 +79,7 @@ class Prefetcher:
         self.full_wait_s = full_wait_s
         self.clock, self.uniform = clock, uniform
         self.pace = AskPace()
-        self.finished = False  # the master has handed out every task of every epoch
+        self._finished_in: int | None = None  # the buffer's lineage in which the master said it handed out all
         self._request_id = new_id()
         self._request_lineage = buffer.ticket()[1]  # the buffer's lineage ``_request_id`` was made under
 
@@ -87,7 +87,12 @@ class Prefetcher:
         """Drop the tasks held: generation ``key`` starts from the master's queue (checkpoint or fresh)."""
         self.buffer.clear(key)
         self.pace.restart()
-        self.finished = False
+
+    @property
+    def finished(self) -> bool:
+        """The master has handed out every task of every epoch, as it said since the buffer was last replaced
+        (a generation that starts from a checkpoint has tasks to hand out again)."""
+        return self._finished_in is not None and self._finished_in == self.buffer.ticket()[1]
 
     def out_of_data(self) -> bool:
         return self.finished and self.buffer.remaining() == 0
@@ -132,6 +137,6 @@ class Prefetcher:
             if self.buffer.add(r, lineage):
                 self.warm(r)
         elif r is Next.FINISHED:
-            self.finished = True
+            self._finished_in = lineage  # said of the buffer the request was made for, not a later one
         else:
             self.sleep(0.05)

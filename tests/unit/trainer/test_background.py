@@ -323,6 +323,35 @@ def test_a_request_lost_before_a_change_is_not_retried_after_it():
     assert [c[1] for c in link.calls] == ["r0", "r1"] and link.asked_in == [("7", 3), ("7", 4)]
 
 
+def test_a_request_lost_before_a_switch_that_keeps_the_tasks_is_asked_again_as_it_was():
+    # The master holds its task for us: only the same id gets it (``TaskQueue.replay``).
+    buffer = in_generation(("7", 3))
+    link = FakeLink(TemporaryError("away"), task(0))
+    pf, _ = prefetcher(link, Progress(generation=3), buffer)
+    pf.fetch()
+    buffer.rekey(("7", 4))
+    pf.fetch()
+    assert [c[1] for c in link.calls] == ["r0", "r0"] and [t.id for t in buffer.tasks] == [0]
+
+
+def test_finished_said_before_a_start_from_a_checkpoint_is_not_taken_after_it():
+    # The master had handed out everything; the generation that starts from a checkpoint has tasks again.
+    buffer = in_generation(("7", 3))
+    pf = None
+
+    def restarted_on_the_wire():
+        pf.restart(("7", 4))
+        return Next.FINISHED
+
+    link = FakeLink(restarted_on_the_wire, task(0), Next.FINISHED)
+    pf, _ = prefetcher(link, Progress(generation=3), buffer)
+    pf.fetch()
+    assert not pf.finished
+    pf.fetch()
+    pf.fetch()
+    assert pf.finished and [t.id for t in buffer.tasks] == [0]
+
+
 def test_a_prepared_generation_has_the_go_once_given_or_once_formed():
     from edl.api.master import Prepared
 
