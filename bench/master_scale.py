@@ -270,6 +270,7 @@ class SimBuffer:
         self.short = asyncio.Event()  # set while under one batch (half of ``low_rows``): ask at once
         self.short.set()
         self.rows_taken = 0  # ``TaskBuffer.rows_taken``
+        self.lineage = 0  # ``TaskBuffer``'s: bumped whenever the held tasks are replaced
 
     def remaining(self) -> int:
         return sum(t.size for t in self.tasks) - self.offset
@@ -310,6 +311,7 @@ class SimBuffer:
 
     def reposition(self, cursor: Cursor | None, held: list[Task], offset: int) -> None:
         self.tasks, self.offset, self.cursor = list(held), offset if held else 0, cursor
+        self.lineage += 1
         self._changed()
 
     def clear(self) -> None:
@@ -482,8 +484,9 @@ class SimTrainer:
         self.last_rows = 0
         self.first_step_pending = False
         self.last_checkpoint = time.monotonic()  # ``Checkpointer._last``: since the trainer started
-        self.finished = False  # the master handed out every task
+        self.finished_in: int | None = None  # the buffer's lineage in which the master handed out every task
         self.request_id = uuid.uuid4().hex
+        self.request_lineage = 0  # the buffer's lineage ``request_id`` was made under
         self.in_generation = asyncio.Event()
         self.generation_over = asyncio.Event()
         self.joined = False
@@ -521,6 +524,7 @@ class SimTrainer:
                     self.generation, self.safe_cursor = 0, None
                     self.in_generation.clear()
                     self.buffer.clear()
+                    self.pace.restart()
                     await self.register()
                     continue
                 self.w.event(self.id, f"assignment_{a.why.value}",
@@ -536,6 +540,11 @@ class SimTrainer:
         body = {"pid": os.getpid(), "host": "127.0.0.1", "store_port": self.store_port}
         d = await self.w.loop_call(self.loop, "register", "POST", f"{self.base}/register", body=body)
         self.ctl.reset(Registration.from_json(d).master_uid)
+
+    @property
+    def finished_now(self) -> bool:
+        """The master handed out every task, as it said since the buffer was last replaced (``Prefetcher.finished``)."""
+        return self.finished_in is not None and self.finished_in == self.buffer.lineage
 
     def join(self, a: Assignment) -> None:
         """``Trainer._join`` without the collective: keep the data (from a peer) or start from the queue."""
@@ -570,7 +579,7 @@ class SimTrainer:
         if rows:
             self.step += 1
             self.loss = 1.0 / (1.0 + 0.01 * self.step)
-        return rows if rows or not self.finished else self.w.cfg.batch
+        return rows if rows or not self.finished_now else self.w.cfg.batch
 
     def after_step(self) -> None:
         """What the step decided (``decide_step``), once every trainer of this process took it."""
@@ -581,7 +590,7 @@ class SimTrainer:
             return
         if a.rank == 0:
             self.rank0_duties(a, self.last_rows > 0)
-        if self.last_rows == 0 and self.finished:
+        if self.last_rows == 0 and self.finished_now:
             # Out of data: training is done; rank 0 ends the job (``Trainer._finish``, without a model).
             self.w.event(self.id, "out_of_data", f"step {self.step}")
             self.stepping = False
@@ -678,7 +687,7 @@ class SimTrainer:
         """``Prefetcher.run``: a task whenever the buffer holds under two batches, asked for at the moment
         ``AskPace`` picks (at once while the buffer holds under a batch)."""
         while self.w.alive and not self.gone:
-            if self.finished:
+            if self.finished_now:
                 return
             if self.generation == 0:
                 await self.in_generation.wait()  # the real one looks again every 10 ms (no requests)
@@ -693,6 +702,9 @@ class SimTrainer:
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.buffer.short.wait(), delay)
+            lineage = self.buffer.lineage  # ``TaskBuffer.ticket``, as the trainer's prefetch
+            if lineage != self.request_lineage:
+                self.request_id, self.request_lineage = uuid.uuid4().hex, lineage
             body = {"request_id": self.request_id, "safe_cursor": cursor_to_json(self.safe_cursor),
                     "master_uid": self.ctl.master_uid, "generation": self.generation}
             try:
@@ -704,9 +716,10 @@ class SimTrainer:
             self.request_id = uuid.uuid4().hex
             r = next_task_from_json(d)
             if isinstance(r, Task):
-                self.buffer.add(r)
+                if lineage == self.buffer.lineage:
+                    self.buffer.add(r)
             elif r is Next.FINISHED:
-                self.finished = True
+                self.finished_in = lineage
             else:
                 await asyncio.sleep(PREFETCH_WAIT_S)
 
