@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import httpx
 import pytest
@@ -33,19 +34,31 @@ def job_args(digits, tmp_path, *, epochs=40, trainers=2, min_t=1, max_t=4, inter
 def slow_model_def(tmp_path, module: str, step_floor_s: float) -> str:
     """A model definition file: the zoo's ``module`` whose every batch takes at least ``step_floor_s`` to
     collate, a floor under a job's length whatever the machine's speed (jobs that must outlast a trainer's
-    or a spare master's start)."""
+    or a spare master's start), until ``full_speed`` lifts it once what the test watches has happened."""
     path = tmp_path / f"slow_{module.replace('.', '_')}.py"
-    path.write_text(f"""import time
+    _floor(str(path)).touch()
+    path.write_text(f"""import os
+import time
 
 from {module} import loss, model, optimizer
 from {module} import collate as _collate
 
 
 def collate(table):
-    time.sleep({step_floor_s})
+    if os.path.exists({str(_floor(str(path)))!r}):
+        time.sleep({step_floor_s})
     return _collate(table)
 """)
     return str(path)
+
+
+def _floor(model_def: str) -> Path:
+    return Path(model_def).with_suffix(".floor")
+
+
+def full_speed(model_def: str) -> None:
+    """The job of ``slow_model_def``'s file trains on at its own speed (the rest is its end, still audited)."""
+    _floor(model_def).unlink()
 
 
 def summary(tmp_path) -> dict:
@@ -90,6 +103,7 @@ def test_scale_up_then_drain_keeps_exactly_once(digits, tmp_path, job_runner, fr
     httpx.post(f"http://{info['address']}/v1/scale", json={"trainers": 1}, headers=headers)
     shrunk = job.wait_for(lambda s: s["world_size"] == 1 and s["phase"] == "running", what="world size 1")
     assert {t["id"] for t in shrunk["trainers"] if t["state"] == "active"} <= survivors
+    full_speed(model)
     assert job.wait() == 0, job.output()
     s = summary(tmp_path)
     assert_exactly_once(s, epochs)
@@ -154,13 +168,14 @@ def test_the_only_trainer_told_to_stop_leaves_once_its_replacement_joined(digits
     # it is drained (a prepared scale-down) and exits 0. Before, the job stopped for the trainer's 15 s
     # limit and restarted from the checkpoint.
     epochs = 8  # a floor under each step: the job outlasts the replacement's start on a loaded machine
-    job = job_runner("only", job_args(digits, tmp_path, epochs=epochs, trainers=1,
-                                      model=slow_model_def(tmp_path, "edl.zoo.digits", 0.02))).start()
+    model = slow_model_def(tmp_path, "edl.zoo.digits", 0.02)
+    job = job_runner("only", job_args(digits, tmp_path, epochs=epochs, trainers=1, model=model)).start()
     st = job.wait_for(lambda s: s["world_size"] == 1 and s["step"] > 60, what="one trainer training")
     victim = st["trainers"][0]
     os.kill(victim["pid"], signal.SIGTERM)
     job.wait_for(lambda s: victim["id"] not in {t["id"] for t in s["trainers"] if t["state"] in ("active", "draining")},
                  timeout=60, what="the trainer told to stop to leave")
+    full_speed(model)
     assert job.wait() == 0, job.output()
     s = summary(tmp_path)
     assert_exactly_once(s, epochs)
@@ -172,8 +187,8 @@ def test_the_only_trainer_told_to_stop_leaves_once_its_replacement_joined(digits
 
 def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner, framework_digits):
     epochs = 20  # the restart lands within the first few; the rest only has to finish exactly once
-    job = job_runner("mkill", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=0.5,
-                                          model=slow_model_def(tmp_path, framework_digits, 0.02))).start()
+    model = slow_model_def(tmp_path, framework_digits, 0.02)
+    job = job_runner("mkill", job_args(digits, tmp_path, epochs=epochs, trainers=2, interval=0.5, model=model)).start()
     job.wait_for(lambda s: len(s["checkpoints"]) >= 2 and s["world_size"] == 2, what="two checkpoints")
     for n in (3, 2):  # prepared changes (generations 2 and 3) before the restart
         r = run_edl("scale", "mkill", "--trainers", str(n), env={"EDL_HOME": str(job.home)})
@@ -190,6 +205,7 @@ def test_master_killed_and_restarted_resumes(digits, tmp_path, job_runner, frame
     st = job.wait_for(lambda s: s["world_size"] == 1 and s["generations"][-1]["pause_s"] is not None,
                       what="the scale-down under the new master")
     assert st["generations"][-1]["reason"] == "scale_down" and st["generations"][-1]["prepared_s"] is not None, st
+    full_speed(model)
     assert job.wait() == 0, job.output()
     s = summary(tmp_path)
     assert_exactly_once(s, epochs)
@@ -225,6 +241,7 @@ def test_master_killed_goes_on_from_the_trainers_step(digits, tmp_path, job_runn
     os.kill(info["master_pid"], signal.SIGKILL)
     job.wait_for(lambda s: s["master_uid"] != st["master_uid"] and s["world_size"] == 2 and s["phase"] == "running",
                  what="a new master with both trainers")
+    full_speed(model)
     assert job.wait() == 0, job.output()
     s = summary(tmp_path)
     assert_exactly_once(s, epochs)

@@ -17,7 +17,7 @@ import pytest
 
 from edl.procs import wait_ended
 from tests.conftest import run_edl
-from tests.integration.launcher.test_elastic_jobs import job_args, slow_model_def
+from tests.integration.launcher.test_elastic_jobs import full_speed, job_args, slow_model_def
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -118,6 +118,7 @@ def test_a_joiner_that_stops_responding_in_a_graceful_change_costs_no_rollback(d
     os.kill(joiner["pid"], signal.SIGCONT)
     assert wait_ended(joiner["pid"], 30), "the woken joiner did not leave"
     st = job.wait_for(settled(3, st["step"] + 5), timeout=120, what="a replacement joined")
+    full_speed(model)
     assert job.wait(240) == 0, job.output()[-3000:]
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["status"] == "succeeded", s["error"]
