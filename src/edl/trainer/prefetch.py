@@ -30,7 +30,7 @@ class AskPace:
     (1,024 at 1,024 trainers) and answers them one after another, the last after all the others. Waiting a
     random share (``u``) of half the time the held rows last at the loop's pace spreads the requests over
     that time; the request still goes with half the slack left for its answer, and at once whenever the
-    pace is not known yet (a generation's first rows) or the loop holds less than a batch (``Prefetcher``).
+    pace is not known yet (the trainer's first rows) or the loop holds less than a batch (``Prefetcher``).
     The pace is the rows the loop took over the time between two observations that saw it take some."""
 
     def __init__(self, alpha: float = PACE_ALPHA, share: float = ASK_SHARE) -> None:
@@ -51,7 +51,8 @@ class AskPace:
         self._last = (now, rows_taken)
 
     def restart(self) -> None:
-        """A new generation: the time until its first rows is not the loop's pace."""
+        """A new generation: the time until its first rows is not the loop's pace (the pace measured before
+        it still sets the delays until the loop has taken rows again)."""
         self._last = None
 
     def delay_s(self, held_rows: int, u: float) -> float:
