@@ -1,5 +1,6 @@
-"""Builds the plane's Go binaries (``tools/kubeplane``: Kubernetes and etcd; ``tools/minio``: the S3
-server; ``tools/argo``: Argo's workflow controller and executor; ``tools/kserve``: KServe's controller) into
+"""Builds the plane's Go binaries (``tools/kubeplane``: Kubernetes, its kubelet and kube-proxy, and etcd;
+``tools/minio``: the S3 server; ``tools/argo``: Argo's workflow controller and executor; ``tools/kserve``:
+KServe's controller; ``tools/coredns``: the cluster's DNS) into
 a cache outside the clone, keyed by each module's files, so CI and later runs reuse them; and fetches the
 files tests take from Go modules (``tools/kserve``: KServe's CRDs) into the same cache.
 
@@ -23,7 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / "tools"
 KUBE_VERSION = "v1.37.2"
-KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "etcd", "kubectl")
+KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "etcd", "kubectl", "kubelet",
+                   "kube-proxy")
 
 
 class BuildError(RuntimeError):
@@ -75,7 +77,8 @@ ARGOEXEC = Target("argo", "github.com/argoproj/argo-workflows/v4/cmd/argoexec", 
     ("github.com/argoproj/argo-workflows/v4//workflow/executor/osspecific/signal_linux.go",
      "overlay/osspecific_signal_linux.go.in"),))
 KSERVE_MANAGER = Target("kserve", "github.com/kserve/kserve/cmd/manager", "kserve-manager")
-TARGETS = (KUBEPLANE, MINIO, ARGO_CONTROLLER, ARGOEXEC, KSERVE_MANAGER)
+COREDNS = Target("coredns", "github.com/coredns/coredns", "coredns")
+TARGETS = (KUBEPLANE, MINIO, ARGO_CONTROLLER, ARGOEXEC, KSERVE_MANAGER, COREDNS)
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,13 @@
   (built from ``images/`` first where missing, ``images.py``; ``plane.image("runtime")`` names
   one; the fixtures ``runtime_image`` and ``trainer_image`` name two), PriorityClasses
   ``edl-low`` and ``edl-high``;
-- ``plane_s3``: a MinIO server beside it, and ``s3://data/digits`` prepared on it;
+- ``plane_s3``: a MinIO server beside it (on the plane's bridge), and ``s3://data/digits`` prepared on it;
 - ``kube``: an admin ``kubernetes.client.ApiClient``;
 - ``namespace``: a fresh namespace per test, labelled ``pod-security.kubernetes.io/enforce:
   restricted``, holding edl's RBAC (``edl k8s render``'s objects) and the S3 Secret
-  ``minio``; deleted after the test, waiting until every pod of it is gone.
+  ``minio``; deleted after the test, waiting until every pod of it is gone;
+- ``real_plane``, ``real_kube``, ``real_namespace``: a plane of two real nodes (the upstream
+  kubelet, containerd, kube-proxy, CoreDNS: ``node.py``), its admin client, a restricted namespace.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pytest
 from kubernetes import client, config, utils
 
 from tests.plane import build, images
+from tests.plane.node import missing_packages
 from tests.plane.plane import PLANES, ControlPlane
 from tests.plane.registry import RegistryError
 from tests.plane.runtime import PullError
@@ -44,8 +47,15 @@ def worker_index() -> int:
 
 
 def plane_ip_base() -> int:
-    """Each worker's plane its own pod addresses (``./dev cluster`` keeps 127.20.*, the test of it 127.200.*)."""
+    """Each worker's plane its own addresses (``./dev cluster`` keeps base 20, the test of it 200)."""
     return 40 + 20 * worker_index()
+
+
+def real_plane_ip_base() -> int:
+    return 150 + 10 * worker_index()
+
+
+REAL_NODES = 2
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +106,7 @@ def built(target: build.Target, what: str) -> Path:
 @pytest.fixture(scope="session")
 def plane_s3(plane):
     built(build.MINIO, "MinIO")
-    server = MinioServer(plane.root / "minio").start()
+    server = MinioServer(plane.root / "minio", address=plane.net.host_ip).start()  # where every node's pods reach
     try:
         env = {**os.environ, **server.env}
         r = subprocess.run([sys.executable, "-m", "edl", "data", "prepare", "digits", "--out", "s3://data/digits"],
@@ -176,3 +186,47 @@ def delete_namespace(kube: client.ApiClient, name: str, timeout_s: float = 90) -
             return
         time.sleep(0.2)
     raise AssertionError(f"pods of namespace {name} not gone after {timeout_s:.0f} s: {left}")
+
+
+@pytest.fixture(scope="session")
+def real_plane():
+    try:
+        build.build(build.KUBEPLANE, quiet=True)
+        build.build(build.COREDNS, quiet=True)
+        images.build_images(quiet=True)
+    except (build.BuildError, images.ImageError, RegistryError, PullError) as e:
+        pytest.fail(f"the control plane or its images cannot be built: {e}")
+    missing = missing_packages()
+    if missing:
+        pytest.fail(f"real nodes need Debian's {', '.join(missing)} (./dev installs them as root)")
+    PLANES.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="real-", dir=PLANES))
+    p = ControlPlane(root, ip_base=real_plane_ip_base())
+    try:
+        p.start()
+        for i in range(REAL_NODES):
+            p.add_real_node(f"node-{i}", cpu="2", memory="4Gi")
+        yield p
+    finally:
+        p.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def real_kube(real_plane) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(real_plane.admin_kubeconfig))
+
+
+@pytest.fixture
+def real_namespace(request, real_kube):
+    core = client.CoreV1Api(real_kube)
+    name = _ns_name(request.node.nodeid)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={
+        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"})))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
+            break
+        time.sleep(0.1)
+    yield name
+    delete_namespace(real_kube, name)

@@ -20,9 +20,12 @@ and Argo's executor, pushed to a registry whose storage lives in the build cache
 - **Argo's executor**: ``argoexec`` (built from Argo's module, ``build.py``) alone in an image
   from scratch (``tools/argo/Containerfile``), as Argo ships it.
 
+- **The pod sandbox** of the real nodes: ``tools/pause/pause.c`` compiled static with gcc, alone in
+  an image from scratch (``tools/pause/Containerfile``), as ``edl-pause:1.0``.
+
 What the registry holds: ``edl-runtime:VERSION``, ``edl-trainer-cpu:VERSION``,
 ``edl-trainer-torch-gpu:VERSION`` (VERSION as
-``edl pipeline compile`` tags them) and ``argoproj/argoexec:ARGO_VERSION``.
+``edl pipeline compile`` tags them), ``edl-pause:1.0`` and ``argoproj/argoexec:ARGO_VERSION``.
 """
 
 from __future__ import annotations
@@ -167,6 +170,28 @@ def shipped_specs() -> list[Spec]:
 
 def argoexec_spec() -> Spec:
     return Spec(ARGOEXEC_REPO, ARGO_VERSION, build.TOOLS / "argo" / "Containerfile", build.ARGOEXEC.out_dir())
+
+
+PAUSE_REPO, PAUSE_TAG = "edl-pause", "1.0"
+PAUSE_SOURCE = build.TOOLS / "pause" / "pause.c"
+
+
+def pause_spec() -> Spec:
+    """The real nodes' sandbox image: ``tools/pause/pause.c`` built static, alone in an image."""
+    return Spec(PAUSE_REPO, PAUSE_TAG, build.TOOLS / "pause" / "Containerfile", cache() / "pause")
+
+
+def pause_reference(registry: str) -> str:
+    return f"{registry}/{PAUSE_REPO}:{PAUSE_TAG}"
+
+
+def compile_pause(context: Path) -> None:
+    """``pause`` into the image's build context (a static binary: the image has nothing else)."""
+    context.mkdir(parents=True, exist_ok=True)
+    tmp = context / ".pause.tmp"
+    _run(["gcc", "-static", "-Os", "-Wall", "-Wextra", "-Werror", "-o", str(tmp), str(PAUSE_SOURCE)],
+         "gcc -static pause.c")
+    tmp.rename(context / "pause")
 
 
 def reference(registry: str, name: str) -> str:
@@ -330,7 +355,7 @@ def build_images(*, quiet: bool = False) -> None:
         raise ImageError(f"{', '.join(missing)} not installed (Debian packages; ./dev installs them as root)")
     with _locked(), Steps(quiet) as steps:
         with Registry(storage(), cache() / "logs", read_only=False) as reg:
-            specs = shipped_specs()
+            specs = [*shipped_specs(), pause_spec()]
             if build.ARGOEXEC.built():
                 specs.append(argoexec_spec())
             base_id = ""
@@ -338,6 +363,8 @@ def build_images(*, quiet: bool = False) -> None:
             for spec in specs:
                 if spec.repo == ARGOEXEC_REPO:
                     key = _digest(spec.containerfile.read_bytes(), build.ARGOEXEC.key().encode())
+                elif spec.repo == PAUSE_REPO:
+                    key = _digest(spec.containerfile.read_bytes(), PAUSE_SOURCE.read_bytes())
                 else:
                     base_id = base_id or ensure_base(steps)
                     key = image_key(spec.containerfile, spec.context, base_id)
@@ -345,13 +372,16 @@ def build_images(*, quiet: bool = False) -> None:
                     continue
                 labels = local_labels(spec.local)
                 if not labels or labels.get(KEY_LABEL) != key:
+                    if spec.repo == PAUSE_REPO:
+                        compile_pause(spec.context)
                     build_one(spec, key, steps)
                 push(spec, reg.host)
                 pushed = True
             # Unpacked now, not by the first pod that needs it: a kubelet then only resolves the tag.
             store = ImageStore(unpacked())
             with steps.step("images unpacked for the kubelets (first time about a minute each)"):
-                digests = {store.pull(f"{reg.host}/{s.repo}:{s.tag}").digest.replace(":", "-") for s in specs}
+                digests = {store.pull(f"{reg.host}/{s.repo}:{s.tag}").digest.replace(":", "-") for s in specs
+                           if s.repo != PAUSE_REPO}  # the emulated kubelet has no sandboxes
         if pushed:
             prune(digests)
 

@@ -1,7 +1,10 @@
 """Start and stop the control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-(the real binaries, see ``build.py``) and one loopback kubelet process per node (``kubelet.py``).
+(the real binaries, see ``build.py``), and its nodes: real ones (``node.py``: containerd, the
+upstream kubelet and kube-proxy in a network namespace each, CoreDNS for the cluster) or the
+loopback kubelet's emulated ones (``kubelet.py``).
 
-Everything listens on loopback only, on free ports, with its state and logs under one root
+The plane's servers listen on the host's side of its bridge (``network.py``: ``10.B.0.1``, a local
+address that its nodes reach too), on free ports, with their state and logs under one root
 directory. The set-up follows controller-runtime's envtest, plus the controller-manager and
 the scheduler, short node-lifecycle timings so that a lost node is noticed in seconds, and
 the Node authorizer with NodeRestriction so that each kubelet acts as its own node.
@@ -21,13 +24,14 @@ from pathlib import Path
 import yaml
 
 from tests.plane import build, images, pki
-from tests.plane.registry import Registry
+from tests.plane.network import PlaneNet
+from tests.plane.node import NodeSpec, RealNode, teardown
 from tests.plane.procs import free_port, stop_pid
+from tests.plane.registry import Registry
 
 # Where planes keep their state. Not under /tmp: containers bind-mount their volumes over paths
 # such as /tmp, which would hide the kubelet's own directories from the mounts that follow.
 PLANES = Path("/var/lib/edl-kubeplane")
-SERVICE_RANGE = "10.0.0.0/24"  # allocated ClusterIPs only; nothing is ever sent there (see kubelet.py)
 NODE_GRACE_S = 6  # node-monitor-grace-period: a node whose lease is this old is NotReady/Unknown
 TOLERATION_S = 10  # default not-ready/unreachable toleration: pods leave a lost node after this
 
@@ -53,8 +57,14 @@ class NodeInfo:
     cpu: str
     memory: str
     port: int
-    ip_prefix: str  # the pods of this node get addresses ip_prefix.X.Y
-    pid: int = 0
+    ip_prefix: str  # emulated: the pods of this node get addresses ip_prefix.X.Y
+    pid: int = 0  # emulated: the loopback kubelet
+    kind: str = "emulated"  # or "real"
+    index: int = 0  # real: its place in the plane's network
+    ip: str = ""  # real: its address on the plane's bridge
+    dir: str = ""  # real: its containerd, kubelet and configuration
+    cgroup_root: str = ""
+    pids: dict[str, int] = field(default_factory=dict)  # real: containerd, kubelet, kube-proxy
 
 
 @dataclass
@@ -62,6 +72,7 @@ class PlaneState:
     """What ``./dev cluster status|down`` and a later process need to find a running plane."""
 
     root: str
+    base: int = 0  # the plane's network is 10.BASE.0.0/16 (network.py)
     apiserver: str = ""
     etcd: str = ""
     s3: str = ""
@@ -91,8 +102,10 @@ class ControlPlane:
         # Node i's pods get 127.(ip_base + i).X.Y. Planes running side by side (one per pytest-xdist
         # worker, and ``./dev cluster``) need disjoint bases: pods share the machine's network.
         self.ip_base = ip_base if ip_base is not None else int(os.environ.get("EDL_PLANE_IP_BASE", "20"))
+        self.net = PlaneNet(self.ip_base)
+        self.real_nodes: dict[str, RealNode] = {}
         self.bin = bin_dir or build.KUBEPLANE.out_dir()
-        self.state = PlaneState(str(self.root))
+        self.state = PlaneState(str(self.root), base=self.ip_base)
         self.procs: dict[str, subprocess.Popen] = {}
         self.pki = self.root / "pki"
         self.logs = self.root / "logs"
@@ -105,7 +118,7 @@ class ControlPlane:
         self.serving = ca.issue("apiserver", "kube-apiserver", server=True,
                                 dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                                      "kubernetes.default.svc.cluster.local"),
-                                ips=("127.0.0.1", SERVICE_RANGE.replace("0/24", "1")))
+                                ips=("127.0.0.1", self.net.host_ip, self.net.kubernetes_service_ip))
         self.kubelet_client = ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
                                        ("system:masters",), client=True)
         self.sa_key, self.sa_pub = pki.signing_key(self.pki)
@@ -143,10 +156,15 @@ class ControlPlane:
         return str(self.bin / component)
 
     # ------------------------------------------------------------ components
-    def start(self, timeout_s: float = 120) -> "ControlPlane":
+    def _up(self) -> None:
+        """The root and the network (its blackhole route first: before any server or node starts)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        port = free_port()
-        self.state.apiserver = f"https://127.0.0.1:{port}"
+        self.state.save()  # a plane whose start fails half-way is still found and stopped
+        self.net.up()
+        self.state.apiserver = f"https://{self.net.host_ip}:{free_port()}"
+
+    def start(self, timeout_s: float = 120) -> "ControlPlane":
+        self._up()
         self._prepare()
         self._start_etcd()
         self._start_registry()
@@ -167,8 +185,7 @@ class ControlPlane:
     def start_api_only(self, timeout_s: float = 120) -> "ControlPlane":
         """etcd and kube-apiserver alone: for hollow nodes (``bench/control_scale.py``), Node objects no
         kubelet keeps, which a node controller would mark NotReady and a scheduler would place on."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.state.apiserver = f"https://127.0.0.1:{free_port()}"
+        self._up()
         self._prepare()
         self._start_etcd()
         self.start_apiserver(timeout_s)
@@ -186,7 +203,7 @@ class ControlPlane:
 
     def _start_registry(self) -> None:
         """The images (built by ``images.py`` into the cache) served read-only on this plane's port."""
-        reg = Registry(images.storage(), self.logs, read_only=True).start()
+        reg = Registry(images.storage(), self.logs, read_only=True, address=self.net.host_ip).start()
         assert reg.proc is not None
         self.state.registry = reg.host
         self.state.pids["registry"] = reg.proc.pid
@@ -200,14 +217,14 @@ class ControlPlane:
         port = self.state.apiserver.rsplit(":", 1)[1]
         self._spawn("kube-apiserver", [
             self._exe("kube-apiserver"), f"--etcd-servers={self.state.etcd}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--bind-address={self.net.host_ip}", f"--advertise-address={self.net.host_ip}", f"--secure-port={port}",
             f"--cert-dir={self.pki}", f"--tls-cert-file={self.serving.cert}",
             f"--tls-private-key-file={self.serving.key}", f"--client-ca-file={self.ca}",
             "--authorization-mode=Node,RBAC",
             # OwnerReferencesPermissionEnforcement as on OpenShift and hardened clusters: setting
             # blockOwnerDeletion needs `update` on the owner's finalizers, which edl's RBAC does not grant.
             "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
-            f"--service-cluster-ip-range={SERVICE_RANGE}",
+            f"--service-cluster-ip-range={self.net.service_cidr}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={self.sa_pub}", f"--service-account-signing-key-file={self.sa_key}",
             f"--kubelet-client-certificate={self.kubelet_client.cert}",
@@ -215,8 +232,6 @@ class ControlPlane:
             "--kubelet-preferred-address-types=InternalIP",
             f"--default-not-ready-toleration-seconds={TOLERATION_S}",
             f"--default-unreachable-toleration-seconds={TOLERATION_S}",
-            # The kubernetes Service's endpoints may not be loopback addresses: no reconciler.
-            "--endpoint-reconciler-type=none",
             "--allow-privileged=false", "--profiling=false", "--v=1"])
         self._wait(lambda: self._get("/readyz") == 200, timeout_s, "kube-apiserver /readyz")
 
@@ -381,12 +396,77 @@ class ControlPlane:
         self.state.nodes.append(node)
         self.state.save()
         if wait_s:
-            self._wait(lambda: self._node_ready(name, proc), wait_s, f"node {name} Ready")
+            self._wait(lambda: self._node_ready(name, lambda: self._kubelet_alive(name, proc)), wait_s,
+                       f"node {name} Ready")
         return node
 
-    def _node_ready(self, name: str, proc: subprocess.Popen) -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"kubelet {name} exited with {proc.returncode}:\n{self.log_tail('kubelet-' + name)}")
+    def add_real_node(self, name: str, cpu: str = "2", memory: str = "8Gi", wait_s: float = 60) -> NodeInfo:
+        """A real node (``node.py``): containerd, the kubelet and kube-proxy in a network namespace of
+        its own. ``cpu`` and ``memory`` are what it gives pods, at most what this machine has (the
+        kubelet reports the machine's capacity; the rest is system-reserved)."""
+        if not self.state.pids.get("coredns"):
+            self.start_dns()
+        used = {n.index for n in self.state.nodes if n.kind == "real"}
+        index = min(set(range(len(used) + 1)) - used)
+        peers = sorted(used)
+        node_ip = self.net.node_ip(index)
+        kubeconfig = self._kubeconfig(f"kubelet-{name}", f"system:node:{name}", ("system:nodes",))
+        proxy = self.root / "kube-proxy.kubeconfig"
+        if not proxy.exists():
+            self._kubeconfig("kube-proxy", "system:kube-proxy")
+        serving = self._authority.issue(f"kubelet-{name}-serving", f"system:node:{name}", server=True,
+                                        ips=(node_ip,))
+        node = RealNode(NodeSpec(name, index, cpu, memory), self.root / "nodes" / name, self.net,
+                        apiserver=self.state.apiserver, ca=self.ca, kubeconfig=kubeconfig, proxy_kubeconfig=proxy,
+                        serving=(serving.cert, serving.key), registry=self.state.registry,
+                        pause_image=images.pause_reference(self.state.registry), bin_dir=self.bin, logs=self.logs)
+        info = NodeInfo(name, cpu, memory, 10250, "", kind="real", index=index, ip=node_ip, dir=str(node.dir),
+                        cgroup_root=node.cgroup_root)
+        self.state.nodes.append(info)
+        self.state.save()  # before anything of it exists: a failed start is still cleaned up
+        self.net.add_node(index, peers)
+        self.real_nodes[name] = node
+        try:
+            node.start()
+        finally:
+            info.pids = dict(node.pids)
+            self.state.save()
+        if wait_s:
+            self._wait(lambda: self._node_ready(name, node.check), wait_s, f"node {name} Ready")
+        return info
+
+    def start_dns(self, timeout_s: float = 60) -> None:
+        """CoreDNS for the real nodes' pods: the Service ``kube-system/kube-dns`` at the plane's DNS
+        address, whose one endpoint is CoreDNS on the plane's bridge, answering from the API for
+        ``cluster.local`` and for nothing else (it forwards no query: no name past this machine)."""
+        from tests.plane.procs import wait_until_answers
+
+        host = self.net.host_ip
+        ready = free_port()
+        cfg = self._kubeconfig("coredns", "system:coredns", ("system:masters",))
+        corefile = self.root / "Corefile"
+        corefile.write_text(COREFILE.format(host=host, ready=ready, kubeconfig=cfg, domain=CLUSTER_DOMAIN))
+        proc = self._spawn("coredns", [str(build.COREDNS.path()), "-conf", str(corefile)])
+        wait_until_answers(proc, f"http://{host}:{ready}/ready", timeout_s, "coredns", self.logs / "coredns.log")
+        kubectl = [self._exe("kubectl"), f"--kubeconfig={self.admin_kubeconfig}"]
+        ports = [{"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]
+        objects = {"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns"}},
+             "spec": {"clusterIP": self.net.dns_service_ip,
+                      "ports": [{**p, "targetPort": 53} for p in ports]}},
+            {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": {"name": "kube-dns-coredns", "namespace": "kube-system",
+                          "labels": {"kubernetes.io/service-name": "kube-dns",
+                                     "endpointslice.kubernetes.io/managed-by": "edl-plane"}},
+             "addressType": "IPv4", "endpoints": [{"addresses": [host], "conditions": {"ready": True}}],
+             "ports": ports}]}
+        r = subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(objects), capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"kube-dns Service: {r.stderr.strip()}")
+
+    def _node_ready(self, name: str, check) -> bool:
+        check()
         import httpx
 
         try:
@@ -399,28 +479,68 @@ class ControlPlane:
         taints = [t["key"] for t in (node.get("spec") or {}).get("taints") or []]
         return conds.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints
 
+    def _kubelet_alive(self, name: str, proc: subprocess.Popen) -> None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kubelet {name} exited with {proc.returncode}:\n{self.log_tail('kubelet-' + name)}")
+
+    def _node(self, name: str) -> NodeInfo:
+        return next(n for n in self.state.nodes if n.name == name)
+
     def pod_dir(self, node: str, uid: str) -> Path:
-        """Where the kubelet of ``node`` keeps the pod's volumes and logs (for tests to look inside)."""
+        """Where the kubelet of ``node`` keeps the pod's volumes (for tests to look inside)."""
+        n = self._node(node)
+        if n.kind == "real":
+            return Path(n.dir) / "kubelet" / "pods" / uid
         return self.root / "kubelet" / node / "pods" / uid
 
     def pod_volume(self, node: str, uid: str, volume: str) -> Path:
+        """The directory of the pod's emptyDir ``volume`` on its node."""
+        if self._node(node).kind == "real":
+            return self.pod_dir(node, uid) / "volumes" / "kubernetes.io~empty-dir" / volume
         return self.pod_dir(node, uid) / "volumes" / volume
 
+    def container_pid(self, pod, container: str) -> int | None:
+        """The host's PID of ``container``'s first process in ``pod`` (a V1Pod), ``None`` while it has none."""
+        n = self._node(pod.spec.node_name)
+        if n.kind != "real":
+            f = self.pod_dir(n.name, pod.metadata.uid) / "containers" / container / "pid"
+            return int(f.read_text()) if f.exists() else None
+        status = next((c for c in pod.status.container_statuses or [] if c.name == container), None)
+        if status is None or not status.container_id:
+            return None
+        state = Path(n.dir) / "runc" / "k8s.io" / status.container_id.split("://", 1)[1] / "state.json"
+        try:
+            return int(json.loads(state.read_text())["init_process_pid"])
+        except (OSError, ValueError, KeyError):
+            return None
+
     def lose_node(self, name: str) -> None:
-        """The node stops answering (frozen or cut off): its kubelet is stopped, its containers run on.
-        The node lifecycle controller does the rest: NotReady/Unknown, taints, evictions."""
+        """The node stops answering: a real node's link is cut (its processes and containers run on,
+        reaching nothing); an emulated node's kubelet is stopped. The node lifecycle controller does
+        the rest: NotReady/Unknown, taints, evictions."""
         node = next(n for n in self.state.nodes if n.name == name)
-        os.kill(node.pid, signal.SIGSTOP)
+        if node.kind == "real":
+            self.net.cut(node.index)
+        else:
+            os.kill(node.pid, signal.SIGSTOP)
 
     def restore_node(self, name: str) -> None:
-        """The lost node answers again: its kubelet resumes and catches up with what happened."""
+        """The lost node answers again: its kubelet catches up with what happened."""
         node = next(n for n in self.state.nodes if n.name == name)
-        os.kill(node.pid, signal.SIGCONT)
+        if node.kind == "real":
+            self.net.mend(node.index)
+        else:
+            os.kill(node.pid, signal.SIGCONT)
 
     def remove_node(self, name: str) -> None:
-        """Stop the node's kubelet (its pods with it) and delete the Node object."""
+        """Stop the node (its pods with it), leave nothing of it, and delete the Node object."""
         node = next(n for n in self.state.nodes if n.name == name)
-        stop_pid(node.pid, 20)
+        if node.kind == "real":
+            teardown(Path(node.dir), node.cgroup_root, node.pids)
+            self.net.remove_node(node.index, [n.index for n in self.state.nodes if n.kind == "real" and n is not node])
+            self.real_nodes.pop(name, None)
+        else:
+            stop_pid(node.pid, 20)
         self.admin_http().delete(f"{self.state.apiserver}/api/v1/nodes/{name}")
         self.state.nodes.remove(node)
         self.state.save()
@@ -437,6 +557,23 @@ def argo_module_dir() -> Path:
                        cwd=build.TOOLS / "argo", capture_output=True, text=True, check=True)
     return Path(json.loads(r.stdout)["Dir"])
 
+
+CLUSTER_DOMAIN = "cluster.local"
+# CoreDNS on the plane's bridge: the cluster's names from the API, nothing forwarded.
+COREFILE = """\
+.:53 {{
+    bind {host}
+    errors
+    ready {host}:{ready}
+    kubernetes {domain} in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig} kubeplane
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }}
+    cache 5
+}}
+"""
 
 KSERVE_RUNTIME = "edl-onnx"  # the ClusterServingRuntime for edl's ONNX exports
 
@@ -507,11 +644,16 @@ def edl_serving_runtime(image: str) -> dict:
 
 
 def stop_all(state: PlaneState) -> None:
-    """Stop every process of a plane: kubelets first (they stop their pods), then the rest, then any
-    container process a killed kubelet left behind (from the pid files under its root)."""
+    """Stop every process of a plane: its nodes first (with their pods; a real node's containers, mounts
+    and cgroups too), then the rest, then any container process a killed emulated kubelet left behind
+    (from the pid files under its root), and last the plane's network."""
     for node in state.nodes:
-        stop_pid(node.pid, 20)
-    for name in ("kserve-manager", "workflow-controller", "minio", "registry", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        if node.kind == "real":
+            teardown(Path(node.dir), node.cgroup_root, node.pids)
+        else:
+            stop_pid(node.pid, 20)
+    for name in ("kserve-manager", "workflow-controller", "minio", "coredns", "registry", "kube-scheduler",
+                 "kube-controller-manager", "kube-apiserver", "etcd"):
         pid = state.pids.get(name)
         if pid:
             stop_pid(pid, 10)
@@ -520,5 +662,7 @@ def stop_all(state: PlaneState) -> None:
             stop_pid(int(pidfile.read_text()), 2)
         except (OSError, ValueError):
             pass
+    if state.base:
+        PlaneNet(state.base).down()
     state.pids.clear()
     state.save()

@@ -48,14 +48,16 @@ def garbage_collect(storage: Path, log_dir: Path) -> None:
 
 
 class Registry:
-    """``docker-registry serve`` on ``127.0.0.1:PORT`` over ``storage``; ``host`` is what image names use."""
+    """``docker-registry serve`` on ``ADDRESS:PORT`` (loopback unless told: a plane's registry is on its
+    bridge, where its nodes pull) over ``storage``; ``host`` is what image names use."""
 
-    def __init__(self, storage: Path, log_dir: Path, *, read_only: bool, port: int | None = None) -> None:
+    def __init__(self, storage: Path, log_dir: Path, *, read_only: bool, port: int | None = None,
+                 address: str = "127.0.0.1") -> None:
         self.storage = storage
         self.log_dir = log_dir
         self.read_only = read_only
         self.port = port or free_port()
-        self.host = f"127.0.0.1:{self.port}"
+        self.host = f"{address}:{self.port}"
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 30) -> "Registry":

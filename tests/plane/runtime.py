@@ -4,8 +4,8 @@ digest, and each container run in its own root filesystem.
 - **Pull**: ``skopeo`` resolves the reference to its manifest digest and copies the image by that
   digest into an OCI layout, ``umoci`` unpacks it; the root filesystem and the image's config
   are kept under the build cache by digest and shared by every node and plane (a file lock
-  makes the unpack happen once). Only registries on loopback can be reached from here (plain
-  HTTP, as Docker and containerd treat 127.0.0.0/8); any other reference fails to pull.
+  makes the unpack happen once). Only registries on this machine can be reached from here (loopback,
+  or a plane's bridge; plain HTTP); any other reference fails to pull.
 - **Run**: in new mount and UTS namespaces, an overlay of the image's root filesystem with a
   fresh upper layer per container start, ``/proc``, a minimal ``/dev`` (null, zero, full,
   random, urandom, tty, a private ``/dev/shm``), ``/sys`` read-only, the pod's volumes and its
@@ -34,6 +34,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOOPBACK = re.compile(r"^(127(\.\d{1,3}){3}|localhost)(:\d+)?$")
+
+
+def is_local(host: str) -> bool:
+    """``HOST[:PORT]`` names an address of this machine (a plane's registry is on its bridge)."""
+    import socket
+
+    address = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    try:
+        with socket.socket() as s:
+            s.bind((address, 0))
+        return True
+    except OSError:
+        return False
 PULL_TIMEOUT_S = 900
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # where the set-up finds mount and friends, whatever the image's PATH
@@ -89,7 +102,7 @@ class ImageStore:
 
     def pull(self, ref: str) -> Image:
         host = registry_host(ref)
-        if not LOOPBACK.match(host):
+        if not (LOOPBACK.match(host) or is_local(host)):
             raise PullError(f'failed to pull and unpack image "{ref}": failed to resolve reference "{ref}": '
                             f"{host}: this node reaches registries on loopback only")
         r = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}", f"docker://{ref}"],

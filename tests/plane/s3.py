@@ -1,5 +1,5 @@
 """A real S3 server for the plane's tests and ``./dev cluster``: MinIO, built from its Go module
-(``tools/minio``, see ``build.py``), on loopback, with its data in a throwaway directory."""
+(``tools/minio``, see ``build.py``), on this machine only, with its data in a throwaway directory."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ REGION = "us-east-1"
 
 
 class MinioServer:
-    """``minio server`` on 127.0.0.1; ``stop()``/``start()`` make an outage on the same port."""
+    """``minio server`` on ``address`` (loopback, or a plane's bridge where its real nodes' pods reach
+    it); ``stop()``/``start()`` make an outage on the same port."""
 
-    def __init__(self, root: Path, port: int | None = None) -> None:
+    def __init__(self, root: Path, port: int | None = None, address: str = "127.0.0.1") -> None:
         self.root = root
         self.port = port or free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.address = address
+        self.endpoint = f"http://{address}:{self.port}"
         self.env = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                     "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION}
         self.proc: subprocess.Popen | None = None
@@ -32,7 +34,7 @@ class MinioServer:
         env = {**os.environ, "MINIO_ROOT_USER": ACCESS_KEY, "MINIO_ROOT_PASSWORD": SECRET_KEY,
                "MINIO_REGION": REGION, "MINIO_BROWSER": "off", "MINIO_UPDATE": "off", "MINIO_CI_CD": "1"}
         self.proc = subprocess.Popen([str(build.MINIO.path()), "server", str(self.root / "data"), "--quiet",
-                                      "--address", f"127.0.0.1:{self.port}"],
+                                      "--address", f"{self.address}:{self.port}"],
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
         log.close()
@@ -48,5 +50,5 @@ class MinioServer:
     def client(self):
         from minio import Minio
 
-        return Minio(f"127.0.0.1:{self.port}", access_key=ACCESS_KEY, secret_key=SECRET_KEY, secure=False,
+        return Minio(f"{self.address}:{self.port}", access_key=ACCESS_KEY, secret_key=SECRET_KEY, secure=False,
                      region=REGION)

@@ -1,10 +1,11 @@
-// Command kubeplane runs one Kubernetes control-plane component, chosen by the name
-// it is called by (a symlink: kube-apiserver, kube-scheduler, kube-controller-manager,
-// etcd, kubectl) or by its first argument. One component per process: their signal
+// Command kubeplane runs one Kubernetes component, chosen by the name it is called by
+// (a symlink: kube-apiserver, kube-scheduler, kube-controller-manager, etcd, kubectl,
+// and a node's kubelet and kube-proxy) or by its first argument. One component per process: their signal
 // handling may be set up only once.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,10 +22,13 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
-var components = []string{"kube-apiserver", "kube-scheduler", "kube-controller-manager", "etcd", "kubectl"}
+var components = []string{"kube-apiserver", "kube-scheduler", "kube-controller-manager", "etcd", "kubectl",
+	"kubelet", "kube-proxy"}
 
 func main() {
 	name := filepath.Base(os.Args[0])
@@ -39,6 +43,10 @@ func main() {
 		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
 	case "kube-controller-manager":
 		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
+	case "kubelet":
+		os.Exit(cli.Run(kubelet.NewKubeletCommand(context.Background())))
+	case "kube-proxy":
+		os.Exit(cli.Run(proxy.NewProxyCommand()))
 	case "etcd":
 		etcdmain.Main(os.Args)
 	case "kubectl":
