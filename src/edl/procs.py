@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -73,6 +74,15 @@ def recorded_exit(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def end_on_sigterm_as_init() -> None:
+    """As the first process of a container (PID 1), a signal with no handler of its own is dropped by the
+    kernel, so a pod deleted while this process still imports its framework would wait out its whole
+    grace period. Until the process sets its own handler, SIGTERM ends it as it would any other
+    process (exit 143). Elsewhere the default stays."""
+    if os.getpid() == 1:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: leave_process(128 + signum))
 
 
 def leave_process(code: int) -> NoReturn:

@@ -17,6 +17,10 @@ from edl.jobargs import add_job_arguments
 def cmd_master(a: argparse.Namespace) -> int:
     import time
 
+    from edl.procs import end_on_sigterm_as_init
+
+    end_on_sigterm_as_init()  # until uvicorn's own handler: the imports below take seconds
+
     from edl.jobargs import spec_from_args
     from edl.master.main import run_master, wait_as_standby
 
@@ -33,7 +37,9 @@ def cmd_master(a: argparse.Namespace) -> int:
 
 
 def cmd_trainer(a: argparse.Namespace) -> NoReturn:
-    from edl.procs import leave_process
+    from edl.procs import end_on_sigterm_as_init, leave_process
+
+    end_on_sigterm_as_init()  # until the trainer's own (draining) handler: its framework's import takes seconds
 
     # Every way out goes through ``leave_process``: the code is left for a launcher that adopted this
     # trainer (``edl.cluster.local``), and no interpreter teardown runs: Paddle's C++ threads that may
