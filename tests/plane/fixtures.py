@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -58,28 +60,42 @@ def real_plane_ip_base() -> int:
 REAL_NODES = 2
 
 
-@pytest.fixture(scope="session")
-def plane():
+@contextlib.contextmanager
+def session_plane(prefix: str, base: int, add_nodes: Callable[[ControlPlane], None],
+                  targets: tuple[build.Target, ...] = (build.KUBEPLANE,)) -> Iterator[ControlPlane]:
+    """A plane under ``PLANES`` (built first where missing), its nodes added by ``add_nodes``; stopped and
+    removed after, whatever happened."""
     try:
-        build.build(build.KUBEPLANE, quiet=True)
+        for target in targets:
+            build.build(target, quiet=True)
         images.build_images(quiet=True)
     except (build.BuildError, images.ImageError, RegistryError, PullError) as e:
         pytest.fail(f"the control plane or its images cannot be built: {e}")
     PLANES.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="test-", dir=PLANES))
-    p = ControlPlane(root, ip_base=plane_ip_base())
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=PLANES))
+    p = ControlPlane(root, ip_base=base)
     try:
         p.start()
-        for i in range(NODES):
-            p.add_node(f"node-{i}", cpu=NODE_CPU, memory=NODE_MEMORY)
-        api = config.new_client_from_config(config_file=str(p.admin_kubeconfig))
-        sched = client.SchedulingV1Api(api)
-        for name, value in PRIORITY_CLASSES.items():
-            sched.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
+        add_nodes(p)
         yield p
     finally:
         p.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _emulated_nodes(p: ControlPlane) -> None:
+    for i in range(NODES):
+        p.add_node(f"node-{i}", cpu=NODE_CPU, memory=NODE_MEMORY)
+    api = config.new_client_from_config(config_file=str(p.admin_kubeconfig))
+    sched = client.SchedulingV1Api(api)
+    for name, value in PRIORITY_CLASSES.items():
+        sched.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
+
+
+@pytest.fixture(scope="session")
+def plane():
+    with session_plane("test-", plane_ip_base(), _emulated_nodes) as p:
+        yield p
 
 
 @pytest.fixture(scope="session")
@@ -131,22 +147,29 @@ def namespace(request, kube, plane_s3):
     from edl.cluster import manifests
 
     core = client.CoreV1Api(kube)
-    name = _ns_name(request.node.nodeid)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={
-        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
-        "pod-security.kubernetes.io/warn": "restricted"})))
+    name = restricted_namespace(kube, request.node.nodeid)
     apply(kube, manifests.rbac(name), name)
     core.create_namespaced_secret(name, client.V1Secret(
         metadata=client.V1ObjectMeta(name="minio"),
         data={k: base64.b64encode(v.encode()).decode() for k, v in plane_s3.env.items()}))
+    yield name
+    delete_namespace(kube, name)
+
+
+def restricted_namespace(kube: client.ApiClient, nodeid: str) -> str:
+    """A new namespace under the restricted PodSecurity profile, once its default account exists."""
+    core = client.CoreV1Api(kube)
+    name = _ns_name(nodeid)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={
+        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/warn": "restricted"})))
     # The ServiceAccount admission plugin needs the default account, made by a controller.
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
             break
         time.sleep(0.1)
-    yield name
-    delete_namespace(kube, name)
+    return name
 
 
 def apply(kube: client.ApiClient, objects: list[dict], namespace: str) -> None:
@@ -188,28 +211,18 @@ def delete_namespace(kube: client.ApiClient, name: str, timeout_s: float = 90) -
     raise AssertionError(f"pods of namespace {name} not gone after {timeout_s:.0f} s: {left}")
 
 
+def _real_nodes(p: ControlPlane) -> None:
+    for i in range(REAL_NODES):
+        p.add_real_node(f"node-{i}", cpu="2", memory="4Gi")
+
+
 @pytest.fixture(scope="session")
 def real_plane():
-    try:
-        build.build(build.KUBEPLANE, quiet=True)
-        build.build(build.COREDNS, quiet=True)
-        images.build_images(quiet=True)
-    except (build.BuildError, images.ImageError, RegistryError, PullError) as e:
-        pytest.fail(f"the control plane or its images cannot be built: {e}")
     missing = missing_packages()
     if missing:
         pytest.fail(f"real nodes need Debian's {', '.join(missing)} (./dev installs them as root)")
-    PLANES.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="real-", dir=PLANES))
-    p = ControlPlane(root, ip_base=real_plane_ip_base())
-    try:
-        p.start()
-        for i in range(REAL_NODES):
-            p.add_real_node(f"node-{i}", cpu="2", memory="4Gi")
+    with session_plane("real-", real_plane_ip_base(), _real_nodes, (build.KUBEPLANE, build.COREDNS)) as p:
         yield p
-    finally:
-        p.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -219,14 +232,6 @@ def real_kube(real_plane) -> client.ApiClient:
 
 @pytest.fixture
 def real_namespace(request, real_kube):
-    core = client.CoreV1Api(real_kube)
-    name = _ns_name(request.node.nodeid)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={
-        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"})))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
-            break
-        time.sleep(0.1)
+    name = restricted_namespace(real_kube, request.node.nodeid)
     yield name
     delete_namespace(real_kube, name)

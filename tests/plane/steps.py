@@ -150,23 +150,20 @@ class Steps:
         return "\n".join(f"--- {n}\n{self.log(n)[-2500:]}" for n in self.launched)
 
     def container_pid(self, pod_name: str, container: str = "main") -> int:
-        p = self.pod(pod_name)
-        return int((self.plane.pod_dir(p.spec.node_name, p.metadata.uid) / "containers" / container / "pid")
-                   .read_text())
+        pid = self.plane.container_pid(self.pod(pod_name), container)
+        assert pid is not None, f"{pod_name}/{container} has no process"
+        return pid
 
     def job_pids(self, job: str) -> dict[str, int]:
-        """The processes of the job's running containers (``POD/CONTAINER`` -> pid), as their kubelet
-        recorded them."""
+        """The processes of the job's running containers (``POD/CONTAINER`` -> pid), as their node knows them."""
         out = {}
         for p in self.core.list_namespaced_pod(self.ns, label_selector=f"edl.dev/job={job}").items:
             if not p.spec.node_name:
                 continue
             for c in p.spec.containers:
-                f = self.plane.pod_dir(p.spec.node_name, p.metadata.uid) / "containers" / c.name / "pid"
-                try:
-                    out[f"{p.metadata.name}/{c.name}"] = int(f.read_text())
-                except (OSError, ValueError):
-                    pass  # not started, or already ended
+                pid = self.plane.container_pid(p, c.name)
+                if pid is not None:  # None: not started, or already ended
+                    out[f"{p.metadata.name}/{c.name}"] = pid
         return out
 
 

@@ -33,8 +33,7 @@ def test_a_master_that_takes_its_grace_period_is_gone_before_its_successor_is_cr
         cluster.ensure_job()
         old = wait_for(lambda: (p := core.read_namespaced_pod(name, namespace)).status.phase == "Running" and p,
                        120, "the master running")
-        pid_file = plane.pod_dir(old.spec.node_name, old.metadata.uid) / "containers" / "master" / "pid"
-        pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 60, "the master's process"))
+        pid = wait_for(lambda: plane.container_pid(old, "master"), 60, "the master's process")
         os.kill(pid, signal.SIGSTOP)  # it will not end on SIGTERM: it takes its whole grace period
         seen: list[tuple[str, str, bool]] = []  # (event, uid, the old master's process still running)
         done = threading.Event()

@@ -399,8 +399,9 @@ def alive(pid: int) -> bool:
 
 
 def pid_of(steps, pod, container: str) -> int:
-    return int((steps.plane.pod_dir(pod.spec.node_name, pod.metadata.uid) / "containers" / container / "pid")
-               .read_text())
+    pid = steps.plane.container_pid(pod, container)
+    assert pid is not None, f"{pod.metadata.name}/{container} has no process"
+    return pid
 
 
 @pytest.fixture

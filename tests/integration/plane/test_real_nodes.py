@@ -1,0 +1,261 @@
+"""The plane's real nodes: the upstream kubelet, containerd, runc, the CNI bridge, kube-proxy and
+CoreDNS run our images, each node in a network namespace of its own (``tests/plane/node.py``).
+
+Everything is read back as a user of a cluster would (the API, ``kubectl``), or from the node
+itself where only the node can tell (its cgroups, its routes).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.integration.plane.test_plane import pod, restricted_pod
+from tests.plane import network, node as node_mod
+from tests.waits import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def image(real_plane) -> str:
+    """edl's runtime image in the real plane's registry."""
+    return real_plane.image("runtime")
+
+
+def kubectl(plane, *args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([plane._exe("kubectl"), f"--kubeconfig={plane.admin_kubeconfig}", *args],
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def digest_reference(plane, name: str) -> str:
+    """``REGISTRY/edl-NAME@sha256:...``: the image by the digest its tag names now."""
+    registry, repo_tag = plane.image(name).split("/", 1)
+    repo, tag = repo_tag.rsplit(":", 1)
+    req = urllib.request.Request(f"http://{registry}/v2/{repo}/manifests/{tag}", method="HEAD", headers={
+        "Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return f"{registry}/{repo}@{r.headers['Docker-Content-Digest']}"
+
+
+def finished(core: client.CoreV1Api, ns: str, name: str, timeout_s: float = 90):
+    return wait_for(lambda: (x := pod(core, ns, name)) and x.status.phase in ("Succeeded", "Failed") and x,
+                    timeout_s, f"pod {name} finished")
+
+
+def running(core: client.CoreV1Api, ns: str, name: str, timeout_s: float = 90):
+    return wait_for(lambda: (x := pod(core, ns, name)) and x.status.phase == "Running"
+                    and all(c.ready for c in x.status.container_statuses or [None] if c) and x,
+                    timeout_s, f"pod {name} running")
+
+
+def on(node_name: str, manifest: dict) -> dict:
+    manifest["spec"]["nodeName"] = node_name
+    return manifest
+
+
+def test_nodes_are_real_kubelets_with_containerd(real_plane, real_kube):
+    core = client.CoreV1Api(real_kube)
+    nodes = {n.metadata.name: n for n in core.list_node().items}
+    assert sorted(nodes) == ["node-0", "node-1"]
+    for i, (name, n) in enumerate(sorted(nodes.items())):
+        assert {c.type: c.status for c in n.status.conditions}["Ready"] == "True"
+        info = n.status.node_info
+        assert info.kubelet_version == "v1.37.2" and info.container_runtime_version.startswith("containerd://1.")
+        assert {a.type: a.address for a in n.status.addresses}["InternalIP"] == real_plane.net.node_ip(i)
+        assert n.status.allocatable["cpu"] in ("2", "2000m")
+
+
+def test_our_image_runs_under_runc_by_digest_with_the_pods_security_context(real_plane, real_kube, real_namespace):
+    """Pulled from the plane's registry by digest; run as the image's user, read-only root, no
+    capabilities, seccomp RuntimeDefault, in namespaces of its own (PID 1 is the container's)."""
+    core = client.CoreV1Api(real_kube)
+    image = digest_reference(real_plane, "runtime")
+    script = ("import os, socket\n"
+              "print('uid', os.getuid(), 'pid', os.getpid(), 'host', socket.gethostname())\n"
+              "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)\n"
+              "print('caps', status['CapEff'].strip(), 'seccomp', status['Seccomp'].strip(),"
+              " 'nnp', status['NoNewPrivs'].strip())\n"
+              "try:\n    open('/usr/written', 'w')\nexcept OSError as e:\n    print('root', e.strerror)\n")
+    manifest = restricted_pod("who", ["python3", "-c", script], image=image)
+    manifest["spec"]["containers"][0]["securityContext"].pop("runAsUser")  # the image's own user
+    manifest["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] = True
+    core.create_namespaced_pod(real_namespace, manifest)
+    p = finished(core, real_namespace, "who")
+    log = core.read_namespaced_pod_log("who", real_namespace)
+    assert p.status.phase == "Succeeded", log
+    assert "uid 10001 pid 1 host who" in log
+    assert "caps 0000000000000000 seccomp 2 nnp 1" in log
+    assert "root Read-only file system" in log
+    cs = p.status.container_statuses[0]
+    assert cs.container_id.startswith("containerd://")
+    assert cs.image_id.endswith(image.rsplit("@", 1)[1])
+
+
+def pod_cgroup(plane, p, controller: str) -> Path:
+    node = next(n for n in plane.state.nodes if n.name == p.spec.node_name)
+    qos = p.status.qos_class.lower()
+    base = Path("/sys/fs/cgroup") / controller / node.cgroup_root.lstrip("/") / "kubepods"
+    return (base if qos == "guaranteed" else base / qos) / f"pod{p.metadata.uid}"
+
+
+def test_a_pod_of_one_cpu_is_throttled_to_one_cpu(real_plane, real_kube, real_namespace, image):
+    """Two busy processes in a container limited to 1 CPU: its cgroup's quota is one period, the
+    kernel throttles it, and it never gets more than one CPU's time over a window."""
+    core = client.CoreV1Api(real_kube)
+    burn = "import multiprocessing as m\ndef f():\n    while True: pass\n[m.Process(target=f).start() for _ in range(2)]\n"
+    manifest = restricted_pod("busy", ["python3", "-c", burn], image=image,
+                              resources={"requests": {"cpu": "1", "memory": "128Mi"},
+                                         "limits": {"cpu": "1", "memory": "128Mi"}})
+    core.create_namespaced_pod(real_namespace, manifest)
+    p = running(core, real_namespace, "busy")
+    cpu, acct = pod_cgroup(real_plane, p, "cpu"), pod_cgroup(real_plane, p, "cpuacct")
+    assert int((cpu / "cpu.cfs_quota_us").read_text()) == int((cpu / "cpu.cfs_period_us").read_text())
+
+    def throttled() -> int:
+        return int(dict(line.split() for line in (cpu / "cpu.stat").read_text().splitlines())["nr_throttled"])
+
+    wait_for(lambda: throttled() > 0, 30, "the pod throttled")
+    used0, t0 = int((acct / "cpuacct.usage").read_text()), time.monotonic()
+    time.sleep(2)
+    used1, t1 = int((acct / "cpuacct.usage").read_text()), time.monotonic()
+    assert (used1 - used0) / 1e9 <= 1.1 * (t1 - t0), "the pod used more than its one CPU"
+
+
+def test_a_container_past_its_memory_limit_is_oom_killed(real_kube, real_namespace, image):
+    core = client.CoreV1Api(real_kube)
+    grow = "x = []\nwhile True: x.append(bytearray(16 << 20))\n"
+    core.create_namespaced_pod(real_namespace, restricted_pod(
+        "hungry", ["python3", "-c", grow], image=image,
+        resources={"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}}))
+    p = finished(core, real_namespace, "hungry")
+    term = p.status.container_statuses[0].state.terminated
+    assert p.status.phase == "Failed" and term.reason == "OOMKilled" and term.exit_code == 137
+
+
+def test_pods_reach_each_other_and_services_by_name_across_nodes(real_plane, real_kube, real_namespace,
+                                                                  image):
+    core = client.CoreV1Api(real_kube)
+    server = restricted_pod("web", ["python3", "-m", "http.server", "8080", "--directory", "/usr/local/bin"],
+                            image=image, restart="Always")
+    server["metadata"]["labels"] = {"app": "web"}
+    server["spec"]["containers"][0]["readinessProbe"] = {"httpGet": {"path": "/", "port": 8080},
+                                                        "periodSeconds": 1}
+    core.create_namespaced_pod(real_namespace, on("node-0", server))
+    core.create_namespaced_service(real_namespace, {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    web = running(core, real_namespace, "web")
+    assert real_plane.net.owns(web.status.pod_ip) and web.status.host_ip == real_plane.net.node_ip(0)
+    # A new Service answers once kube-proxy has its endpoint (a second or so): the client tries for a while.
+    script = ("import urllib.request as u, socket, time\n"
+              "def get(url):\n"
+              "    deadline = time.monotonic() + 30\n"
+              "    while True:\n"
+              "        try:\n"
+              "            return u.urlopen(url, timeout=10).status\n"
+              "        except OSError:\n"
+              "            if time.monotonic() > deadline: raise\n"
+              "            time.sleep(0.2)\n"
+              f"for url in ('http://{web.status.pod_ip}:8080/', 'http://web/', "
+              f"'http://web.{real_namespace}.svc.cluster.local/'):\n"
+              "    print(url, get(url))\n"
+              "socket.create_connection(('kubernetes.default.svc', 443), timeout=10); print('apiserver reached')\n"
+              "try:\n    socket.getaddrinfo('example.com', 80)\nexcept OSError as e:\n    print('outside: no name')\n")
+    core.create_namespaced_pod(real_namespace, on("node-1", restricted_pod("client", ["python3", "-c", script],
+                                                                          image=image)))
+    p = finished(core, real_namespace, "client")
+    log = core.read_namespaced_pod_log("client", real_namespace)
+    assert p.status.phase == "Succeeded", log
+    assert log.count(" 200") == 3 and "apiserver reached" in log and "outside: no name" in log
+
+
+def test_kubectl_logs_exec_and_port_forward_reach_the_pod(real_plane, real_kube, real_namespace, image):
+    core = client.CoreV1Api(real_kube)
+    server = restricted_pod("served", ["sh", "-c", "echo serving; exec python3 -m http.server 8080 --directory /etc"],
+                            image=image, restart="Always")
+    core.create_namespaced_pod(real_namespace, server)
+    running(core, real_namespace, "served")
+    logs = wait_for(lambda: "serving" in (r := kubectl(real_plane, "-n", real_namespace, "logs", "served")).stdout
+                    and r, 30, "kubectl logs")
+    assert logs.returncode == 0
+    ex = kubectl(real_plane, "-n", real_namespace, "exec", "served", "--", "cat", "/etc/hostname")
+    assert ex.returncode == 0 and ex.stdout.strip() == "served", ex.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fwd = subprocess.Popen([real_plane._exe("kubectl"), f"--kubeconfig={real_plane.admin_kubeconfig}", "-n",
+                            real_namespace, "port-forward", "pod/served", f"{port}:8080", "--address", "127.0.0.1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert fwd.stdout is not None and "Forwarding from" in fwd.stdout.readline()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/hostname", timeout=10) as r:
+            assert r.read().decode().strip() == "served"
+    finally:
+        fwd.kill()
+        fwd.wait(timeout=10)
+
+
+def test_no_pod_or_service_address_is_routed_off_the_machine(real_plane, real_kube):
+    """The host routes its pods' ranges to the nodes over the plane's bridge and blackholes the rest
+    of the plane's range (Services, pod ranges of no node); a node has no default route."""
+    net = real_plane.net
+    default = network.ip("route", "show", "default", check=False).stdout.split()
+    default_dev = default[default.index("dev") + 1] if "dev" in default else None
+    pod_route = network.route_of("10.%d.1.77" % net.base)  # node-0's pod range
+    assert f"via {net.node_ip(0)} dev {net.bridge}" in pod_route, pod_route
+    for address in (net.dns_service_ip, net.kubernetes_service_ip, "10.%d.99.5" % net.base):
+        route = network.deciding_route(address)
+        assert route == f"blackhole {net.cidr}", (address, route)
+        assert network.ip("route", "get", address, check=False).returncode != 0  # the kernel will not send it
+        if default_dev:
+            assert f"dev {default_dev}" not in network.route_of(address)
+    inside = subprocess.run(network.in_netns(net.netns(0), ["ip", "route", "get", "203.0.113.7"]),
+                            capture_output=True, text=True)
+    assert inside.returncode != 0 and "unreachable" in inside.stderr.lower(), inside
+    # kube-proxy's and the kubelet's rules are the nodes' own: the host's rules stay as they were.
+    node_rules = subprocess.run(network.in_netns(net.netns(0), ["nft", "list", "ruleset"]), capture_output=True,
+                                text=True).stdout
+    host_rules = subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True).stdout
+    assert "kube-proxy" in node_rules and "kube-proxy" not in host_rules and "KUBE-" not in host_rules
+
+
+def test_a_lost_node_goes_not_ready_and_comes_back_when_its_link_is_mended(real_plane, real_kube):
+    core = client.CoreV1Api(real_kube)
+
+    def ready() -> str:
+        n = core.read_node("node-1")
+        return {c.type: c.status for c in n.status.conditions}["Ready"]
+
+    real_plane.lose_node("node-1")
+    try:
+        wait_for(lambda: ready() == "Unknown", 60, "node-1 Unknown once its link is cut")
+    finally:
+        real_plane.restore_node("node-1")
+    wait_for(lambda: ready() == "True", 60, "node-1 Ready once its link is mended")
+
+
+def test_a_removed_node_leaves_nothing_behind(real_plane, real_kube, real_namespace, image):
+    """Processes, mounts, cgroups, network namespace, veth and routes of a node: all gone with it."""
+    core = client.CoreV1Api(real_kube)
+    info = real_plane.add_real_node("node-extra", cpu="1", memory="2Gi")
+    core.create_namespaced_pod(real_namespace, on("node-extra", restricted_pod(
+        "sleeper", ["sleep", "600"], image=image, restart="Always")))
+    running(core, real_namespace, "sleeper")
+    node_dir = Path(info.dir)
+    assert node_mod.mounts_under(node_dir) and node_mod.cgroup_dirs(info.cgroup_root)
+    real_plane.remove_node("node-extra")
+    assert node_mod.processes_naming(str(node_dir)) == []
+    assert node_mod.mounts_under(node_dir) == []
+    assert node_mod.cgroup_dirs(info.cgroup_root) == []
+    net = real_plane.net
+    assert net.netns(info.index) not in net.namespaces()
+    assert net.veth(info.index) not in net.links()
+    assert not [r for r in net.routes() if net.pod_cidr(info.index) in r]
+    assert "node-extra" not in {n.metadata.name for n in core.list_node().items}

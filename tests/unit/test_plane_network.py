@@ -1,0 +1,91 @@
+"""The real nodes' network and configuration, the parts that decide without running anything: which
+addresses a plane owns, what a node gives pods, which processes and cgroups a node's teardown finds."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.plane import network, node
+from tests.plane.cluster import node_size_problem
+
+
+def test_a_planes_addresses_all_lie_in_its_blackholed_range_and_never_overlap_another_planes():
+    a, b = network.PlaneNet(40), network.PlaneNet(60)
+    for net in (a, b):
+        owned = ipaddress.ip_network(net.cidr)
+        addresses = [net.host_ip, net.kubernetes_service_ip, net.dns_service_ip, net.node_ip(0), net.node_ip(5)]
+        assert all(ipaddress.ip_address(x) in owned for x in addresses)
+        ranges = [net.service_cidr, net.pod_cidr(0), net.pod_cidr(5)]
+        assert all(ipaddress.ip_network(r).subnet_of(owned) for r in ranges)
+        pods = [ipaddress.ip_network(net.pod_cidr(i)) for i in range(8)]
+        assert not any(p.overlaps(q) for i, p in enumerate(pods) for q in pods[i + 1:])
+        assert not any(p.overlaps(ipaddress.ip_network(net.service_cidr)) for p in pods)
+        assert ipaddress.ip_address(net.node_ip(0)) in ipaddress.ip_network(f"{net.host_ip}/24", strict=False)
+    assert not ipaddress.ip_network(a.cidr).overlaps(ipaddress.ip_network(b.cidr))
+    assert a.owns("10.40.3.7") and not a.owns("10.60.3.7")
+    assert len({a.bridge, a.veth(0), a.veth(1), a.netns(0)}) == 4 and all(len(x) <= 15 for x in (a.bridge, a.veth(9)))
+
+
+@pytest.mark.parametrize("base", [0, 250, -1])
+def test_a_base_outside_the_usable_range_is_refused(base):
+    with pytest.raises(network.NetworkError, match=str(base)):
+        network.PlaneNet(base)
+
+
+def test_a_node_reserves_what_it_does_not_give_pods(tmp_path):
+    spec = node.NodeSpec("n", 0, cpu="500m", memory="1Gi")
+    n = node.RealNode(spec, tmp_path, network.PlaneNet(40), apiserver="", ca=tmp_path, kubeconfig=tmp_path,
+                      proxy_kubeconfig=tmp_path, serving=(tmp_path, tmp_path), registry="r:1", pause_image="p",
+                      bin_dir=tmp_path, logs=tmp_path)
+    reserved = n._reserved()
+    assert reserved["cpu"] == f"{(os.cpu_count() or 1) * 1000 - 500}m"
+    total = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) * 1024
+    assert int(reserved["memory"]) == total - 2**30
+
+
+@pytest.mark.parametrize("cpu,memory,culprit", [("64", "1Gi", "--cpu 64"), ("0", "1Gi", "--cpu 0"),
+                                                ("1", "lots", "--memory lots"), ("1", "100Ti", "--memory 100Ti"),
+                                                ("two", "1Gi", "--cpu two")])
+def test_dev_cluster_names_a_node_size_this_machine_cannot_give(cpu, memory, culprit):
+    problem = node_size_problem(cpu, memory)
+    assert problem is not None and problem.startswith(culprit)
+
+
+def test_dev_cluster_takes_a_node_size_this_machine_has():
+    assert node_size_problem("1", "1Gi") is None
+
+
+def test_a_nodes_teardown_finds_the_processes_that_name_it_and_nothing_else(tmp_path):
+    marker = str(tmp_path / "containerd.sock")
+    proc = subprocess.Popen([sys.executable, "-c", "print('up', flush=True); import time; time.sleep(60)", marker],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        assert node.processes_naming(marker) == [proc.pid]
+        assert node.processes_naming(marker + "-other") == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_containerd_configuration_names_only_the_nodes_own_places(tmp_path):
+    text = node.CONTAINERD_CONFIG.format(root=tmp_path / "r", state=tmp_path / "s", socket=tmp_path / "c.sock",
+                                         ttrpc=tmp_path / "t.sock", pause="reg:5000/edl-pause:1.0",
+                                         runc_root=tmp_path / "runc", cni_bin="/usr/lib/cni",
+                                         cni_conf=tmp_path / "net.d", certs=tmp_path / "certs.d")
+    import tomllib
+
+    cfg = tomllib.loads(text)
+    cri = cfg["plugins"]["io.containerd.grpc.v1.cri"]
+    paths = [cfg["root"], cfg["state"], cfg["grpc"]["address"], cfg["ttrpc"]["address"],
+             cri["containerd"]["runtimes"]["runc"]["options"]["Root"], cri["cni"]["conf_dir"],
+             cri["registry"]["config_path"]]
+    assert all(p.startswith(str(tmp_path)) for p in paths)
+    assert cri["sandbox_image"] == "reg:5000/edl-pause:1.0" and cri["restrict_oom_score_adj"] is True
+    assert cri["netns_mounts_under_state_dir"] is True
