@@ -278,7 +278,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="edl-control-scale-") as tmp:
         work = Path(tmp)
-        plane = ControlPlane(work / "plane").start_api_only()
+        plane = ControlPlane(work / "plane", ip_base=245).start_api_only()  # its bridge clear of the others
         try:
             core = kube_client(plane)
             populate(core, console, a.nodes, a.pods)

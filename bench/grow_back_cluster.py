@@ -1,10 +1,10 @@
 """A job on ``./dev cluster`` hands its capacity to higher-priority work and grows back once the work leaves.
 
-    eval "$(./dev cluster up --nodes 3 --cpu 4)"
+    eval "$(./dev cluster up --nodes 4 --cpu 2)"
     python bench/grow_back_cluster.py [--period 10]
 
 ``edl.zoo.mlp`` with 1-CPU trainers, 1..6, PriorityClass ``edl-low``, the autoscale sidecar deciding every
-``--period`` seconds. Once six trainers run, a Deployment of PriorityClass ``edl-high`` (3 pods of 3 CPU)
+``--period`` seconds. Once six trainers run, a Deployment of PriorityClass ``edl-high`` (3 pods of 1.5 CPU)
 arrives: the sidecar hands trainers back and the scheduler preempts what the pods still need. Once the
 Deployment is Ready and the job has settled, the Deployment is deleted. It reports how long the job took
 to shrink and to grow back (from the Deployment's pods gone to six trainers running, also in sidecar
@@ -38,10 +38,10 @@ MAX_TRAINERS = 6
 
 
 def web(image: str) -> dict:
-    """The higher-priority work: 3 pods of 3 CPU (9 of the cluster's 12)."""
+    """The higher-priority work: 3 pods of 1.5 CPU (4.5 of the cluster's 8)."""
     spec = {"priorityClassName": "edl-high", "terminationGracePeriodSeconds": 2,
             "containers": [{"name": "web", "image": image, "command": ["sleep", "3600"],
-                            "resources": {"requests": {"cpu": "3", "memory": "64Mi"}}}]}
+                            "resources": {"requests": {"cpu": "1500m", "memory": "64Mi"}}}]}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
             "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
                      "template": {"metadata": {"labels": {"app": "web"}}, "spec": spec}}}
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--period must be positive")
     missing = [k for k in NEEDS if not os.environ.get(k)]
     if missing:
-        p.error(f"{', '.join(missing)} not set: run eval \"$(./dev cluster up --nodes 3 --cpu 4)\" first")
+        p.error(f"{', '.join(missing)} not set: run eval \"$(./dev cluster up --nodes 4 --cpu 2)\" first")
     sys.path.insert(0, str(ROOT))
     console = Console()
     with tempfile.TemporaryDirectory(prefix="edl-grow-back-") as d:

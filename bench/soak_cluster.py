@@ -1,6 +1,6 @@
 """The soak on a cluster: one ``edl launch`` job on ``./dev cluster`` under a seeded rain of cluster faults.
 
-    eval "$(./dev cluster up --nodes 3 --cpu 4)"
+    eval "$(./dev cluster up --nodes 3 --cpu 2)"
     python bench/soak_cluster.py [--epochs 6] [--interval 15] [--seed 1] [--kinds K,K,...]
 
 ``edl.zoo.mlp`` on 40,000 synthetic rows of 256 features in the cluster's MinIO, 1..3 trainers of 1 CPU
@@ -10,8 +10,8 @@ machine (``--master-via pod-ip``). One fault every ``--interval`` seconds on ave
 - ``pod-delete``: a trainer pod deleted as the scheduler preempts one (its grace period, SIGTERM first);
 - ``pod-kill``: a trainer pod deleted with no grace period (SIGKILL);
 - ``master-delete``: the master pod deleted (the launcher recreates it);
-- ``node-lost``: a trainer's node lost for 20 s (its kubelet stopped: the node goes Unknown, its pods are
-  evicted; the launcher replaces them after ``--node-lost-timeout 15``);
+- ``node-lost``: a trainer's node lost for 20 s (its link cut: the node goes Unknown, its pods run on
+  unreachable and are evicted; the launcher replaces them after ``--node-lost-timeout 15``);
 - ``apiserver-stop``: the apiserver stopped (SIGSTOP) for 10 s.
 
 The same report as ``bench/soak.py``: the effective training time ratio from the audit's records of the
@@ -55,6 +55,7 @@ class ClusterSoak:
         self.faults: list[Fault] = []
         self.timers: list[threading.Timer] = []
         self.stopped: set[int] = set()  # pids under SIGSTOP now
+        self.cut: set[str] = set()  # nodes whose link is cut now
 
     def pods(self, role: str) -> list:
         return [p for p in self.core.list_namespaced_pod(NAMESPACE, label_selector=f"edl.dev/job={JOB},"
@@ -75,6 +76,25 @@ class ClusterSoak:
         self.timers.append(timer)
         return True
 
+    def _cut(self, node, seconds: float) -> bool:
+        """The node's link cut for ``seconds``: nothing reaches it, its pods run on."""
+        from tests.plane.network import PlaneNet
+
+        if node.kind != "real" or node.name in self.cut:
+            return False
+        net = PlaneNet(self.state.base)
+        net.cut(node.index)
+        self.cut.add(node.name)
+
+        def mend() -> None:
+            net.mend(node.index)
+            self.cut.discard(node.name)
+
+        timer = threading.Timer(seconds, mend)
+        timer.start()
+        self.timers.append(timer)
+        return True
+
     def fault(self, kind: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
@@ -88,7 +108,7 @@ class ClusterSoak:
                 detail = pod.metadata.name
                 if kind == "node-lost":
                     node = next((n for n in self.state.nodes if n.name == pod.spec.node_name), None)
-                    if node is None or not self._pause(node.pid, 20.0):
+                    if node is None or not self._cut(node, 20.0):
                         return
                     detail = node.name
                 else:
@@ -233,7 +253,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     a.checkpoints = f"s3://soak/run-{int(time.time())}"  # a fresh job each run, never one resumed
     missing = [k for k in NEEDS if not os.environ.get(k)]
     if missing:
-        p.error(f"{', '.join(missing)} not set: run eval \"$(./dev cluster up --nodes 3 --cpu 4)\" first")
+        p.error(f"{', '.join(missing)} not set: run eval \"$(./dev cluster up --nodes 3 --cpu 2)\" first")
     return a
 
 

@@ -1,13 +1,14 @@
-"""``./dev cluster up|down|status``: the test plane as a local cluster to try ``edl launch`` on.
+"""``./dev cluster up|down|status``: a local cluster of real nodes to try ``edl launch`` on.
 
-    ./dev cluster up --nodes 3 --cpu 4     # prints the export lines for kubectl, edl and S3
+    ./dev cluster up --nodes 3 --cpu 2     # prints the export lines for kubectl, edl and S3
     ./dev cluster up --kserve              # and KServe's controller, serving ONNX models with edl serve
     ./dev cluster status
-    ./dev cluster down                     # stops every process of it
+    ./dev cluster down                     # stops it and leaves nothing of it behind
 
-The same plane the tests use (real apiserver, scheduler, controller-manager, etcd; the loopback
-kubelet; MinIO; a registry with edl's images, built from ``images/`` where missing), left
-running in the background, with its state in ``--root``.
+The plane the tests use (real apiserver, scheduler, controller-manager, etcd; real nodes: the
+upstream kubelet, containerd, runc, the CNI bridge and kube-proxy in a network namespace each;
+CoreDNS; MinIO; a registry with edl's images, built from ``images/`` where missing), left running
+in the background, with its state in ``--root``. Needs root (namespaces, cgroups, routes).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def up(a: argparse.Namespace) -> int:
     try:
         plane.start()
         for i in range(a.nodes):
-            plane.add_node(f"node-{i}", cpu=a.cpu, memory=a.memory)
-        s3 = MinioServer(root / "minio").start()
+            plane.add_real_node(f"node-{i}", cpu=a.cpu, memory=a.memory)
+        s3 = MinioServer(root / "minio", address=plane.net.host_ip).start()
         plane.state.pids["minio"] = s3.proc.pid  # type: ignore[union-attr]
         plane.state.s3 = s3.endpoint
         plane.state.save()
@@ -66,6 +67,9 @@ def up(a: argparse.Namespace) -> int:
         plane.stop()
         print(f"cluster: could not start: {e}", file=sys.stderr)
         return 1
+    except BaseException:
+        plane.stop()
+        raise
     if a.kserve:
         print(f"KServe's controller runs in raw-deployment mode; InferenceServices of ONNX models (protocol v2) are "
               f"served by the ClusterServingRuntime {KSERVE_RUNTIME} (edl serve)", file=sys.stderr)
@@ -96,11 +100,32 @@ def status(a: argparse.Namespace) -> int:
     for name, pid in sorted(state.pids.items()):
         print(f"{name:26} pid {pid:<8} {'running' if _alive(pid) else 'STOPPED'}")
     for node in state.nodes:
-        print(f"{'kubelet ' + node.name:26} pid {node.pid:<8} {'running' if _alive(node.pid) else 'STOPPED'}"
-              f"  ({node.cpu} CPU, {node.memory})")
+        pids = node.pids if node.kind == "real" else {"kubelet": node.pid}
+        for name, pid in pids.items():
+            print(f"{name + ' ' + node.name:26} pid {pid:<8} {'running' if _alive(pid) else 'STOPPED'}"
+                  f"  ({node.cpu} CPU, {node.memory}{', ' + node.ip if node.ip else ''})")
     print(f"apiserver {state.apiserver}, S3 {state.s3}, registry {state.registry}")
     print("\n".join(exports(state)))
     return 0 if running(state) else 1
+
+
+def node_size_problem(cpu: str, memory: str) -> str | None:
+    """Why a node of ``cpu`` and ``memory`` cannot be had here, or ``None``."""
+    import os
+
+    from kubernetes.utils.quantity import parse_quantity
+
+    cores = os.cpu_count() or 1
+    total = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) * 1024
+    for flag, value, most in (("--cpu", cpu, cores), ("--memory", memory, total)):
+        try:
+            q = parse_quantity(value)
+        except ValueError:
+            return f"{flag} {value}: not a Kubernetes quantity (e.g. {'2 or 1500m' if flag == '--cpu' else '8Gi'})"
+        if q <= 0 or q > most:
+            shown = f"{cores} cores" if flag == "--cpu" else f"{total / 2**30:.1f} GiB"
+            return f"{flag} {value}: a node gives pods more than 0 and at most what this machine has ({shown})"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,16 +134,21 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     u = sub.add_parser("up", help="start the cluster and print the export lines for it")
     u.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
-    u.add_argument("--cpu", default="4", help="CPU capacity of each node, a Kubernetes quantity (default 4)")
-    u.add_argument("--memory", default="16Gi", help="memory capacity of each node (default 16Gi)")
+    u.add_argument("--cpu", default="2", help="CPU each node gives pods, a Kubernetes quantity (default 2); at most "
+                                              "this machine's cores: every node runs on them, its kubelet reports them")
+    u.add_argument("--memory", default="8Gi", help="memory each node gives pods (default 8Gi), at most this machine's")
     u.add_argument("--kserve", action="store_true",
                    help="also start KServe's controller (raw deployments) with edl's ONNX serving runtime, so that "
                         "the pipeline's deploy step is served")
     sub.add_parser("down", help="stop every process of the cluster and remove its state")
     sub.add_parser("status", help="which processes run, and the export lines")
     a = p.parse_args(argv)
-    if a.cmd == "up" and a.nodes < 1:
-        p.error(f"--nodes must be at least 1 (got {a.nodes})")
+    if a.cmd == "up":
+        if a.nodes < 1:
+            p.error(f"--nodes must be at least 1 (got {a.nodes})")
+        problem = node_size_problem(a.cpu, a.memory)
+        if problem:
+            p.error(problem)
     return {"up": up, "down": down, "status": status}[a.cmd](a)
 
 

@@ -1,4 +1,5 @@
-"""``./dev cluster up|down|status``: the plane as a local cluster for people (its own processes)."""
+"""``./dev cluster up|down|status``: the plane as a local cluster of real nodes for people (its own
+processes, namespaces, cgroups and routes, all gone after ``down``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from tests.plane import network, node
 from tests.plane.plane import KSERVE_RUNTIME, PLANES, PlaneState
 from tests.plane.procs import _alive
 
@@ -22,7 +24,10 @@ pytestmark = pytest.mark.timeout(420)
 def cluster(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tests.plane.cluster", "--root", str(root), *args],
                           capture_output=True, text=True, timeout=180, cwd=Path(__file__).resolve().parents[3],
-                          env={**os.environ, "EDL_PLANE_IP_BASE": "200"})  # clear of the test planes' pods
+                          env={**os.environ, "EDL_PLANE_IP_BASE": str(BASE)})  # clear of the test planes'
+
+
+BASE = 200
 
 
 def launch_a_job_from_here(api: client.ApiClient, exports: dict[str, str], root: Path) -> None:
@@ -64,7 +69,7 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
     PLANES.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="cluster-", dir=PLANES))
     t0 = time.monotonic()
-    up = cluster(root, "up", "--nodes", "3", "--cpu", "4", "--kserve")
+    up = cluster(root, "up", "--nodes", "3", "--cpu", "2", "--kserve")
     try:
         assert up.returncode == 0, up.stderr
         assert time.monotonic() - t0 < 120
@@ -75,6 +80,7 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
         nodes = core.list_node().items
         assert len(nodes) == 3
         assert all({c.type: c.status for c in n.status.conditions}["Ready"] == "True" for n in nodes)
+        assert all(n.status.node_info.container_runtime_version.startswith("containerd://") for n in nodes)
         while not core.list_namespaced_service_account("default").items:  # made by a controller
             time.sleep(0.1)
         core.create_namespaced_pod("default", {
@@ -96,11 +102,17 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
         assert again.returncode == 0 and "already up" in again.stderr
         assert cluster(root, "status").returncode == 0
         state = PlaneState.load(root)
-        pids = [*state.pids.values(), *(n.pid for n in state.nodes)]
+        pids = [*state.pids.values(), *(p for n in state.nodes for p in n.pids.values())]
         assert pids and all(_alive(p) for p in pids)
+        net = network.PlaneNet(BASE)
+        assert len(net.namespaces()) == 3 and node.cgroup_dirs(state.nodes[0].cgroup_root)
     finally:
         down = cluster(root, "down")
     assert down.returncode == 0, down.stderr
     assert not [p for p in pids if _alive(p)]
     left = subprocess.run(["pgrep", "-f", str(root)], capture_output=True, text=True).stdout.split()
     assert [p for p in left if int(p) != os.getpid()] == []
+    # Nothing of it stays: no mount, cgroup, namespace, veth, route or rule.
+    assert node.mounts_under(root) == []
+    assert [d for n in state.nodes for d in node.cgroup_dirs(n.cgroup_root)] == []
+    assert net.namespaces() == [] and net.links() == [] and net.routes() == []
