@@ -1,6 +1,7 @@
 """pytest fixtures over the real control plane: started once per test session, on first use.
 
-- ``plane``: the running ``ControlPlane`` (two 4-core nodes) with its registry of edl's images
+- ``plane``: the running ``ControlPlane`` (two 4-core emulated nodes, or two real nodes of 2 CPU with
+  ``EDL_PLANE_NODES=real``) with its registry of edl's images
   (built from ``images/`` first where missing, ``images.py``; ``plane.image("runtime")`` names
   one; the fixtures ``runtime_image`` and ``trainer_image`` name two), PriorityClasses
   ``edl-low`` and ``edl-high``;
@@ -39,8 +40,11 @@ from tests.plane.s3 import MinioServer
 
 PRIORITY_CLASSES = {"edl-low": 100, "edl-high": 100000}
 NODES = 2
-NODE_CPU = "4"
-NODE_MEMORY = "16Gi"
+# The suite's nodes: "emulated" (the loopback kubelet) until every test runs on "real" ones (node.py);
+# EDL_PLANE_NODES=real runs it on real nodes now.
+NODE_KIND = os.environ.get("EDL_PLANE_NODES", "emulated")
+NODE_CPU = {"emulated": "4", "real": "2"}.get(NODE_KIND, "")
+NODE_MEMORY = {"emulated": "16Gi", "real": "8Gi"}.get(NODE_KIND, "")
 
 
 def worker_index() -> int:
@@ -62,7 +66,8 @@ REAL_NODES = 2
 
 @contextlib.contextmanager
 def session_plane(prefix: str, base: int, add_nodes: Callable[[ControlPlane], None],
-                  targets: tuple[build.Target, ...] = (build.KUBEPLANE,)) -> Iterator[ControlPlane]:
+                  targets: tuple[build.Target, ...] = (build.KUBEPLANE,),
+                  nodes: str = "emulated") -> Iterator[ControlPlane]:
     """A plane under ``PLANES`` (built first where missing), its nodes added by ``add_nodes``; stopped and
     removed after, whatever happened."""
     try:
@@ -73,7 +78,7 @@ def session_plane(prefix: str, base: int, add_nodes: Callable[[ControlPlane], No
         pytest.fail(f"the control plane or its images cannot be built: {e}")
     PLANES.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=prefix, dir=PLANES))
-    p = ControlPlane(root, ip_base=base)
+    p = ControlPlane(root, ip_base=base, nodes=nodes)
     try:
         p.start()
         add_nodes(p)
@@ -83,7 +88,7 @@ def session_plane(prefix: str, base: int, add_nodes: Callable[[ControlPlane], No
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _emulated_nodes(p: ControlPlane) -> None:
+def _suite_nodes(p: ControlPlane) -> None:
     for i in range(NODES):
         p.add_node(f"node-{i}", cpu=NODE_CPU, memory=NODE_MEMORY)
     api = config.new_client_from_config(config_file=str(p.admin_kubeconfig))
@@ -94,7 +99,12 @@ def _emulated_nodes(p: ControlPlane) -> None:
 
 @pytest.fixture(scope="session")
 def plane():
-    with session_plane("test-", plane_ip_base(), _emulated_nodes) as p:
+    if NODE_KIND not in ("emulated", "real"):
+        pytest.fail(f"EDL_PLANE_NODES={NODE_KIND}: not a kind of node (emulated or real)")
+    if NODE_KIND == "real" and missing_packages():
+        pytest.fail(f"real nodes need Debian's {', '.join(missing_packages())} (./dev installs them as root)")
+    targets = (build.KUBEPLANE, build.COREDNS) if NODE_KIND == "real" else (build.KUBEPLANE,)
+    with session_plane("test-", plane_ip_base(), _suite_nodes, targets, nodes=NODE_KIND) as p:
         yield p
 
 
@@ -221,7 +231,8 @@ def real_plane():
     missing = missing_packages()
     if missing:
         pytest.fail(f"real nodes need Debian's {', '.join(missing)} (./dev installs them as root)")
-    with session_plane("real-", real_plane_ip_base(), _real_nodes, (build.KUBEPLANE, build.COREDNS)) as p:
+    with session_plane("real-", real_plane_ip_base(), _real_nodes, (build.KUBEPLANE, build.COREDNS),
+                       nodes="real") as p:
         yield p
 
 

@@ -97,7 +97,11 @@ class PlaneState:
 
 
 class ControlPlane:
-    def __init__(self, root: Path, bin_dir: Path | None = None, ip_base: int | None = None) -> None:
+    def __init__(self, root: Path, bin_dir: Path | None = None, ip_base: int | None = None,
+                 nodes: str = "emulated") -> None:
+        if nodes not in ("emulated", "real"):
+            raise ValueError(f"nodes must be 'emulated' or 'real' (got {nodes!r})")
+        self.nodes = nodes  # what add_node adds
         self.root = root.resolve()
         # Node i's pods get 127.(ip_base + i).X.Y. Planes running side by side (one per pytest-xdist
         # worker, and ``./dev cluster``) need disjoint bases: pods share the machine's network.
@@ -378,7 +382,15 @@ class ControlPlane:
         apply(edl_serving_runtime(runtime), "ClusterServingRuntime edl-onnx")
 
     # ------------------------------------------------------------ nodes
-    def add_node(self, name: str, cpu: str = "4", memory: str = "16Gi", wait_s: float = 60) -> NodeInfo:
+    def add_node(self, name: str, cpu: str = "2", memory: str = "8Gi", wait_s: float = 60) -> NodeInfo:
+        """A node of the plane's kind (``nodes``): real (``add_real_node``), or the loopback kubelet's."""
+        if self.nodes == "real":
+            return self.add_real_node(name, cpu, memory, wait_s)
+        return self.add_emulated_node(name, cpu, memory, wait_s)
+
+    def add_emulated_node(self, name: str, cpu: str = "4", memory: str = "16Gi", wait_s: float = 60) -> NodeInfo:
+        """A node of the loopback kubelet (``kubelet.py``): ``cpu`` and ``memory`` its capacity, whatever the
+        machine has."""
         index = len(self.state.nodes)
         node = NodeInfo(name, cpu, memory, free_port(), f"127.{self.ip_base + index}")
         cfg = self._kubeconfig(f"kubelet-{name}", f"system:node:{name}", ("system:nodes",))
