@@ -28,7 +28,7 @@ NodeRestriction admission apply) and does what a kubelet does, as far as edl's t
   readiness from httpGet/tcpSocket probes;
 - graceful deletion: SIGTERM, the pod's grace period, SIGKILL, final status, then the final
   delete; OOMKilled (exit 137) when a container's processes pass its memory limit; eviction
-  (phase Failed, reason Evicted, DisruptionTarget) when an emptyDir passes its sizeLimit;
+  (phase Failed, reason Evicted) when an emptyDir passes its sizeLimit;
 - serves container logs over HTTPS the way the apiserver proxies them (``kubectl logs``,
   ``read_namespaced_pod_log``: tailLines, previous, follow, limitBytes).
 
@@ -543,8 +543,9 @@ class Kubelet:
         if rt.init:
             status["initContainerStatuses"] = [c.status(by_name[n]) for n, c in rt.init.items()]
         if rt.evicted:
+            # As the real kubelet's eviction of a pod past an emptyDir's sizeLimit: no DisruptionTarget
+            # condition (it sets one only for evictions under node pressure).
             status.update(reason="Evicted", message=rt.evicted["message"])
-            conditions.append(cond("DisruptionTarget", True, "TerminationByKubelet", rt.evicted["message"]))
         if status == rt.last_status:
             return
         self.api.call("PATCH", f"/api/v1/namespaces/{rt.namespace}/pods/{rt.name}/status", {"status": status},

@@ -495,6 +495,15 @@ class ControlPlane:
         if proc.poll() is not None:
             raise RuntimeError(f"kubelet {name} exited with {proc.returncode}:\n{self.log_tail('kubelet-' + name)}")
 
+    def owns_pod_ip(self, address: str, node: str) -> bool:
+        """``address`` is one that ``node`` gives its pods: in its pod range (real), or ``127.X`` (emulated)."""
+        import ipaddress
+
+        n = self._node(node)
+        if n.kind == "real":
+            return ipaddress.ip_address(address) in ipaddress.ip_network(self.net.pod_cidr(n.index))
+        return address.startswith(n.ip_prefix + ".") and address != "127.0.0.1"
+
     def _node(self, name: str) -> NodeInfo:
         return next(n for n in self.state.nodes if n.name == name)
 
