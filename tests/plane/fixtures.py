@@ -173,11 +173,12 @@ def restricted_namespace(kube: client.ApiClient, nodeid: str) -> str:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={
         "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
         "pod-security.kubernetes.io/warn": "restricted"})))
-    # The ServiceAccount admission plugin needs the default account, made by a controller.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
-            break
+    # The ServiceAccount admission plugin needs the default account, made by a controller (slow to come
+    # back after a test stopped the apiserver, on a loaded machine): waited for, then required.
+    deadline = time.monotonic() + 120
+    while not core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"namespace {name}: no default ServiceAccount after 120 s")
         time.sleep(0.1)
     return name
 
@@ -226,7 +227,7 @@ def _real_nodes(p: ControlPlane) -> None:
         p.add_real_node(f"node-{i}", cpu="2", memory="4Gi")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its nodes' processes go with the module's tests, not at the session's end
 def real_plane():
     missing = missing_packages()
     if missing:
@@ -236,7 +237,7 @@ def real_plane():
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_kube(real_plane) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(real_plane.admin_kubeconfig))
 
