@@ -220,10 +220,13 @@ def test_no_pod_or_service_address_is_routed_off_the_machine(real_plane, real_ku
                             capture_output=True, text=True)
     assert inside.returncode != 0 and "unreachable" in inside.stderr.lower(), inside
     # kube-proxy's and the kubelet's rules are the nodes' own: the host's rules stay as they were.
-    node_rules = subprocess.run(network.in_netns(net.netns(0), ["nft", "list", "ruleset"]), capture_output=True,
-                                text=True).stdout
+    def node_rules() -> str:
+        return subprocess.run(network.in_netns(net.netns(0), ["nft", "list", "ruleset"]), capture_output=True,
+                              text=True).stdout
+
+    wait_for(lambda: "kube-proxy" in node_rules(), 30, "kube-proxy's first sync of node-0's rules")
     host_rules = subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True).stdout
-    assert "kube-proxy" in node_rules and "kube-proxy" not in host_rules and "KUBE-" not in host_rules
+    assert "kube-proxy" in node_rules() and "kube-proxy" not in host_rules and "KUBE-" not in host_rules
 
 
 def test_a_lost_node_goes_not_ready_and_comes_back_when_its_link_is_mended(real_plane, real_kube):
