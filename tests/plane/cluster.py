@@ -111,12 +111,11 @@ def status(a: argparse.Namespace) -> int:
 
 def node_size_problem(cpu: str, memory: str) -> str | None:
     """Why a node of ``cpu`` and ``memory`` cannot be had here, or ``None``."""
-    import os
-
     from kubernetes.utils.quantity import parse_quantity
 
-    cores = os.cpu_count() or 1
-    total = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) * 1024
+    from tests.plane.node import machine_capacity
+
+    cores, total = machine_capacity()
     for flag, value, most in (("--cpu", cpu, cores), ("--memory", memory, total)):
         try:
             q = parse_quantity(value)

@@ -124,16 +124,8 @@ class PlaneNet:
     def routes(self) -> list[str]:
         """The host's routes into this plane's range (the blackhole, the bridge, the nodes' pods)."""
         net = ipaddress.ip_network(self.cidr)
-        out = []
-        for line in ip("route", "show", check=False).stdout.splitlines():
-            words = line.split()
-            dest = words[1] if words and words[0] in ("blackhole", "unreachable", "prohibit") else words[0]
-            try:
-                if ipaddress.ip_network(dest, strict=False).subnet_of(net):
-                    out.append(line.strip())
-            except (ValueError, TypeError):
-                continue
-        return out
+        lines = [line.strip() for line in ip("route", "show", check=False).stdout.splitlines() if line.strip()]
+        return [line for line in lines if (dest := destination(line)) is not None and dest.subnet_of(net)]
 
     # ------------------------------------------------------------ nodes
     def add_node(self, index: int, peers: list[int]) -> None:
@@ -175,15 +167,21 @@ class PlaneNet:
         ip("link", "set", self.veth(index), "up")
 
 
+def destination(route: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """The network a line of ``ip route show`` is for (``default`` is 0.0.0.0/0), ``None`` if unreadable."""
+    words = route.split()
+    dest = words[1] if words and words[0] in ("blackhole", "unreachable", "prohibit") and len(words) > 1 else (
+        words[0] if words else "")
+    try:
+        return ipaddress.ip_network("0.0.0.0/0" if dest == "default" else dest, strict=False)
+    except ValueError:
+        return None
+
+
 def deciding_route(address: str) -> str:
     """The host's most specific route for ``address`` (``ip route show match``), the one the kernel takes."""
-    def prefix(line: str) -> int:
-        words = line.split()
-        dest = words[1] if words[0] in ("blackhole", "unreachable", "prohibit") else words[0]
-        return 0 if dest == "default" else ipaddress.ip_network(dest, strict=False).prefixlen
-
     lines = [line.strip() for line in ip("route", "show", "match", address).stdout.splitlines() if line.strip()]
-    return max(lines, key=prefix) if lines else ""
+    return max(lines, key=lambda line: (d.prefixlen if (d := destination(line)) else -1)) if lines else ""
 
 
 def route_of(address: str) -> str:

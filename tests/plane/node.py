@@ -29,7 +29,6 @@ import yaml
 from tests.plane.network import PlaneNet, in_netns
 from tests.plane.procs import stop_pid
 
-CGROUP_V1 = Path("/sys/fs/cgroup")
 SHIM_SOCKETS = "/run/containerd/s"
 CNI_BIN = Path("/usr/lib/cni")
 NODE_PACKAGES = {"containerd": "containerd", "runc": "runc", "nsenter": "util-linux",
@@ -104,6 +103,12 @@ def missing_packages() -> list[str]:
     return out
 
 
+def machine_capacity() -> tuple[int, int]:
+    """This machine's cores and memory in bytes: what every real node's kubelet reports as its capacity."""
+    mem_kib = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
+    return os.cpu_count() or 1, mem_kib * 1024
+
+
 def cgroup_hierarchies() -> list[Path]:
     """The mounted cgroup v1 hierarchies (cpu, memory, pids, ...), not the unified one."""
     out = []
@@ -125,13 +130,12 @@ class NodeSpec:
 class RealNode:
     """One node: ``start()`` brings it to Ready; ``stop()`` leaves nothing of it behind."""
 
-    def __init__(self, spec: NodeSpec, root: Path, net: PlaneNet, *, apiserver: str, ca: Path,
+    def __init__(self, spec: NodeSpec, root: Path, net: PlaneNet, *, ca: Path,
                  kubeconfig: Path, proxy_kubeconfig: Path, serving: tuple[Path, Path], registry: str,
                  pause_image: str, bin_dir: Path, logs: Path) -> None:
         self.spec = spec
         self.dir = root
         self.net = net
-        self.apiserver = apiserver
         self.ca = ca
         self.kubeconfig = kubeconfig
         self.proxy_kubeconfig = proxy_kubeconfig
@@ -227,8 +231,7 @@ class RealNode:
         (never more than the machine has: the kubelet reports the machine's own capacity)."""
         from kubernetes.utils.quantity import parse_quantity
 
-        cores = os.cpu_count() or 1
-        mem = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) * 1024
+        cores, mem = machine_capacity()
         cpu_left = max(0, cores * 1000 - int(parse_quantity(self.spec.cpu) * 1000))
         mem_left = max(0, mem - int(parse_quantity(self.spec.memory)))
         return {"cpu": f"{cpu_left}m", "memory": str(mem_left)}

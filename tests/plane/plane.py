@@ -429,7 +429,7 @@ class ControlPlane:
         serving = self._authority.issue(f"kubelet-{name}-serving", f"system:node:{name}", server=True,
                                         ips=(node_ip,))
         node = RealNode(NodeSpec(name, index, cpu, memory), self.root / "nodes" / name, self.net,
-                        apiserver=self.state.apiserver, ca=self.ca, kubeconfig=kubeconfig, proxy_kubeconfig=proxy,
+                        ca=self.ca, kubeconfig=kubeconfig, proxy_kubeconfig=proxy,
                         serving=(serving.cert, serving.key), registry=self.state.registry,
                         pause_image=images.pause_reference(self.state.registry), bin_dir=self.bin, logs=self.logs)
         info = NodeInfo(name, cpu, memory, 10250, "", kind="real", index=index, ip=node_ip, dir=str(node.dir),

@@ -4,10 +4,8 @@ addresses a plane owns, what a node gives pods, which processes and cgroups a no
 from __future__ import annotations
 
 import ipaddress
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -40,12 +38,12 @@ def test_a_base_outside_the_usable_range_is_refused(base):
 
 def test_a_node_reserves_what_it_does_not_give_pods(tmp_path):
     spec = node.NodeSpec("n", 0, cpu="500m", memory="1Gi")
-    n = node.RealNode(spec, tmp_path, network.PlaneNet(40), apiserver="", ca=tmp_path, kubeconfig=tmp_path,
+    n = node.RealNode(spec, tmp_path, network.PlaneNet(40), ca=tmp_path, kubeconfig=tmp_path,
                       proxy_kubeconfig=tmp_path, serving=(tmp_path, tmp_path), registry="r:1", pause_image="p",
                       bin_dir=tmp_path, logs=tmp_path)
     reserved = n._reserved()
-    assert reserved["cpu"] == f"{(os.cpu_count() or 1) * 1000 - 500}m"
-    total = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) * 1024
+    cores, total = node.machine_capacity()
+    assert reserved["cpu"] == f"{cores * 1000 - 500}m"
     assert int(reserved["memory"]) == total - 2**30
 
 
