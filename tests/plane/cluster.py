@@ -52,7 +52,7 @@ def up(a: argparse.Namespace) -> int:
         print(f"cluster: {e}", file=sys.stderr)
         return 1
     shutil.rmtree(root, ignore_errors=True)
-    plane = ControlPlane(root)
+    plane = ControlPlane(root, node_grace_s=a.node_grace)
     try:
         plane.start()
         for i in range(a.nodes):
@@ -139,12 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--kserve", action="store_true",
                    help="also start KServe's controller (raw deployments) with edl's ONNX serving runtime, so that "
                         "the pipeline's deploy step is served")
+    u.add_argument("--node-grace", type=int, default=20, metavar="SECONDS",
+                   help="how long a node's Lease lasts: a node silent this long is Unknown, and its pods are evicted "
+                        "10 s later (default 20; the tests' planes use 6, a busy laptop can miss that)")
     sub.add_parser("down", help="stop every process of the cluster and remove its state")
     sub.add_parser("status", help="which processes run, and the export lines")
     a = p.parse_args(argv)
     if a.cmd == "up":
         if a.nodes < 1:
             p.error(f"--nodes must be at least 1 (got {a.nodes})")
+        if a.node_grace < 2:
+            p.error(f"--node-grace must be at least 2 seconds (got {a.node_grace})")
         problem = node_size_problem(a.cpu, a.memory)
         if problem:
             p.error(problem)

@@ -132,8 +132,9 @@ class RealNode:
 
     def __init__(self, spec: NodeSpec, root: Path, net: PlaneNet, *, ca: Path,
                  kubeconfig: Path, proxy_kubeconfig: Path, serving: tuple[Path, Path], registry: str,
-                 pause_image: str, bin_dir: Path, logs: Path) -> None:
+                 pause_image: str, bin_dir: Path, logs: Path, lease_s: int = LEASE_S) -> None:
         self.spec = spec
+        self.lease_s = lease_s
         self.dir = root
         self.net = net
         self.ca = ca
@@ -201,7 +202,7 @@ class RealNode:
             "failSwapOn": False, "oomScoreAdj": 0,
             "containerRuntimeEndpoint": f"unix://{self.socket}",
             "podLogsDir": str(d / "pod-logs"), "volumePluginDir": str(d / "volume-plugins"),
-            "nodeLeaseDurationSeconds": LEASE_S, "nodeStatusReportFrequency": "10s",
+            "nodeLeaseDurationSeconds": self.lease_s, "nodeStatusReportFrequency": "10s",
             "nodeStatusUpdateFrequency": "2s", "syncFrequency": "10s",
             "volumeStatsAggPeriod": "5s",  # emptyDir sizes, for the eviction of a pod past its sizeLimit
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,

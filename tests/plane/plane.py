@@ -98,10 +98,11 @@ class PlaneState:
 
 class ControlPlane:
     def __init__(self, root: Path, bin_dir: Path | None = None, ip_base: int | None = None,
-                 nodes: str = "emulated") -> None:
+                 nodes: str = "emulated", node_grace_s: int = NODE_GRACE_S) -> None:
         if nodes not in ("emulated", "real"):
             raise ValueError(f"nodes must be 'emulated' or 'real' (got {nodes!r})")
         self.nodes = nodes  # what add_node adds
+        self.node_grace_s = node_grace_s  # a real node's Lease lasts as long
         self.root = root.resolve()
         # Node i's pods get 127.(ip_base + i).X.Y. Planes running side by side (one per pytest-xdist
         # worker, and ``./dev cluster``) need disjoint bases: pods share the machine's network.
@@ -179,7 +180,7 @@ class ControlPlane:
             f"--kubeconfig={self.root / 'controller-manager.kubeconfig'}",
             f"--service-account-private-key-file={self.sa_key}", f"--root-ca-file={self.ca}",
             "--use-service-account-credentials=true",
-            "--node-monitor-period=1s", f"--node-monitor-grace-period={NODE_GRACE_S}s",
+            "--node-monitor-period=1s", f"--node-monitor-grace-period={self.node_grace_s}s",
             "--concurrent-gc-syncs=5", "--controllers=*"])
         self._spawn("kube-scheduler", [self._exe("kube-scheduler"), *common,
                                        f"--kubeconfig={self.root / 'scheduler.kubeconfig'}"])
@@ -431,7 +432,8 @@ class ControlPlane:
         node = RealNode(NodeSpec(name, index, cpu, memory), self.root / "nodes" / name, self.net,
                         ca=self.ca, kubeconfig=kubeconfig, proxy_kubeconfig=proxy,
                         serving=(serving.cert, serving.key), registry=self.state.registry,
-                        pause_image=images.pause_reference(self.state.registry), bin_dir=self.bin, logs=self.logs)
+                        pause_image=images.pause_reference(self.state.registry), bin_dir=self.bin, logs=self.logs,
+                        lease_s=self.node_grace_s)
         info = NodeInfo(name, cpu, memory, 10250, "", kind="real", index=index, ip=node_ip, dir=str(node.dir),
                         cgroup_root=node.cgroup_root)
         self.state.nodes.append(info)

@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
-from tests.plane import network, node
+from tests.plane import cluster, network, node
 from tests.plane.cluster import node_size_problem
 
 
@@ -57,6 +58,21 @@ def test_dev_cluster_names_a_node_size_this_machine_cannot_give(cpu, memory, cul
 
 def test_dev_cluster_takes_a_node_size_this_machine_has():
     assert node_size_problem("1", "1Gi") is None
+
+
+def test_dev_cluster_refuses_a_node_grace_no_kubelet_could_keep(capsys):
+    with pytest.raises(SystemExit) as e:
+        cluster.main(["up", "--node-grace", "1"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--node-grace must be at least 2 seconds (got 1)")
+
+
+def test_a_nodes_lease_is_the_planes_grace(tmp_path):
+    n = node.RealNode(node.NodeSpec("n", 0, cpu="1", memory="1Gi"), tmp_path, network.PlaneNet(40), ca=tmp_path,
+                      kubeconfig=tmp_path, proxy_kubeconfig=tmp_path, serving=(tmp_path, tmp_path), registry="r:1",
+                      pause_image="p", bin_dir=tmp_path, logs=tmp_path, lease_s=20)
+    n._write_configs()
+    assert yaml.safe_load((tmp_path / "kubelet.yaml").read_text())["nodeLeaseDurationSeconds"] == 20
 
 
 def test_a_nodes_teardown_finds_the_processes_that_name_it_and_nothing_else(tmp_path):

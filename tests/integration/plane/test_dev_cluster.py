@@ -79,7 +79,8 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
         core = client.CoreV1Api(api)
         nodes = core.list_node().items
         assert len(nodes) == 3
-        assert all({c.type: c.status for c in n.status.conditions}["Ready"] == "True" for n in nodes)
+        ready = {n.metadata.name: next(c for c in n.status.conditions if c.type == "Ready") for n in nodes}
+        assert all(c.status == "True" for c in ready.values()), {k: (c.status, c.reason, c.message) for k, c in ready.items()}
         assert all(n.status.node_info.container_runtime_version.startswith("containerd://") for n in nodes)
         while not core.list_namespaced_service_account("default").items:  # made by a controller
             time.sleep(0.1)
