@@ -30,6 +30,16 @@ def identity_env(style: str) -> list[dict]:
             {"name": f"{prefix}POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
 
 
+def keeper(image: str) -> dict:
+    """The step pod's second container, as Argo's ``wait`` beside ``main``: it holds the pod, and with it the
+    step's /tmp, after ``main`` has ended, so that its outputs (the run summary) can be read. A real kubelet
+    removes the volumes of a pod that has ended. It leaves at SIGTERM (the pod deleted)."""
+    hold = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); signal.pause()"
+    return {"name": "wait", "image": image, "command": ["python", "-c", hold], "securityContext": security(),
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
+
+
 class Steps:
     def __init__(self, plane: ControlPlane, kube: client.ApiClient, namespace: str) -> None:
         self.plane = plane
@@ -61,7 +71,8 @@ class Steps:
                                         "env": identity_env(style), "securityContext": security(),
                                         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
                                                       "limits": {"memory": "1Gi"}},
-                                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+                                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]},
+                                       keeper(self.plane.image("runtime"))],
                         "volumes": [{"name": "tmp", "emptyDir": {}}]}}
         named = extra[list(extra).index("--priority-class") + 1] if "--priority-class" in extra else None
         if named in PRIORITY_CLASSES:  # (a test of a class that does not exist wants the launcher to say so)
@@ -84,18 +95,27 @@ class Steps:
         p = self.pod(name)
         return None if p is None else p.status.phase
 
-    def exit_code(self, name: str) -> int | None:
+    def _main(self, name: str):
         p = self.pod(name)
-        for cs in (p.status.container_statuses or []) if p else []:
-            if cs.state.terminated:
-                return cs.state.terminated.exit_code
-        return None
+        return next((cs for cs in (p.status.container_statuses or []) if cs.name == "main"), None) if p else None
+
+    def exit_code(self, name: str) -> int | None:
+        """How the step's ``main`` container ended; ``None`` while it has not."""
+        cs = self._main(name)
+        return cs.state.terminated.exit_code if cs is not None and cs.state.terminated else None
+
+    def running(self, name: str) -> bool:
+        """The step's ``main`` container runs (its pod is not preempted, evicted or deleted)."""
+        cs = self._main(name)
+        p = self.pod(name)
+        return cs is not None and cs.state.running is not None and not p.metadata.deletion_timestamp
+
+    def failed(self, name: str) -> bool:
+        return self.exit_code(name) not in (None, 0)
 
     def log(self, name: str) -> str:
-        try:
-            return self.core.read_namespaced_pod_log(name, self.ns)
-        except client.ApiException as e:
-            return f"(no log: {e.status} {e.reason})"
+        """The step's log: its ``main`` container's."""
+        return self.log_of(name, "main")
 
     def log_of(self, name: str, container: str) -> str:
         try:
@@ -104,8 +124,8 @@ class Steps:
             return f"(no log: {e.status} {e.reason})"
 
     def wait_done(self, name: str, timeout: float = 240) -> int:
-        """Wait for the step's pod to end; its container's exit code."""
-        self.wait(lambda: self.phase(name) in ("Succeeded", "Failed"), timeout, f"{name} to end")
+        """Wait for the step's ``main`` container to end; its exit code."""
+        self.wait(lambda: self.exit_code(name) is not None, timeout, f"{name} to end")
         code = self.exit_code(name)
         assert code is not None
         return code

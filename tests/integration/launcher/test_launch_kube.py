@@ -140,7 +140,7 @@ def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps)
     steps.wait(lambda: steps.trainers("adopt"), what="a running trainer")
     master_uid = steps.pod("edl-adopt-master").metadata.uid
     os.kill(steps.container_pid(first), signal.SIGKILL)  # the step's container died; its retry is a new pod
-    steps.wait(lambda: steps.phase(first) == "Failed", 30, "the first step to fail")
+    steps.wait(lambda: steps.failed(first), 30, "the first step to fail")
     second = steps.launch("adopt", epochs=60)
     steps.wait(lambda: "adopted the existing job" in steps.log(second), what="adoption")
     assert steps.pod("edl-adopt-master").metadata.uid == master_uid  # not a second job
@@ -154,7 +154,7 @@ def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps)
 
 
 def test_a_launcher_killed_without_its_cleanup_leaves_no_pod_running_and_no_process(steps):
-    """The step's container SIGKILLed and not retried: its pod stays (Failed), so the garbage collector
+    """The step's container SIGKILLed and not retried: its pod stays, so the garbage collector
     does nothing. The dead-man switch does: the master, not beaten for 30 s, tells the trainers to leave,
     then exits 0, and nothing restarts it (restartPolicy OnFailure). The sidecar died with the launcher."""
     step = steps.launch("deadman", epochs=400)
@@ -164,7 +164,7 @@ def test_a_launcher_killed_without_its_cleanup_leaves_no_pod_running_and_no_proc
     assert "edl-deadman-master/master" in pids, pids
     os.kill(steps.container_pid(step), signal.SIGKILL)
     killed = time.monotonic()
-    steps.wait(lambda: steps.phase(step) == "Failed", 30, "the step to fail")
+    steps.wait(lambda: steps.failed(step), 30, "the step to fail")
 
     def running_pods() -> list[str]:
         pods = steps.core.list_namespaced_pod(steps.ns, label_selector="edl.dev/job=deadman").items
@@ -188,7 +188,7 @@ def test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up(steps):
     first = steps.launch("reown", epochs=80)
     steps.wait(lambda: steps.trainers("reown"), what="a running trainer")
     os.kill(steps.container_pid(first), signal.SIGKILL)
-    steps.wait(lambda: steps.phase(first) == "Failed", 30, "the first step to fail")
+    steps.wait(lambda: steps.failed(first), 30, "the first step to fail")
     second = steps.launch("reown", epochs=80)
     steps.wait(lambda: "adopted the existing job" in steps.log(second), what="adoption")
     master_uid = steps.pod("edl-reown-master").metadata.uid
@@ -339,7 +339,7 @@ def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
         time.sleep(0.3)
     assert not stuck, f"trainers started with no room for them: {sorted(stuck)}\n{steps.log(step)[-3000:]}"
     assert "TrainersUnschedulable" not in steps.events() and "LauncherBelowTrainers" not in steps.events()
-    assert steps.phase(step) == "Running"
+    assert steps.running(step)
     # The service leaves: the job grows back into the room (it once stayed small: its replacements had sat
     # Pending, and the sidecar held off growing after the launcher reported them unschedulable).
     apps.delete_namespaced_deployment("web", steps.ns)
@@ -591,6 +591,6 @@ def test_trainers_land_where_the_plan_puts_them_beside_a_higher_priority_service
             hinted += 1
             assert p.spec.node_name == planned, (p.metadata.name, p.spec.node_name, planned)
     assert hinted >= 2  # the growth went through the plan
-    assert steps.phase(step) == "Running"
+    assert steps.running(step)
     steps.core.delete_namespaced_pod(step, steps.ns)
     steps.wait_gone("placed", 90, "cleanup")
