@@ -6,7 +6,8 @@ memory when idle (the upstream kubelet, containerd and kube-proxy; ``tests/plane
 Starts a plane of its own (root, as ``./dev cluster``), adds ``--nodes`` real nodes one after another
 (each timed from its start to Ready as the apiserver reports it), pulls edl's runtime image on one
 node once, then starts ``--pods`` pods of it there one after another, each timed from its creation to
-Running with its container started (the image cached: the pull is not in it). After ``--settle``
+Running with its container started (the image cached: the pull is not in it); node-1 pulls the CPU trainer
+image, and each node's image store is measured on disk (every node keeps its own). After ``--settle``
 seconds with no pod, each node's processes' memory is read from /proc: resident (RSS, which counts
 the pages of the Kubernetes binary they share with the control plane in full) and proportional (PSS,
 shared pages split between their users). Writes bench/results/real_node.json.
@@ -44,6 +45,12 @@ def memory_mb(pid: int) -> tuple[float, float]:
         key, value, *_ = line.split()
         fields[key.rstrip(":")] = int(value)
     return fields["Rss"] / 1024, fields["Pss"] / 1024
+
+
+def disk_mb(path: Path) -> float:
+    """What ``path`` takes on disk (``du``: blocks, each file once)."""
+    out = subprocess.run(["du", "-sx", "--block-size=1", str(path)], capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[0]) / 2**20
 
 
 def pod_start(core, namespace: str, name: str, image: str, node: str, timeout_s: float = 120) -> float:
@@ -99,6 +106,12 @@ def main() -> int:
         image = plane.image("runtime")
         with console.status("pulling the runtime image on node-0"):
             first = pod_start(core, "default", "pull", image, "node-0", timeout_s=600)
+        stores = {}  # each node keeps its own copy of every image it runs (containerd's content and snapshots)
+        for n, which in zip(plane.state.nodes, ("runtime", "trainer-cpu")):
+            if which != "runtime":
+                with console.status(f"pulling the {which} image on {n.name}"):
+                    pod_start(core, "default", "pull-" + which, plane.image(which), n.name, timeout_s=600)
+            stores[n.name] = {"image": which, "mb": round(disk_mb(Path(n.dir) / "containerd" / "root"), 1)}
         for k in range(a.pods):
             with console.status(f"pod {k + 1} of {a.pods}"):
                 while core.list_namespaced_pod("default").items:  # the one before is gone
@@ -130,6 +143,7 @@ def main() -> int:
         "pod_start_cached_s": {"median": round(statistics.median(starts), 2), "max": round(max(starts), 2),
                                "all": [round(x, 2) for x in starts]},
         "idle_node_memory": per_node,
+        "image_store_mb": stores,
     }
     path = write_result("real_node", result)
     table = Table(title=f"real nodes ({path.relative_to(ROOT)})")
@@ -139,6 +153,8 @@ def main() -> int:
     table.add_row("first pod, runtime image pulled", f"{first:.1f} s")
     table.add_row(f"pod start, cached (median / max of {a.pods})",
                   f"{statistics.median(starts):.2f} / {max(starts):.2f} s")
+    for name, st in stores.items():
+        table.add_row(f"{name} image store, {st['image']} pulled", f"{st['mb']:.0f} MiB")
     for name, m in per_node.items():
         table.add_row(f"{name} idle: kubelet + containerd + kube-proxy", f"RSS {m['rss_mb']:.0f} MiB, PSS {m['pss_mb']:.0f} MiB")
     Console().print(table)
