@@ -91,6 +91,8 @@ def session_plane(prefix: str, base: int, add_nodes: Callable[[ControlPlane], No
 def _suite_nodes(p: ControlPlane) -> None:
     for i in range(NODES):
         p.add_node(f"node-{i}", cpu=NODE_CPU, memory=NODE_MEMORY)
+    if NODE_KIND == "real":
+        p.prepull()
     api = config.new_client_from_config(config_file=str(p.admin_kubeconfig))
     sched = client.SchedulingV1Api(api)
     for name, value in PRIORITY_CLASSES.items():
@@ -225,6 +227,7 @@ def delete_namespace(kube: client.ApiClient, name: str, timeout_s: float = 90) -
 def _real_nodes(p: ControlPlane) -> None:
     for i in range(REAL_NODES):
         p.add_real_node(f"node-{i}", cpu="2", memory="4Gi")
+    p.prepull()
 
 
 @pytest.fixture(scope="module")  # its nodes' processes go with the module's tests, not at the session's end

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.utils.quantity import parse_quantity
 
 from edl.cluster.manifests import preferred_node
 from tests.conftest import run_edl
@@ -294,14 +295,19 @@ def test_a_missing_s3_secret_or_priority_class_fails_before_any_pod_is_created(s
     assert steps.objects_of("noclass") == []
 
 
-def web_deployment(image: str, replicas: int, node: str | None = None) -> dict:
-    """A higher-priority service (class edl-high): ``replicas`` pods of 2 cores, on ``node`` if given."""
+def node_cpu(steps, node: str = "node-0") -> float:
+    """What a node of the plane gives pods: 4 cores (emulated) or 2 (real: at most this machine's)."""
+    return float(parse_quantity(steps.core.read_node(node).status.allocatable["cpu"]))
+
+
+def web_deployment(image: str, replicas: int, cpu: float, node: str | None = None) -> dict:
+    """A higher-priority service (class edl-high): ``replicas`` pods of ``cpu`` cores, on ``node`` if given."""
     spec: dict = {"priorityClassName": "edl-high", "terminationGracePeriodSeconds": 2,
                   "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
                   "containers": [{"name": "web", "image": image, "command": ["sleep", "3600"],
                                   "securityContext": {"allowPrivilegeEscalation": False,
                                                       "capabilities": {"drop": ["ALL"]}, "runAsUser": 10001},
-                                  "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}]}
+                                  "resources": {"requests": {"cpu": str(cpu), "memory": "64Mi"}}}]}
     if node is not None:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
@@ -322,10 +328,14 @@ def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
     the cluster gets it (the sidecar hands trainers back, the scheduler preempts what is left), and
     the job carries on with fewer trainers. A preempted trainer is not replaced by one that has no
     room: its replacement waits for the sidecar's next decision, which lowers the count."""
-    step = steps.launch("yield", "--priority-class", "edl-low", "--trainer-cpu", "1.5", epochs=400, max_t=4)
+    # Sized by the node: trainers of 3/8 of one (three fit in two nodes beside the master and the step), a
+    # service of two replicas of half a node each.
+    cpu = node_cpu(steps)
+    step = steps.launch("yield", "--priority-class", "edl-low", "--trainer-cpu", str(cpu * 3 / 8), epochs=400,
+                        max_t=4)
     steps.wait(lambda: len(steps.trainers("yield")) >= 3, 180, "growth to 3+ trainers")
     apps = client.AppsV1Api(kube)
-    web = web_deployment(steps.plane.image("runtime"), replicas=2)
+    web = web_deployment(steps.plane.image("runtime"), replicas=2, cpu=cpu / 2)
     apps.create_namespaced_deployment(steps.ns, web)
     stuck: set[str] = set()
     steps.wait(lambda: unschedulable_trainers(steps, "yield", stuck) is not None and
@@ -553,15 +563,10 @@ def test_trainers_run_only_on_the_nodes_their_selector_and_tolerations_allow(ste
 
 def _free_cpu(core, node: str) -> float:
     """The node's allocatable CPU less the requests of every pod bound to it and not finished."""
-    alloc = float(core.read_node(node).status.allocatable["cpu"])
+    alloc = float(parse_quantity(core.read_node(node).status.allocatable["cpu"]))
     pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-    used = 0.0
-    for p in pods:
-        if p.status.phase in ("Succeeded", "Failed"):
-            continue
-        for c in p.spec.containers:
-            cpu = ((c.resources and c.resources.requests) or {}).get("cpu", "0")
-            used += float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+    used = sum(float(parse_quantity(((c.resources and c.resources.requests) or {}).get("cpu", "0")))
+               for p in pods if p.status.phase not in ("Succeeded", "Failed") for c in p.spec.containers)
     return alloc - used
 
 
@@ -572,16 +577,19 @@ def test_trainers_land_where_the_plan_puts_them_beside_a_higher_priority_service
     would go to the emptier node); each new trainer pod prefers its planned node (preferred node
     affinity, never required), the real scheduler binds it there, and the nodes fill up."""
     apps = client.AppsV1Api(kube)
-    web = web_deployment(steps.plane.image("runtime"), replicas=1, node="node-0")
+    cpu = node_cpu(steps)
+    trainer_cpu = cpu / 4  # a quarter of a node: at least three fit around the service, the master and the step
+    web = web_deployment(steps.plane.image("runtime"), replicas=1, cpu=cpu / 2, node="node-0")
     apps.create_namespaced_deployment(steps.ns, web)
     steps.wait(lambda: (apps.read_namespaced_deployment("web", steps.ns).status.ready_replicas or 0) == 1, 120,
                "the service Ready")
-    step = steps.launch("placed", "--priority-class", "edl-low", epochs=400, max_t=8, trainer_memory="1Gi")
+    step = steps.launch("placed", "--priority-class", "edl-low", "--trainer-cpu", str(trainer_cpu), epochs=400,
+                        max_t=8, trainer_memory="1Gi")
 
     def settled() -> bool:
         pods = steps.trainers("placed", phase=None)
         return (len(pods) >= 3 and all(p.status.phase == "Running" for p in pods)
-                and all(_free_cpu(steps.core, n) < 1 for n in ("node-0", "node-1")))
+                and all(_free_cpu(steps.core, n) < trainer_cpu for n in ("node-0", "node-1")))
 
     steps.wait(settled, 240, "the job grown until no node holds another trainer")
     hinted = 0

@@ -262,3 +262,35 @@ def test_a_removed_node_leaves_nothing_behind(real_plane, real_kube, real_namesp
     assert net.veth(info.index) not in net.links()
     assert not [r for r in net.routes() if net.pod_cidr(info.index) in r]
     assert "node-extra" not in {n.metadata.name for n in core.list_node().items}
+
+
+def image_files(plane, node_name: str, path: str) -> list[Path]:
+    """``path`` of an image as it lies in the unpacked layers of ``node_name``'s image store."""
+    n = next(x for x in plane.state.nodes if x.name == node_name)
+    layers = Path(n.dir) / "containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots"
+    return sorted(layers.glob(f"*/fs/{path.lstrip('/')}"))
+
+
+def test_the_nodes_share_one_copy_of_an_image_and_a_container_changes_only_its_own(real_plane, real_kube):
+    """The plane pre-pulls edl's images on every node and hard-links the nodes' identical files (the
+    image stores took 2.9 GB a node). A container that writes to a file of its image gets a copy in its
+    own layer: the file every node shares is untouched."""
+    path = "/etc/debian_version"
+    ours, theirs = image_files(real_plane, "node-0", path), image_files(real_plane, "node-1", path)
+    shared = {f.stat().st_ino for f in ours} & {f.stat().st_ino for f in theirs}
+    assert shared, (ours, theirs)
+    before = {f: f.read_text() for f in theirs}
+    core = client.CoreV1Api(real_kube)
+    name = f"writer-{time.monotonic_ns()}"
+    core.create_namespaced_pod("default", on("node-0", {  # (default: no PodSecurity profile, root allowed)
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "c", "image": real_plane.image("runtime"), "securityContext": {"runAsUser": 0},
+            "command": ["sh", "-c", f"echo changed >> {path} && cat {path}"]}]}}))
+    try:
+        p = finished(core, "default", name)
+        assert p.status.phase == "Succeeded", p.status
+        assert core.read_namespaced_pod_log(name, "default").rstrip().endswith("changed")
+        assert {f: f.read_text() for f in theirs} == before and not any("changed" in f.read_text() for f in ours)
+    finally:
+        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
