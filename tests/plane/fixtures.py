@@ -135,6 +135,8 @@ def built(target: build.Target, what: str) -> Path:
 def plane_s3(plane):
     built(build.MINIO, "MinIO")
     server = MinioServer(plane.root / "minio", address=plane.net.host_ip).start()  # where every node's pods reach
+    plane.state.pids["minio"] = server.proc.pid  # type: ignore[union-attr]  # stopped with the plane if this run is killed
+    plane.state.save()
     try:
         env = {**os.environ, **server.env}
         r = subprocess.run([sys.executable, "-m", "edl", "data", "prepare", "digits", "--out", "s3://data/digits"],
