@@ -229,7 +229,7 @@ def delete_namespace(kube: client.ApiClient, name: str, timeout_s: float = 90) -
 def _real_nodes(p: ControlPlane) -> None:
     for i in range(REAL_NODES):
         p.add_real_node(f"node-{i}", cpu="2", memory="4Gi")
-    p.prepull()
+    p.prepull(("runtime",))  # its tests run no trainer; the suite's other planes share the disk
 
 
 @pytest.fixture(scope="module")  # its nodes' processes go with the module's tests, not at the session's end
