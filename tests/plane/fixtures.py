@@ -37,6 +37,7 @@ from tests.plane.plane import PLANES, ControlPlane
 from tests.plane.registry import RegistryError
 from tests.plane.runtime import PullError
 from tests.plane.s3 import MinioServer
+from tests.waits import wait_for
 
 PRIORITY_CLASSES = {"edl-low": 100, "edl-high": 100000}
 NODES = 2
@@ -179,11 +180,8 @@ def restricted_namespace(kube: client.ApiClient, nodeid: str) -> str:
         "pod-security.kubernetes.io/warn": "restricted"})))
     # The ServiceAccount admission plugin needs the default account, made by a controller (slow to come
     # back after a test stopped the apiserver, on a loaded machine): waited for, then required.
-    deadline = time.monotonic() + 120
-    while not core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"namespace {name}: no default ServiceAccount after 120 s")
-        time.sleep(0.1)
+    wait_for(lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
+             120, f"namespace {name}'s default ServiceAccount", every=0.1)
     return name
 
 

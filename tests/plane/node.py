@@ -34,8 +34,6 @@ CNI_BIN = Path("/usr/lib/cni")
 NODE_PACKAGES = {"containerd": "containerd", "runc": "runc", "nsenter": "util-linux",
                  "nft": "nftables", "conntrack": "conntrack"}
 CLUSTER_DOMAIN = "cluster.local"
-LEASE_S = 6  # the node's Lease: renewed every quarter of it; the node controller's grace is as long
-
 
 # containerd 1.6's own format. Only what a node of the plane needs: its root, state and sockets, the CRI
 # plugin with runc (cgroupfs), the sandbox image from the plane's registry, CNI, the registry's hosts.toml.
@@ -111,6 +109,11 @@ def machine_capacity() -> tuple[int, int]:
     return os.cpu_count() or 1, mem_kib * 1024
 
 
+def image_layers(node_dir: Path) -> Path:
+    """Where a node's containerd keeps the unpacked layers of its images (one directory each)."""
+    return node_dir / "containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots"
+
+
 def cgroup_hierarchies() -> list[Path]:
     """The mounted cgroup v1 hierarchies (cpu, memory, pids, ...), not the unified one."""
     out = []
@@ -134,9 +137,9 @@ class RealNode:
 
     def __init__(self, spec: NodeSpec, root: Path, net: PlaneNet, *, ca: Path,
                  kubeconfig: Path, proxy_kubeconfig: Path, serving: tuple[Path, Path], registry: str,
-                 pause_image: str, bin_dir: Path, logs: Path, lease_s: int = LEASE_S) -> None:
+                 pause_image: str, bin_dir: Path, logs: Path, lease_s: int) -> None:
         self.spec = spec
-        self.lease_s = lease_s
+        self.lease_s = lease_s  # its Lease lasts as long as the node controller's grace; renewed every quarter
         self.dir = root
         self.net = net
         self.ca = ca

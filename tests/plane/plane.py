@@ -25,7 +25,7 @@ import yaml
 
 from tests.plane import build, images, pki
 from tests.plane.network import PlaneNet
-from tests.plane.node import NodeSpec, RealNode, teardown
+from tests.plane.node import NodeSpec, RealNode, image_layers, teardown
 from tests.plane.procs import free_port, stop_pid
 from tests.plane.registry import Registry
 
@@ -463,36 +463,38 @@ class ControlPlane:
         # The ServiceAccount admission plugin refuses a pod until its namespace's default account exists.
         self._wait(lambda: self._get("/api/v1/namespaces/kube-system/serviceaccounts/default") == 200, 120,
                    "kube-system's default ServiceAccount")
-        pods = {}
+        pending: dict[str, str] = {}  # pod -> the image it pulls
         for n in nodes:
             for k, name in enumerate(names):
                 pod = f"prepull-{n.name}-{k}"
-                body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+                body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "labels": {"edl.dev/prepull": "1"}},
                         "spec": {"nodeName": n.name, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                                  "containers": [{"name": "c", "image": self.image(name), "command": ["true"]}]}}
                 r = http.post(base, json=body, timeout=10)
                 if r.status_code not in (201, 409):
                     raise RuntimeError(f"pre-pull pod {pod}: {r.status_code} {r.text[:300]}")
-                pods[pod] = self.image(name)
+                pending[pod] = self.image(name)
 
         def pulled() -> bool:
-            for pod, image in list(pods.items()):
-                try:
-                    st = http.get(f"{base}/{pod}", timeout=5).json().get("status") or {}
-                except (httpx.HTTPError, ValueError):
-                    return False
+            try:
+                items = http.get(base, params={"labelSelector": "edl.dev/prepull"}, timeout=5).json()["items"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                return False
+            for item in items:
+                pod, st = item["metadata"]["name"], item.get("status") or {}
+                if pod not in pending:
+                    continue
                 for cs in st.get("containerStatuses") or []:
                     waiting = (cs.get("state") or {}).get("waiting") or {}
                     if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
-                        raise RuntimeError(f"{pod} cannot pull {image}: {waiting.get('message')}")
+                        raise RuntimeError(f"{pod} cannot pull {pending[pod]}: {waiting.get('message')}")
                 if st.get("phase") in ("Succeeded", "Failed"):
                     http.delete(f"{base}/{pod}", params={"gracePeriodSeconds": 0}, timeout=10)
-                    del pods[pod]
-            return not pods
+                    del pending[pod]
+            return not pending
 
         self._wait(pulled, timeout_s, f"edl's images ({', '.join(names)}) pulled on every node")
-        layers = [Path(n.dir) / "containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots" for n in nodes]
-        r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *map(str, layers)],
+        r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *(str(image_layers(Path(n.dir))) for n in nodes)],
                            capture_output=True, text=True, timeout=timeout_s)
         if r.returncode != 0:
             raise RuntimeError(f"hardlink of the nodes' image layers: {r.stderr.strip()}")

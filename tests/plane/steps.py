@@ -91,23 +91,20 @@ class Steps:
                 return None
             raise
 
-    def phase(self, name: str) -> str | None:
-        p = self.pod(name)
-        return None if p is None else p.status.phase
-
-    def _main(self, name: str):
-        p = self.pod(name)
+    @staticmethod
+    def _main(p):
+        """The ``main`` container's status in pod ``p`` (``None``: no pod, or not started)."""
         return next((cs for cs in (p.status.container_statuses or []) if cs.name == "main"), None) if p else None
 
     def exit_code(self, name: str) -> int | None:
         """How the step's ``main`` container ended; ``None`` while it has not."""
-        cs = self._main(name)
+        cs = self._main(self.pod(name))
         return cs.state.terminated.exit_code if cs is not None and cs.state.terminated else None
 
     def running(self, name: str) -> bool:
         """The step's ``main`` container runs (its pod is not preempted, evicted or deleted)."""
-        cs = self._main(name)
         p = self.pod(name)
+        cs = self._main(p)
         return cs is not None and cs.state.running is not None and not p.metadata.deletion_timestamp
 
     def failed(self, name: str) -> bool:

@@ -41,7 +41,7 @@ def test_a_node_reserves_what_it_does_not_give_pods(tmp_path):
     spec = node.NodeSpec("n", 0, cpu="500m", memory="1Gi")
     n = node.RealNode(spec, tmp_path, network.PlaneNet(40), ca=tmp_path, kubeconfig=tmp_path,
                       proxy_kubeconfig=tmp_path, serving=(tmp_path, tmp_path), registry="r:1", pause_image="p",
-                      bin_dir=tmp_path, logs=tmp_path)
+                      bin_dir=tmp_path, logs=tmp_path, lease_s=6)
     reserved = n._reserved()
     cores, total = node.machine_capacity()
     assert reserved["cpu"] == f"{cores * 1000 - 500}m"

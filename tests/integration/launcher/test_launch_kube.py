@@ -564,13 +564,12 @@ def test_trainers_run_only_on_the_nodes_their_selector_and_tolerations_allow(ste
         steps.core.patch_node(pool, {"metadata": {"labels": {"test/pool": None}}, "spec": {"taints": None}})
 
 
-def _free_cpu(core, node: str) -> float:
+def _free_cpu(steps, node: str) -> float:
     """The node's allocatable CPU less the requests of every pod bound to it and not finished."""
-    alloc = float(parse_quantity(core.read_node(node).status.allocatable["cpu"]))
-    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    pods = steps.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
     used = sum(float(parse_quantity(((c.resources and c.resources.requests) or {}).get("cpu", "0")))
                for p in pods if p.status.phase not in ("Succeeded", "Failed") for c in p.spec.containers)
-    return alloc - used
+    return node_cpu(steps, node) - used
 
 
 @pytest.mark.timeout(480)
@@ -592,7 +591,7 @@ def test_trainers_land_where_the_plan_puts_them_beside_a_higher_priority_service
     def settled() -> bool:
         pods = steps.trainers("placed", phase=None)
         return (len(pods) >= 3 and all(p.status.phase == "Running" for p in pods)
-                and all(_free_cpu(steps.core, n) < trainer_cpu for n in ("node-0", "node-1")))
+                and all(_free_cpu(steps, n) < trainer_cpu for n in ("node-0", "node-1")))
 
     steps.wait(settled, 240, "the job grown until no node holds another trainer")
     hinted = 0

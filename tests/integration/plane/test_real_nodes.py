@@ -267,8 +267,7 @@ def test_a_removed_node_leaves_nothing_behind(real_plane, real_kube, real_namesp
 def image_files(plane, node_name: str, path: str) -> list[Path]:
     """``path`` of an image as it lies in the unpacked layers of ``node_name``'s image store."""
     n = next(x for x in plane.state.nodes if x.name == node_name)
-    layers = Path(n.dir) / "containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots"
-    return sorted(layers.glob(f"*/fs/{path.lstrip('/')}"))
+    return sorted(node_mod.image_layers(Path(n.dir)).glob(f"*/fs/{path.lstrip('/')}"))
 
 
 def test_the_nodes_share_one_copy_of_an_image_and_a_container_changes_only_its_own(real_plane, real_kube):
