@@ -31,7 +31,7 @@ from tests.plane.procs import stop_pid
 
 SHIM_SOCKETS = "/run/containerd/s"
 CNI_BIN = Path("/usr/lib/cni")
-NODE_PACKAGES = {"containerd": "containerd", "runc": "runc", "nsenter": "util-linux",
+NODE_PACKAGES = {"containerd": "containerd", "runc": "runc", "nsenter": "util-linux", "hardlink": "util-linux",
                  "nft": "nftables", "conntrack": "conntrack"}
 CLUSTER_DOMAIN = "cluster.local"
 
