@@ -26,6 +26,7 @@ from tests.plane.runtime import PullError
 from tests.plane.s3 import ACCESS_KEY, SECRET_KEY, MinioServer
 
 DEFAULT_ROOT = PLANES / "cluster"
+PREPULLED = ("runtime", "trainer-cpu")  # what `edl launch` runs on a CPU cluster
 
 
 def exports(state: PlaneState) -> list[str]:
@@ -57,6 +58,10 @@ def up(a: argparse.Namespace) -> int:
         plane.start()
         for i in range(a.nodes):
             plane.add_real_node(f"node-{i}", cpu=a.cpu, memory=a.memory)
+        if a.prepull:
+            print(f"pre-pulling edl's images ({', '.join(PREPULLED)}) into each node, one after the other "
+                  f"(--no-prepull skips it)", file=sys.stderr)
+            plane.prepull(PREPULLED, pulled=lambda name, s: print(f"  {name}: pulled in {s:.0f} s", file=sys.stderr))
         s3 = MinioServer(root / "minio", address=plane.net.host_ip).start()
         plane.state.pids["minio"] = s3.proc.pid  # type: ignore[union-attr]
         plane.state.s3 = s3.endpoint
@@ -142,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--node-grace", type=int, default=20, metavar="SECONDS",
                    help="how long a node's Lease lasts: a node silent this long is Unknown, and its pods are evicted "
                         "10 s later (default 20; the tests' planes use 6, a busy laptop can miss that)")
+    u.add_argument("--no-prepull", dest="prepull", action="store_false",
+                   help="do not load edl's runtime and CPU trainer images into every node at start (about 20 s a "
+                        "node); a node then pulls an image when a pod first needs it, into a copy of its own "
+                        "(about 3 GB a node for both, against one copy shared by every node pre-pulled)")
     sub.add_parser("down", help="stop every process of the cluster and remove its state")
     sub.add_parser("status", help="which processes run, and the export lines")
     a = p.parse_args(argv)

@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import yaml
 
@@ -28,6 +29,9 @@ from tests.plane.network import PlaneNet
 from tests.plane.node import NodeSpec, RealNode, image_layers, teardown
 from tests.plane.procs import free_port, stop_pid
 from tests.plane.registry import Registry
+
+if TYPE_CHECKING:
+    import httpx
 
 # Where planes keep their state. Not under /tmp: containers bind-mount their volumes over paths
 # such as /tmp, which would hide the kubelet's own directories from the mounts that follow.
@@ -449,35 +453,67 @@ class ControlPlane:
             self._wait(lambda: self._node_ready(name, node.check), wait_s, f"node {name} Ready")
         return info
 
-    def prepull(self, names: tuple[str, ...] = ("runtime", "trainer-cpu"), timeout_s: float = 600) -> None:
-        """Every real node pulls edl's images ``names`` through its kubelet (a pod of each on each node, in
-        ``kube-system``, run once and deleted), then the nodes' identical files are hard-linked into one
-        copy. A node keeps its own copy of each image it runs; its unpacked layers are never written once
-        committed (a container writes to a layer of its own), so one copy serves every node. Without
-        this, a few nodes fill a small machine's disk (``bench/real_node.py``: 2.9 GB a node for these)."""
+    def digest(self, name: str) -> str:
+        """``sha256:...``: the manifest digest that edl's image ``name`` is tagged with in this plane's registry."""
         import httpx
 
+        registry, repo_tag = self.image(name).split("/", 1)
+        repo, tag = repo_tag.rsplit(":", 1)
+        r = httpx.head(f"http://{registry}/v2/{repo}/manifests/{tag}", timeout=10, headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"})
+        r.raise_for_status()
+        return r.headers["Docker-Content-Digest"]
+
+    def prepull(self, names: tuple[str, ...] = ("runtime", "trainer-cpu"), timeout_s: float = 600,
+                pulled: Callable[[str, float], None] | None = None) -> None:
+        """Every real node pulls edl's images ``names`` through its kubelet (a pod of each, in
+        ``kube-system``, run once and deleted), one node after the other, and each node's files are
+        hard-linked to the identical ones of a copy already on disk: the images as unpacked for the
+        emulated kubelets (``images.unpacked()``) where the machine has them, else the first node's.
+        A node's committed layers are never written (a container writes to a layer of its own), so one
+        copy serves every node, and the disk holds at most one unpacked copy more than at rest, however
+        many nodes: pulled all at once, a few nodes fill a small machine's disk
+        (``bench/real_node.py``: 2.9 GB a node for the runtime and CPU trainer images). ``pulled`` is
+        told each node's name and seconds as it is done."""
         http = self.admin_http()
-        base = f"{self.state.apiserver}/api/v1/namespaces/kube-system/pods"
-        nodes = [n for n in self.state.nodes if n.kind == "real"]
         # The ServiceAccount admission plugin refuses a pod until its namespace's default account exists.
         self._wait(lambda: self._get("/api/v1/namespaces/kube-system/serviceaccounts/default") == 200, 120,
                    "kube-system's default ServiceAccount")
+        shared = [d for d in (images.unpacked() / self.digest(n).replace(":", "-") for n in names)
+                  if (d / "image.json").exists()]
+        for n in (n for n in self.state.nodes if n.kind == "real"):
+            t0 = time.monotonic()
+            self._pull_on(http, n.name, names, timeout_s)
+            layers = image_layers(Path(n.dir))
+            if shared:
+                r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *map(str, shared), str(layers)],
+                                   capture_output=True, text=True, timeout=timeout_s)
+                if r.returncode != 0:
+                    raise RuntimeError(f"hardlink of {n.name}'s image layers: {r.stderr.strip()}")
+            else:
+                shared = [layers]
+            if pulled:
+                pulled(n.name, time.monotonic() - t0)
+
+    def _pull_on(self, http: httpx.Client, node: str, names: tuple[str, ...], timeout_s: float) -> None:
+        """Pods on ``node`` that run edl's images ``names`` once, waited out and deleted."""
+        import httpx
+
+        base = f"{self.state.apiserver}/api/v1/namespaces/kube-system/pods"
         pending: dict[str, str] = {}  # pod -> the image it pulls
-        for n in nodes:
-            for k, name in enumerate(names):
-                pod = f"prepull-{n.name}-{k}"
-                body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "labels": {"edl.dev/prepull": "1"}},
-                        "spec": {"nodeName": n.name, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                                 "containers": [{"name": "c", "image": self.image(name), "command": ["true"]}]}}
-                r = http.post(base, json=body, timeout=10)
-                if r.status_code not in (201, 409):
-                    raise RuntimeError(f"pre-pull pod {pod}: {r.status_code} {r.text[:300]}")
-                pending[pod] = self.image(name)
+        for k, name in enumerate(names):
+            pod = f"prepull-{node}-{k}"
+            body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "labels": {"edl.dev/prepull": node}},
+                    "spec": {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                             "containers": [{"name": "c", "image": self.image(name), "command": ["true"]}]}}
+            r = http.post(base, json=body, timeout=10)
+            if r.status_code not in (201, 409):
+                raise RuntimeError(f"pre-pull pod {pod}: {r.status_code} {r.text[:300]}")
+            pending[pod] = self.image(name)
 
         def pulled() -> bool:
             try:
-                items = http.get(base, params={"labelSelector": "edl.dev/prepull"}, timeout=5).json()["items"]
+                items = http.get(base, params={"labelSelector": f"edl.dev/prepull={node}"}, timeout=5).json()["items"]
             except (httpx.HTTPError, ValueError, KeyError):
                 return False
             for item in items:
@@ -493,11 +529,7 @@ class ControlPlane:
                     del pending[pod]
             return not pending
 
-        self._wait(pulled, timeout_s, f"edl's images ({', '.join(names)}) pulled on every node")
-        r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *(str(image_layers(Path(n.dir))) for n in nodes)],
-                           capture_output=True, text=True, timeout=timeout_s)
-        if r.returncode != 0:
-            raise RuntimeError(f"hardlink of the nodes' image layers: {r.stderr.strip()}")
+        self._wait(pulled, timeout_s, f"edl's images ({', '.join(names)}) pulled on {node}")
 
     def start_dns(self, timeout_s: float = 60) -> None:
         """CoreDNS for the real nodes' pods: the Service ``kube-system/kube-dns`` at the plane's DNS
