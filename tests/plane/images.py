@@ -31,7 +31,6 @@ What the registry holds: ``edl-runtime:VERSION``, ``edl-trainer-cpu:VERSION``,
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -47,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.plane import build
+from tests.plane.procs import machine_lock
 from tests.plane.registry import Registry, RegistryError, garbage_collect
 from tests.plane.runtime import ImageStore, PullError
 
@@ -335,16 +335,9 @@ def push(spec: Spec, registry: str) -> None:
           f"docker://{registry}/{spec.repo}:{spec.tag}"], f"buildah push {spec.repo}")
 
 
-@contextlib.contextmanager
-def _locked() -> Iterator[None]:
+def _locked() -> contextlib.AbstractContextManager[None]:
     """One builder at a time (two test workers may both find the images missing)."""
-    cache().mkdir(parents=True, exist_ok=True)
-    with open(cache() / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return machine_lock(cache() / ".lock")
 
 
 def build_images(*, quiet: bool = False) -> None:

@@ -27,7 +27,7 @@ import yaml
 from tests.plane import build, images, pki
 from tests.plane.network import PlaneNet
 from tests.plane.node import NodeSpec, RealNode, image_layers, teardown
-from tests.plane.procs import free_port, stop_pid
+from tests.plane.procs import free_port, machine_lock, stop_pid
 from tests.plane.registry import Registry
 
 if TYPE_CHECKING:
@@ -471,8 +471,9 @@ class ControlPlane:
         hard-linked to the identical ones of a copy already on disk: the images as unpacked for the
         emulated kubelets (``images.unpacked()``) where the machine has them, else the first node's.
         A node's committed layers are never written (a container writes to a layer of its own), so one
-        copy serves every node, and the disk holds at most one unpacked copy more than at rest, however
-        many nodes: pulled all at once, a few nodes fill a small machine's disk
+        copy serves every node. One node of the machine pulls at a time (a lock shared by every plane:
+        the tests' workers and ``./dev cluster``), so the disk holds at most one node's pull more than at
+        rest, however many nodes and planes: pulled all at once, a few nodes fill a small machine's disk
         (``bench/real_node.py``: 2.9 GB a node for the runtime and CPU trainer images). ``pulled`` is
         told each node's name and seconds as it is done."""
         http = self.admin_http()
@@ -483,15 +484,16 @@ class ControlPlane:
                   if (d / "image.json").exists()]
         for n in (n for n in self.state.nodes if n.kind == "real"):
             t0 = time.monotonic()
-            self._pull_on(http, n.name, names, timeout_s)
-            layers = image_layers(Path(n.dir))
-            if shared:
-                r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *map(str, shared), str(layers)],
-                                   capture_output=True, text=True, timeout=timeout_s)
-                if r.returncode != 0:
-                    raise RuntimeError(f"hardlink of {n.name}'s image layers: {r.stderr.strip()}")
-            else:
-                shared = [layers]
+            with machine_lock(PLANES / ".prepull.lock", timeout_s, "another plane's pre-pull"):
+                self._pull_on(http, n.name, names, timeout_s)
+                layers = image_layers(Path(n.dir))
+                if shared:
+                    r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *map(str, shared), str(layers)],
+                                       capture_output=True, text=True, timeout=timeout_s)
+                    if r.returncode != 0:
+                        raise RuntimeError(f"hardlink of {n.name}'s image layers: {r.stderr.strip()}")
+                else:
+                    shared = [layers]
             if pulled:
                 pulled(n.name, time.monotonic() - t0)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -15,6 +18,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def machine_lock(path: Path, timeout_s: float | None = None, holder: str = "another process") -> Iterator[None]:
+    """Held by one process of this machine at a time (an flock: a holder that dies lets go). Waits up to
+    ``timeout_s`` (None: as long as it takes), then a RuntimeError naming ``holder``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with open(path, "w") as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:  # type: ignore[operator]
+                    raise RuntimeError(f"{holder} held {path} for over {timeout_s:.0f} s") from None
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _alive(pid: int) -> bool:

@@ -103,3 +103,15 @@ def test_the_containerd_configuration_names_only_the_nodes_own_places(tmp_path):
     assert all(p.startswith(str(tmp_path)) for p in paths)
     assert cri["sandbox_image"] == "reg:5000/edl-pause:1.0" and cri["restrict_oom_score_adj"] is True
     assert cri["netns_mounts_under_state_dir"] is True
+
+
+def test_the_machine_lock_is_one_holders_at_a_time_and_a_waiter_gives_up_naming_who_held_it(tmp_path):
+    from tests.plane.procs import machine_lock
+
+    lock = tmp_path / "dir" / ".lock"
+    with machine_lock(lock):
+        with pytest.raises(RuntimeError, match="another plane's pre-pull held .*dir/.lock for over 0 s"):
+            with machine_lock(lock, 0.2, "another plane's pre-pull"):
+                pass
+    with machine_lock(lock, 0.2):  # let go: the next holder gets it at once
+        pass
