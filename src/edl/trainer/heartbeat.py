@@ -90,6 +90,11 @@ class Control:
                 self._job_done = True
             self._checkpoint_now = answer.checkpoint
 
+    def leave(self, generation: int) -> None:
+        """Leave ``generation``'s collective (and any before it) now, whatever the master says."""
+        with self._lock:
+            self._abort_through = max(self._abort_through, generation)
+
     def stops(self, generation: int) -> bool:
         """End ``generation`` at this step: the master asked, it restarted, or the job is over."""
         with self._lock:
@@ -209,6 +214,14 @@ class Heartbeat:
         if r.abort and r.master_uid == self.control.master_uid:
             # The loop leaves its collective on this answer (a woken trainer the master dropped
             # among them: it is told so and leaves), so the watchdog has nothing to do.
+            self.control.learn(r)
+            return
+        if stuck > self.hang_s and not r.known and r.master_uid != self.control.master_uid:
+            # Our master restarted (its node lost, say) while we waited on a collective that cannot end
+            # (a peer went with it): leave the collective and join the new master, not the process.
+            log.warning("trainer %s: master restarted while stuck in generation %d for %.0f s; leaving it",
+                        self.id, p.generation, stuck)
+            self.control.leave(p.generation)
             self.control.learn(r)
             return
         if stuck_in_collective(stuck, p.generation, r.generation, self.hang_s, self.deadline_s):

@@ -158,6 +158,23 @@ def test_stuck_in_a_collective_the_master_moved_on_from_exits():
     assert stuck == [True]
 
 
+def test_stuck_in_a_collective_when_the_master_restarted_leaves_the_collective_not_the_process():
+    """A lost node took the master and a peer: the survivor waits on the peer in its collective, and
+    the new master, which never knew it, answers. It leaves the collective and joins the new master."""
+    clock, stuck = Clock(), []
+    c = Control("1")
+    p = Progress(generation=2, in_collective_since=clock.t - 14)
+    restarted = answer(uid="2", known=False, generation=0)
+    heartbeat(FakeLink(restarted), p, c, clock, stuck).beat()
+    assert not c.aborts(2) and c.master_changed  # not stuck long yet: the step may still end
+    p.in_collective_since = clock.t - 16
+    heartbeat(FakeLink(restarted), p, c, clock, stuck).beat()
+    assert c.aborts(2) and c.master_changed and not stuck
+    c2 = Control("1")  # a stale master beside ours (it knows us): nothing it says is ours
+    heartbeat(FakeLink(answer(uid="2", known=True)), p, c2, clock, stuck).beat()
+    assert not c2.aborts(2) and not c2.master_changed and not stuck
+
+
 def test_a_woken_trainer_told_it_was_dropped_leaves_through_the_loop_not_the_watchdog():
     clock, stuck = Clock(), []
     c = Control("1")
