@@ -59,7 +59,7 @@ def up(a: argparse.Namespace) -> int:
         for i in range(a.nodes):
             plane.add_real_node(f"node-{i}", cpu=a.cpu, memory=a.memory)
         if a.prepull:
-            print(f"pre-pulling edl's images ({', '.join(PREPULLED)}) into each node, one after the other "
+            print(f"pre-pulling edl's images ({', '.join(PREPULLED)}) into each node "
                   f"(--no-prepull skips it)", file=sys.stderr)
             plane.prepull(PREPULLED, pulled=lambda name, s: print(f"  {name}: pulled in {s:.0f} s", file=sys.stderr))
         s3 = MinioServer(root / "minio", address=plane.net.host_ip).start()

@@ -27,7 +27,7 @@ import yaml
 from tests.plane import build, images, pki
 from tests.plane.network import PlaneNet
 from tests.plane.node import NodeSpec, RealNode, image_layers, teardown
-from tests.plane.procs import free_port, machine_lock, stop_pid
+from tests.plane.procs import disk_slot, free_port, machine_lock, stop_pid, tree_bytes
 from tests.plane.registry import Registry
 
 if TYPE_CHECKING:
@@ -467,35 +467,46 @@ class ControlPlane:
     def prepull(self, names: tuple[str, ...] = ("runtime", "trainer-cpu"), timeout_s: float = 600,
                 pulled: Callable[[str, float], None] | None = None) -> None:
         """Every real node pulls edl's images ``names`` through its kubelet (a pod of each, in
-        ``kube-system``, run once and deleted), one node after the other, and each node's files are
-        hard-linked to the identical ones of a copy already on disk: the images as unpacked for the
-        emulated kubelets (``images.unpacked()``) where the machine has them, else the first node's.
-        A node's committed layers are never written (a container writes to a layer of its own), so one
-        copy serves every node. One node of the machine pulls at a time (a lock shared by every plane:
-        the tests' workers and ``./dev cluster``), so the disk holds at most one node's pull more than at
-        rest, however many nodes and planes: pulled all at once, a few nodes fill a small machine's disk
-        (``bench/real_node.py``: 2.9 GB a node for the runtime and CPU trainer images). ``pulled`` is
-        told each node's name and seconds as it is done."""
+        ``kube-system``, run once and deleted), and each node's files are then hard-linked to the
+        identical ones of a copy already on disk: the images as unpacked for the emulated kubelets
+        (``images.unpacked()``) where the machine has them, else the first node's. A node's committed
+        layers are never written (a container writes to a layer of its own), so one copy serves every
+        node. Nodes pull side by side only while the disk has room for each one's pull (``disk_slot``,
+        shared by every plane of the machine: the tests' workers and ``./dev cluster``); on a small disk
+        one at a time: pulled all at once, a few nodes filled one (``bench/real_node.py``: 2.9 GB a node
+        for the runtime and CPU trainer images). ``pulled`` is told each node's name and seconds as it
+        is done."""
+        from concurrent.futures import ThreadPoolExecutor
+
         http = self.admin_http()
         # The ServiceAccount admission plugin refuses a pod until its namespace's default account exists.
         self._wait(lambda: self._get("/api/v1/namespaces/kube-system/serviceaccounts/default") == 200, 120,
                    "kube-system's default ServiceAccount")
         shared = [d for d in (images.unpacked() / self.digest(n).replace(":", "-") for n in names)
                   if (d / "image.json").exists()]
-        for n in (n for n in self.state.nodes if n.kind == "real"):
-            t0 = time.monotonic()
-            with machine_lock(PLANES / ".prepull.lock", timeout_s, "another plane's pre-pull"):
-                self._pull_on(http, n.name, names, timeout_s)
-                layers = image_layers(Path(n.dir))
-                if shared:
-                    r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *map(str, shared), str(layers)],
-                                       capture_output=True, text=True, timeout=timeout_s)
-                    if r.returncode != 0:
-                        raise RuntimeError(f"hardlink of {n.name}'s image layers: {r.stderr.strip()}")
-                else:
-                    shared = [layers]
-            if pulled:
-                pulled(n.name, time.monotonic() - t0)
+        nodes = [n for n in self.state.nodes if n.kind == "real"]
+        if not shared and nodes:  # the first node's copy is the one the others link to
+            self._pull_on_node(http, nodes[0], names, None, None, timeout_s, pulled)
+            shared, nodes = [image_layers(Path(nodes[0].dir))], nodes[1:]
+        need = tree_bytes(*shared) if shared else None
+        with ThreadPoolExecutor(max(1, len(nodes))) as pool:
+            for f in [pool.submit(self._pull_on_node, http, n, names, shared, need, timeout_s, pulled) for n in nodes]:
+                f.result()
+
+    def _pull_on_node(self, http: httpx.Client, n: NodeInfo, names: tuple[str, ...], shared: list[Path] | None,
+                      need: int | None, timeout_s: float, pulled: Callable[[str, float], None] | None) -> None:
+        """``names`` pulled on node ``n`` in a turn of the machine's disk, its files linked to ``shared``."""
+        t0 = time.monotonic()
+        with disk_slot(PLANES / ".prepull", need, timeout_s, holder=f"{n.name}'s pre-pull"):
+            self._pull_on(http, n.name, names, timeout_s)
+            # One linking at a time: two would both relink the shared copy's own duplicates.
+            with machine_lock(PLANES / ".prepull" / "hardlink.lock", timeout_s, "another node's linking"):
+                r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *map(str, shared or ()),
+                                    str(image_layers(Path(n.dir)))], capture_output=True, text=True, timeout=timeout_s)
+            if r.returncode != 0:
+                raise RuntimeError(f"hardlink of {n.name}'s image layers: {r.stderr.strip()}")
+        if pulled:
+            pulled(n.name, time.monotonic() - t0)
 
     def _pull_on(self, http: httpx.Client, node: str, names: tuple[str, ...], timeout_s: float) -> None:
         """Pods on ``node`` that run edl's images ``names`` once, waited out and deleted."""

@@ -115,3 +115,31 @@ def test_the_machine_lock_is_one_holders_at_a_time_and_a_waiter_gives_up_naming_
                 pass
     with machine_lock(lock, 0.2):  # let go: the next holder gets it at once
         pass
+
+
+def test_a_disk_slot_lets_writers_in_side_by_side_only_while_the_disk_has_room_for_each(tmp_path):
+    from tests.plane.procs import disk_slot
+
+    locks = tmp_path / "locks"
+    with disk_slot(locks, 1, 1.0):  # a byte each: room for many
+        with disk_slot(locks, 1, 0.2):  # the second turn, at once
+            pass
+    for need in (1 << 60, None):  # more than any disk, or not known: one writer at a time, never refused
+        with disk_slot(locks, need, 1.0):
+            with pytest.raises(RuntimeError, match="no room on the disk under .*locks for the pull's turn in 0 s"):
+                with disk_slot(locks, need, 0.2, holder="the pull"):
+                    pass
+        with disk_slot(locks, need, 0.2):  # let go: the next writer gets its turn at once
+            pass
+
+
+def test_a_trees_bytes_count_a_file_linked_twice_once(tmp_path):
+    from tests.plane.procs import tree_bytes
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "f").write_bytes(b"x" * 100)
+    (tmp_path / "b" / "g").hardlink_to(tmp_path / "a" / "f")
+    (tmp_path / "b" / "h").write_bytes(b"y" * 10)
+    (tmp_path / "b" / "l").symlink_to(tmp_path / "a" / "f")
+    assert tree_bytes(tmp_path / "a", tmp_path / "b") == 110
