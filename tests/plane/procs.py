@@ -7,6 +7,7 @@ import fcntl
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -78,7 +79,7 @@ def tree_bytes(*roots: Path) -> int:
         for d, _, files in os.walk(root):
             for name in files:
                 st = os.lstat(os.path.join(d, name))
-                if (st.st_dev, st.st_ino) not in seen and not os.path.islink(os.path.join(d, name)):
+                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
                     seen.add((st.st_dev, st.st_ino))
                     total += st.st_size
     return total
