@@ -98,7 +98,7 @@ def main() -> int:
         for i in range(a.nodes):
             with console.status(f"node-{i} joining"):
                 t0 = time.monotonic()
-                plane.add_real_node(f"node-{i}", cpu="2", memory="4Gi")
+                plane.add_node(f"node-{i}", cpu="2", memory="4Gi")
                 joins.append(time.monotonic() - t0)
         core = client.CoreV1Api(config.new_client_from_config(config_file=str(plane.admin_kubeconfig)))
         while not core.list_namespaced_service_account("default").items:

@@ -1,8 +1,8 @@
-"""A real Kubernetes control plane for the tests and for ``./dev cluster``.
+"""A real Kubernetes cluster on this machine, for the tests and for ``./dev cluster``.
 
-etcd, kube-apiserver, kube-scheduler and kube-controller-manager are the real
-binaries, built from their Go modules (``tools/kubeplane``, ``build.py``); only
-the kubelet is ours (``kubelet.py``), written against the real API, running the
-containers of the pods bound to its node as local processes. ``plane.py``
-starts and stops the whole thing; ``s3.py`` a real S3 server beside it.
+etcd, kube-apiserver, kube-scheduler and kube-controller-manager are the real binaries, built from
+their Go modules (``tools/kubeplane``, ``build.py``); each node is the upstream kubelet with
+containerd, runc, the CNI bridge and kube-proxy in a network namespace of its own (``node.py``,
+``network.py``), with CoreDNS for the cluster. ``plane.py`` starts and stops the whole thing;
+``images.py`` builds edl's images into its registry; ``s3.py`` runs a real S3 server beside it.
 """

@@ -22,7 +22,6 @@ from tests.plane import build, images
 from tests.plane.plane import KSERVE_RUNTIME, PLANES, ControlPlane, PlaneState, stop_all
 from tests.plane.procs import _alive
 from tests.plane.registry import RegistryError
-from tests.plane.runtime import PullError
 from tests.plane.s3 import ACCESS_KEY, SECRET_KEY, MinioServer
 
 DEFAULT_ROOT = PLANES / "cluster"
@@ -49,7 +48,7 @@ def up(a: argparse.Namespace) -> int:
     try:
         build.build_all()
         images.build_images()
-    except (build.BuildError, images.ImageError, RegistryError, PullError) as e:
+    except (build.BuildError, images.ImageError, RegistryError) as e:
         print(f"cluster: {e}", file=sys.stderr)
         return 1
     shutil.rmtree(root, ignore_errors=True)
@@ -57,7 +56,7 @@ def up(a: argparse.Namespace) -> int:
     try:
         plane.start()
         for i in range(a.nodes):
-            plane.add_real_node(f"node-{i}", cpu=a.cpu, memory=a.memory)
+            plane.add_node(f"node-{i}", cpu=a.cpu, memory=a.memory)
         if a.prepull:
             print(f"pre-pulling edl's images ({', '.join(PREPULLED)}) into each node "
                   f"(--no-prepull skips it)", file=sys.stderr)
@@ -105,10 +104,9 @@ def status(a: argparse.Namespace) -> int:
     for name, pid in sorted(state.pids.items()):
         print(f"{name:26} pid {pid:<8} {'running' if _alive(pid) else 'STOPPED'}")
     for node in state.nodes:
-        pids = node.pids if node.kind == "real" else {"kubelet": node.pid}
-        for name, pid in pids.items():
+        for name, pid in node.pids.items():
             print(f"{name + ' ' + node.name:26} pid {pid:<8} {'running' if _alive(pid) else 'STOPPED'}"
-                  f"  ({node.cpu} CPU, {node.memory}{', ' + node.ip if node.ip else ''})")
+                  f"  ({node.cpu} CPU, {node.memory}, {node.ip})")
     print(f"apiserver {state.apiserver}, S3 {state.s3}, registry {state.registry}")
     print("\n".join(exports(state)))
     return 0 if running(state) else 1

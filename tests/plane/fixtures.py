@@ -1,7 +1,7 @@
 """pytest fixtures over the real control plane: started once per test session, on first use.
 
-- ``plane``: the running ``ControlPlane`` (two 4-core emulated nodes, or two real nodes of 2 CPU with
-  ``EDL_PLANE_NODES=real``) with its registry of edl's images
+- ``plane``: the running ``ControlPlane`` (two nodes of 2 CPU: the upstream kubelet, containerd,
+  kube-proxy, CoreDNS: ``node.py``) with its registry of edl's images
   (built from ``images/`` first where missing, ``images.py``; ``plane.image("runtime")`` names
   one; the fixtures ``runtime_image`` and ``trainer_image`` name two), PriorityClasses
   ``edl-low`` and ``edl-high``;
@@ -10,8 +10,6 @@
 - ``namespace``: a fresh namespace per test, labelled ``pod-security.kubernetes.io/enforce:
   restricted``, holding edl's RBAC (``edl k8s render``'s objects) and the S3 Secret
   ``minio``; deleted after the test, waiting until every pod of it is gone;
-- ``real_plane``, ``real_kube``, ``real_namespace``: a plane of two real nodes (the upstream
-  kubelet, containerd, kube-proxy, CoreDNS: ``node.py``), its admin client, a restricted namespace.
 """
 
 from __future__ import annotations
@@ -35,17 +33,12 @@ from tests.plane import build, images
 from tests.plane.node import missing_packages
 from tests.plane.plane import PLANES, ControlPlane
 from tests.plane.registry import RegistryError
-from tests.plane.runtime import PullError
 from tests.plane.s3 import MinioServer
 from tests.waits import wait_for
 
 PRIORITY_CLASSES = {"edl-low": 100, "edl-high": 100000}
 NODES = 2
-# The suite's nodes: "emulated" (the loopback kubelet) until every test runs on "real" ones (node.py);
-# EDL_PLANE_NODES=real runs it on real nodes now.
-NODE_KIND = os.environ.get("EDL_PLANE_NODES", "emulated")
-NODE_CPU = {"emulated": "4", "real": "2"}.get(NODE_KIND, "")
-NODE_MEMORY = {"emulated": "16Gi", "real": "8Gi"}.get(NODE_KIND, "")
+NODE_CPU, NODE_MEMORY = "2", "8Gi"  # each node at most this machine's cores (its kubelet reports them)
 
 
 def worker_index() -> int:
@@ -58,28 +51,23 @@ def plane_ip_base() -> int:
     return 40 + 20 * worker_index()
 
 
-def real_plane_ip_base() -> int:
-    return 150 + 10 * worker_index()
-
-
-REAL_NODES = 2
-
-
 @contextlib.contextmanager
 def session_plane(prefix: str, base: int, add_nodes: Callable[[ControlPlane], None],
-                  targets: tuple[build.Target, ...] = (build.KUBEPLANE,),
-                  nodes: str = "emulated") -> Iterator[ControlPlane]:
+                  ) -> Iterator[ControlPlane]:
     """A plane under ``PLANES`` (built first where missing), its nodes added by ``add_nodes``; stopped and
     removed after, whatever happened."""
+    missing = missing_packages()
+    if missing:
+        pytest.fail(f"the plane's nodes need Debian's {', '.join(missing)} (./dev installs them as root)")
     try:
-        for target in targets:
+        for target in (build.KUBEPLANE, build.COREDNS):
             build.build(target, quiet=True)
         images.build_images(quiet=True)
-    except (build.BuildError, images.ImageError, RegistryError, PullError) as e:
+    except (build.BuildError, images.ImageError, RegistryError) as e:
         pytest.fail(f"the control plane or its images cannot be built: {e}")
     PLANES.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=prefix, dir=PLANES))
-    p = ControlPlane(root, ip_base=base, nodes=nodes)
+    p = ControlPlane(root, ip_base=base)
     try:
         p.start()
         add_nodes(p)
@@ -92,8 +80,7 @@ def session_plane(prefix: str, base: int, add_nodes: Callable[[ControlPlane], No
 def _suite_nodes(p: ControlPlane) -> None:
     for i in range(NODES):
         p.add_node(f"node-{i}", cpu=NODE_CPU, memory=NODE_MEMORY)
-    if NODE_KIND == "real":
-        p.prepull()
+    p.prepull()
     api = config.new_client_from_config(config_file=str(p.admin_kubeconfig))
     sched = client.SchedulingV1Api(api)
     for name, value in PRIORITY_CLASSES.items():
@@ -102,12 +89,7 @@ def _suite_nodes(p: ControlPlane) -> None:
 
 @pytest.fixture(scope="session")
 def plane():
-    if NODE_KIND not in ("emulated", "real"):
-        pytest.fail(f"EDL_PLANE_NODES={NODE_KIND}: not a kind of node (emulated or real)")
-    if NODE_KIND == "real" and missing_packages():
-        pytest.fail(f"real nodes need Debian's {', '.join(missing_packages())} (./dev installs them as root)")
-    targets = (build.KUBEPLANE, build.COREDNS) if NODE_KIND == "real" else (build.KUBEPLANE,)
-    with session_plane("test-", plane_ip_base(), _suite_nodes, targets, nodes=NODE_KIND) as p:
+    with session_plane("test-", plane_ip_base(), _suite_nodes) as p:
         yield p
 
 
@@ -222,31 +204,3 @@ def delete_namespace(kube: client.ApiClient, name: str, timeout_s: float = 90) -
             return
         time.sleep(0.2)
     raise AssertionError(f"pods of namespace {name} not gone after {timeout_s:.0f} s: {left}")
-
-
-def _real_nodes(p: ControlPlane) -> None:
-    for i in range(REAL_NODES):
-        p.add_real_node(f"node-{i}", cpu="2", memory="4Gi")
-    p.prepull(("runtime",))  # its tests run no trainer; the suite's other planes share the disk
-
-
-@pytest.fixture(scope="module")  # its nodes' processes go with the module's tests, not at the session's end
-def real_plane():
-    missing = missing_packages()
-    if missing:
-        pytest.fail(f"real nodes need Debian's {', '.join(missing)} (./dev installs them as root)")
-    with session_plane("real-", real_plane_ip_base(), _real_nodes, (build.KUBEPLANE, build.COREDNS),
-                       nodes="real") as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def real_kube(real_plane) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(real_plane.admin_kubeconfig))
-
-
-@pytest.fixture
-def real_namespace(request, real_kube):
-    name = restricted_namespace(real_kube, request.node.nodeid)
-    yield name
-    delete_namespace(real_kube, name)

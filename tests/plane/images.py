@@ -48,7 +48,6 @@ from pathlib import Path
 from tests.plane import build
 from tests.plane.procs import machine_lock
 from tests.plane.registry import Registry, RegistryError, garbage_collect
-from tests.plane.runtime import ImageStore, PullError
 
 REPO = build.REPO
 ARGO_VERSION = "v4.0.5"
@@ -58,7 +57,7 @@ HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 # Not built: trainer-gpu (its base, PaddlePaddle's CUDA image, cannot be had here) and
 # trainer-torch-cpu (PyTorch's CPU index cannot be reached). trainer-torch-gpu runs on CPUs too.
 SHIPPED = ("runtime", "trainer-cpu", "trainer-torch-gpu", "storage-initializer")
-TOOLS = ("buildah", "skopeo", "umoci", "mmdebstrap", "docker-registry")
+TOOLS = ("buildah", "skopeo", "mmdebstrap", "docker-registry")
 
 # The look-alike of the official python:3.11 slim image.
 BASE_SUITE = "bookworm"
@@ -88,9 +87,47 @@ def storage() -> Path:
     return cache() / "registry"
 
 
-def unpacked() -> Path:
-    """Where kubelets unpack images, by digest (``runtime.ImageStore``)."""
-    return cache() / "unpacked"
+def layers() -> Path:
+    """The machine's one unpacked copy of the images' layers, a directory per layer digest: what the
+    real nodes' own files are hard-linked to (``ControlPlane.prepull``)."""
+    return cache() / "layers"
+
+
+def _blob(digest: str) -> Path:
+    """A blob in the registry's storage (the Distribution server's filesystem layout)."""
+    algorithm, hexdigest = digest.split(":", 1)
+    return storage() / "docker/registry/v2/blobs" / algorithm / hexdigest[:2] / hexdigest / "data"
+
+
+def layer_digests(repo: str, tag: str) -> list[str]:
+    """The layers of ``repo:tag`` as the registry's storage holds it, the base first."""
+    link = storage() / "docker/registry/v2/repositories" / repo / "_manifests/tags" / tag / "current/link"
+    try:
+        manifest = json.loads(_blob(link.read_text().strip()).read_bytes())
+        return [layer["digest"] for layer in manifest["layers"]]
+    except (OSError, ValueError, KeyError) as e:
+        raise ImageError(f"{repo}:{tag} is not in the registry's storage ({e})") from None
+
+
+def unpack_layers(names: tuple[str, ...], timeout_s: float = 1800) -> list[Path]:
+    """Each layer of edl's images ``names`` unpacked once into ``layers()`` as containerd unpacks it
+    (owners, modes and times kept, so that a node's copy of a file is found identical to this one);
+    returns their directories. The first time a minute or two an image, then nothing."""
+    out: list[Path] = []
+    with machine_lock(cache() / ".layers.lock", timeout_s, "another unpacking of the images' layers"):
+        for name in names:
+            for digest in layer_digests(f"edl-{name}", version()):
+                d = layers() / digest.replace(":", "-")
+                if not d.exists():
+                    tmp = d.with_name(d.name + ".tmp")
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    tmp.mkdir(parents=True)
+                    _run(["tar", "-xf", str(_blob(digest)), "-C", str(tmp), "--numeric-owner", "--same-owner",
+                          "--same-permissions"], f"unpacking layer {digest} of edl-{name}", timeout_s)
+                    tmp.rename(d)
+                if d not in out:
+                    out.append(d)
+    return out
 
 
 def dockerfile(name: str) -> Path:
@@ -341,8 +378,7 @@ def _locked() -> contextlib.AbstractContextManager[None]:
 
 
 def build_images(*, quiet: bool = False) -> None:
-    """Every image the plane runs in the registry's storage, built where missing or stale, and
-    unpacked for the kubelets."""
+    """Every image the plane runs in the registry's storage, built where missing or stale."""
     missing = missing_tools()
     if missing:
         raise ImageError(f"{', '.join(missing)} not installed (Debian packages; ./dev installs them as root)")
@@ -370,23 +406,21 @@ def build_images(*, quiet: bool = False) -> None:
                     build_one(spec, key, steps)
                 push(spec, reg.host)
                 pushed = True
-            # Unpacked now, not by the first pod that needs it: a kubelet then only resolves the tag.
-            store = ImageStore(unpacked())
-            with steps.step("images unpacked for the kubelets (first time about a minute each)"):
-                digests = {store.pull(f"{reg.host}/{s.repo}:{s.tag}").digest.replace(":", "-") for s in specs
-                           if s.repo != PAUSE_REPO}  # the emulated kubelet has no sandboxes
-        if pushed:
-            prune(digests)
+        if pushed or (cache() / "unpacked").exists():
+            prune({d for s in specs for d in layer_digests(s.repo, s.tag)})
 
 
 def prune(keep: set[str]) -> None:
-    """What the builds left behind: images no tag names any more, in buildah's storage, the
-    registry's storage and the unpacked root filesystems (a run after a change to ``src/`` would
-    otherwise add a few GB each time)."""
+    """What the builds left behind: images no tag names any more, in buildah's storage and the
+    registry's storage, and the unpacked layers no image has any more (a run after a change to
+    ``src/`` would otherwise add a few GB each time)."""
     subprocess.run(["buildah", "rmi", "--prune"], capture_output=True)
-    for d in unpacked().iterdir():
-        if d.is_dir() and d.name.lstrip(".").removesuffix(".tmp") not in keep:
-            shutil.rmtree(d, ignore_errors=True)
+    # Root filesystems unpacked for the emulated kubelets by an earlier edl: nothing reads them now.
+    shutil.rmtree(cache() / "unpacked", ignore_errors=True)
+    if layers().exists():
+        for d in layers().iterdir():
+            if d.name.removesuffix(".tmp").replace("-", ":", 1) not in keep:
+                shutil.rmtree(d, ignore_errors=True)
     garbage_collect(storage(), cache() / "logs")
 
 
@@ -396,7 +430,7 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         build_images()
-    except (ImageError, RegistryError, PullError) as e:
+    except (ImageError, RegistryError) as e:
         print(f"edl plane images: {e}", file=sys.stderr)
         return 1
     print(f"images: {storage()} ({time.monotonic() - t0:.0f} s)")

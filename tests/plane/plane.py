@@ -1,7 +1,6 @@
 """Start and stop the control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-(the real binaries, see ``build.py``), and its nodes: real ones (``node.py``: containerd, the
-upstream kubelet and kube-proxy in a network namespace each, CoreDNS for the cluster) or the
-loopback kubelet's emulated ones (``kubelet.py``).
+(the real binaries, see ``build.py``), and its nodes (``node.py``: containerd, the upstream
+kubelet and kube-proxy in a network namespace each; CoreDNS for the cluster).
 
 The plane's servers listen on the host's side of its bridge (``network.py``: ``10.B.0.1``, a local
 address that its nodes reach too), on free ports, with their state and logs under one root
@@ -14,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -60,15 +57,11 @@ class NodeInfo:
     name: str
     cpu: str
     memory: str
-    port: int
-    ip_prefix: str  # emulated: the pods of this node get addresses ip_prefix.X.Y
-    pid: int = 0  # emulated: the loopback kubelet
-    kind: str = "emulated"  # or "real"
-    index: int = 0  # real: its place in the plane's network
-    ip: str = ""  # real: its address on the plane's bridge
-    dir: str = ""  # real: its containerd, kubelet and configuration
-    cgroup_root: str = ""
-    pids: dict[str, int] = field(default_factory=dict)  # real: containerd, kubelet, kube-proxy
+    index: int  # its place in the plane's network
+    ip: str  # its address on the plane's bridge
+    dir: str  # its containerd, kubelet and configuration
+    cgroup_root: str
+    pids: dict[str, int] = field(default_factory=dict)  # containerd, kubelet, kube-proxy
 
 
 @dataclass
@@ -96,23 +89,23 @@ class PlaneState:
             raw = json.loads((root / "plane.json").read_text())
         except (OSError, ValueError):
             return None
-        raw["nodes"] = [NodeInfo(**n) for n in raw.get("nodes", [])]
-        return cls(**raw)
+        try:
+            raw["nodes"] = [NodeInfo(**n) for n in raw.get("nodes", [])]
+            return cls(**raw)
+        except TypeError:  # written by an edl whose plane differs (its nodes emulated): not ours to stop
+            return None
 
 
 class ControlPlane:
     def __init__(self, root: Path, bin_dir: Path | None = None, ip_base: int | None = None,
-                 nodes: str = "emulated", node_grace_s: int = NODE_GRACE_S) -> None:
-        if nodes not in ("emulated", "real"):
-            raise ValueError(f"nodes must be 'emulated' or 'real' (got {nodes!r})")
-        self.nodes = nodes  # what add_node adds
-        self.node_grace_s = node_grace_s  # a real node's Lease lasts as long
+                 node_grace_s: int = NODE_GRACE_S) -> None:
+        self.node_grace_s = node_grace_s  # a node's Lease lasts as long
         self.root = root.resolve()
-        # Node i's pods get 127.(ip_base + i).X.Y. Planes running side by side (one per pytest-xdist
-        # worker, and ``./dev cluster``) need disjoint bases: pods share the machine's network.
+        # The plane's network is 10.BASE.0.0/16 (network.py). Planes running side by side (one per
+        # pytest-xdist worker, and ``./dev cluster``) need disjoint bases.
         self.ip_base = ip_base if ip_base is not None else int(os.environ.get("EDL_PLANE_IP_BASE", "20"))
         self.net = PlaneNet(self.ip_base)
-        self.real_nodes: dict[str, RealNode] = {}
+        self.running_nodes: dict[str, RealNode] = {}
         self.bin = bin_dir or build.KUBEPLANE.out_dir()
         self.state = PlaneState(str(self.root), base=self.ip_base)
         self.procs: dict[str, subprocess.Popen] = {}
@@ -388,42 +381,12 @@ class ControlPlane:
 
     # ------------------------------------------------------------ nodes
     def add_node(self, name: str, cpu: str = "2", memory: str = "8Gi", wait_s: float = 60) -> NodeInfo:
-        """A node of the plane's kind (``nodes``): real (``add_real_node``), or the loopback kubelet's."""
-        if self.nodes == "real":
-            return self.add_real_node(name, cpu, memory, wait_s)
-        return self.add_emulated_node(name, cpu, memory, wait_s)
-
-    def add_emulated_node(self, name: str, cpu: str = "4", memory: str = "16Gi", wait_s: float = 60) -> NodeInfo:
-        """A node of the loopback kubelet (``kubelet.py``): ``cpu`` and ``memory`` its capacity, whatever the
-        machine has."""
-        index = len(self.state.nodes)
-        node = NodeInfo(name, cpu, memory, free_port(), f"127.{self.ip_base + index}")
-        cfg = self._kubeconfig(f"kubelet-{name}", f"system:node:{name}", ("system:nodes",))
-        serving = self._authority.issue(f"kubelet-{name}-serving", f"system:node:{name}", server=True,
-                                        ips=("127.0.0.1",))
-        proc = self._spawn(f"kubelet-{name}", [
-            sys.executable, "-m", "tests.plane.kubelet", "--node", name, "--cpu", cpu, "--memory", memory,
-            "--kubeconfig", str(cfg), "--dns-kubeconfig", str(self.admin_kubeconfig),
-            "--root", str(self.root / "kubelet" / name), "--port", str(node.port),
-            "--serving-cert", str(serving.cert), "--serving-key", str(serving.key),
-            "--ip-prefix", node.ip_prefix, "--apiserver", self.state.apiserver, "--ca", str(self.ca),
-            "--image-store", str(images.unpacked())],
-            env={"PYTHONPATH": str(build.REPO)})
-        node.pid = proc.pid
-        self.state.nodes.append(node)
-        self.state.save()
-        if wait_s:
-            self._wait(lambda: self._node_ready(name, lambda: self._kubelet_alive(name, proc)), wait_s,
-                       f"node {name} Ready")
-        return node
-
-    def add_real_node(self, name: str, cpu: str = "2", memory: str = "8Gi", wait_s: float = 60) -> NodeInfo:
-        """A real node (``node.py``): containerd, the kubelet and kube-proxy in a network namespace of
+        """A node (``node.py``): containerd, the kubelet and kube-proxy in a network namespace of
         its own. ``cpu`` and ``memory`` are what it gives pods, at most what this machine has (the
         kubelet reports the machine's capacity; the rest is system-reserved)."""
         if not self.state.pids.get("coredns"):
             self.start_dns()
-        used = {n.index for n in self.state.nodes if n.kind == "real"}
+        used = {n.index for n in self.state.nodes}
         index = min(set(range(len(used) + 1)) - used)
         peers = sorted(used)
         node_ip = self.net.node_ip(index)
@@ -438,12 +401,11 @@ class ControlPlane:
                         serving=(serving.cert, serving.key), registry=self.state.registry,
                         pause_image=images.pause_reference(self.state.registry), bin_dir=self.bin, logs=self.logs,
                         lease_s=self.node_grace_s)
-        info = NodeInfo(name, cpu, memory, 10250, "", kind="real", index=index, ip=node_ip, dir=str(node.dir),
-                        cgroup_root=node.cgroup_root)
+        info = NodeInfo(name, cpu, memory, index=index, ip=node_ip, dir=str(node.dir), cgroup_root=node.cgroup_root)
         self.state.nodes.append(info)
         self.state.save()  # before anything of it exists: a failed start is still cleaned up
         self.net.add_node(index, peers)
-        self.real_nodes[name] = node
+        self.running_nodes[name] = node
         try:
             node.start()
         finally:
@@ -465,13 +427,12 @@ class ControlPlane:
         return r.headers["Docker-Content-Digest"]
 
     def prepull(self, names: tuple[str, ...] = ("runtime", "trainer-cpu"), timeout_s: float = 600,
-                pulled: Callable[[str, float], None] | None = None) -> None:
-        """Every real node pulls edl's images ``names`` through its kubelet (a pod of each, in
+                pulled: Callable[[str, float], None] | None = None, on: tuple[str, ...] = ()) -> None:
+        """Every node (or those named ``on``) pulls edl's images ``names`` through its kubelet (a pod of each, in
         ``kube-system``, run once and deleted), and each node's files are then hard-linked to the
-        identical ones of a copy already on disk: the images as unpacked for the emulated kubelets
-        (``images.unpacked()``) where the machine has them, else the first node's. A node's committed
-        layers are never written (a container writes to a layer of its own), so one copy serves every
-        node. Nodes pull side by side only while the disk has room for each one's pull (``disk_slot``,
+        identical ones of the machine's copy of the images' layers (``images.unpack_layers``, kept
+        between runs). A node's committed layers are never written (a container writes to a layer of
+        its own), so one copy serves every node. Nodes pull side by side only while the disk has room for each one's pull (``disk_slot``,
         shared by every plane of the machine: the tests' workers and ``./dev cluster``); on a small disk
         one at a time: pulled all at once, a few nodes filled one (``bench/real_node.py``: 2.9 GB a node
         for the runtime and CPU trainer images). ``pulled`` is told each node's name and seconds as it
@@ -482,26 +443,22 @@ class ControlPlane:
         # The ServiceAccount admission plugin refuses a pod until its namespace's default account exists.
         self._wait(lambda: self._get("/api/v1/namespaces/kube-system/serviceaccounts/default") == 200, 120,
                    "kube-system's default ServiceAccount")
-        shared = [d for d in (images.unpacked() / self.digest(n).replace(":", "-") for n in names)
-                  if (d / "image.json").exists()]
-        nodes = [n for n in self.state.nodes if n.kind == "real"]
-        if not shared and nodes:  # the first node's copy is the one the others link to
-            self._pull_on_node(http, nodes[0], names, None, None, timeout_s, pulled)
-            shared, nodes = [image_layers(Path(nodes[0].dir))], nodes[1:]
-        need = tree_bytes(*shared) if shared else None
+        shared = images.unpack_layers(names, timeout_s)
+        need = tree_bytes(*shared)
+        nodes = [n for n in self.state.nodes if not on or n.name in on]
         with ThreadPoolExecutor(max(1, len(nodes))) as pool:
             for f in [pool.submit(self._pull_on_node, http, n, names, shared, need, timeout_s, pulled) for n in nodes]:
                 f.result()
 
-    def _pull_on_node(self, http: httpx.Client, n: NodeInfo, names: tuple[str, ...], shared: list[Path] | None,
-                      need: int | None, timeout_s: float, pulled: Callable[[str, float], None] | None) -> None:
+    def _pull_on_node(self, http: httpx.Client, n: NodeInfo, names: tuple[str, ...], shared: list[Path],
+                      need: int, timeout_s: float, pulled: Callable[[str, float], None] | None) -> None:
         """``names`` pulled on node ``n`` in a turn of the machine's disk, its files linked to ``shared``."""
         t0 = time.monotonic()
         with disk_slot(PLANES / ".prepull", need, timeout_s, holder=f"{n.name}'s pre-pull"):
             self._pull_on(http, n.name, names, timeout_s)
             # One linking at a time: two would both relink the shared copy's own duplicates.
             with machine_lock(PLANES / ".prepull" / "hardlink.lock", timeout_s, "another node's linking"):
-                r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *map(str, shared or ()),
+                r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *map(str, shared),
                                     str(image_layers(Path(n.dir)))], capture_output=True, text=True, timeout=timeout_s)
             if r.returncode != 0:
                 raise RuntimeError(f"hardlink of {n.name}'s image layers: {r.stderr.strip()}")
@@ -588,41 +545,26 @@ class ControlPlane:
         taints = [t["key"] for t in (node.get("spec") or {}).get("taints") or []]
         return conds.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints
 
-    def _kubelet_alive(self, name: str, proc: subprocess.Popen) -> None:
-        if proc.poll() is not None:
-            raise RuntimeError(f"kubelet {name} exited with {proc.returncode}:\n{self.log_tail('kubelet-' + name)}")
-
     def owns_pod_ip(self, address: str, node: str) -> bool:
-        """``address`` is one that ``node`` gives its pods: in its pod range (real), or ``127.X`` (emulated)."""
+        """``address`` is one that ``node`` gives its pods: in its pod range."""
         import ipaddress
 
-        n = self._node(node)
-        if n.kind == "real":
-            return ipaddress.ip_address(address) in ipaddress.ip_network(self.net.pod_cidr(n.index))
-        return address.startswith(n.ip_prefix + ".") and address != "127.0.0.1"
+        return ipaddress.ip_address(address) in ipaddress.ip_network(self.net.pod_cidr(self._node(node).index))
 
     def _node(self, name: str) -> NodeInfo:
         return next(n for n in self.state.nodes if n.name == name)
 
     def pod_dir(self, node: str, uid: str) -> Path:
         """Where the kubelet of ``node`` keeps the pod's volumes (for tests to look inside)."""
-        n = self._node(node)
-        if n.kind == "real":
-            return Path(n.dir) / "kubelet" / "pods" / uid
-        return self.root / "kubelet" / node / "pods" / uid
+        return Path(self._node(node).dir) / "kubelet" / "pods" / uid
 
     def pod_volume(self, node: str, uid: str, volume: str) -> Path:
         """The directory of the pod's emptyDir ``volume`` on its node."""
-        if self._node(node).kind == "real":
-            return self.pod_dir(node, uid) / "volumes" / "kubernetes.io~empty-dir" / volume
-        return self.pod_dir(node, uid) / "volumes" / volume
+        return self.pod_dir(node, uid) / "volumes" / "kubernetes.io~empty-dir" / volume
 
     def container_pid(self, pod, container: str) -> int | None:
         """The host's PID of ``container``'s first process in ``pod`` (a V1Pod), ``None`` while it has none."""
         n = self._node(pod.spec.node_name)
-        if n.kind != "real":
-            f = self.pod_dir(n.name, pod.metadata.uid) / "containers" / container / "pid"
-            return int(f.read_text()) if f.exists() else None
         status = next((c for c in pod.status.container_statuses or [] if c.name == container), None)
         if status is None or not status.container_id:
             return None
@@ -633,32 +575,20 @@ class ControlPlane:
             return None
 
     def lose_node(self, name: str) -> None:
-        """The node stops answering: a real node's link is cut (its processes and containers run on,
-        reaching nothing); an emulated node's kubelet is stopped. The node lifecycle controller does
-        the rest: NotReady/Unknown, taints, evictions."""
-        node = next(n for n in self.state.nodes if n.name == name)
-        if node.kind == "real":
-            self.net.cut(node.index)
-        else:
-            os.kill(node.pid, signal.SIGSTOP)
+        """The node stops answering: its link is cut (its processes and containers run on, reaching
+        nothing). The node lifecycle controller does the rest: NotReady/Unknown, taints, evictions."""
+        self.net.cut(self._node(name).index)
 
     def restore_node(self, name: str) -> None:
         """The lost node answers again: its kubelet catches up with what happened."""
-        node = next(n for n in self.state.nodes if n.name == name)
-        if node.kind == "real":
-            self.net.mend(node.index)
-        else:
-            os.kill(node.pid, signal.SIGCONT)
+        self.net.mend(self._node(name).index)
 
     def remove_node(self, name: str) -> None:
         """Stop the node (its pods with it), leave nothing of it, and delete the Node object."""
-        node = next(n for n in self.state.nodes if n.name == name)
-        if node.kind == "real":
-            teardown(Path(node.dir), node.cgroup_root, node.pids)
-            self.net.remove_node(node.index, [n.index for n in self.state.nodes if n.kind == "real" and n is not node])
-            self.real_nodes.pop(name, None)
-        else:
-            stop_pid(node.pid, 20)
+        node = self._node(name)
+        teardown(Path(node.dir), node.cgroup_root, node.pids)
+        self.net.remove_node(node.index, [n.index for n in self.state.nodes if n is not node])
+        self.running_nodes.pop(name, None)
         self.admin_http().delete(f"{self.state.apiserver}/api/v1/nodes/{name}")
         self.state.nodes.remove(node)
         self.state.save()
@@ -762,24 +692,15 @@ def edl_serving_runtime(image: str) -> dict:
 
 
 def stop_all(state: PlaneState) -> None:
-    """Stop every process of a plane: its nodes first (with their pods; a real node's containers, mounts
-    and cgroups too), then the rest, then any container process a killed emulated kubelet left behind
-    (from the pid files under its root), and last the plane's network."""
+    """Stop every process of a plane: its nodes first (with their pods' containers, mounts and
+    cgroups), then the rest, and last the plane's network."""
     for node in state.nodes:
-        if node.kind == "real":
-            teardown(Path(node.dir), node.cgroup_root, node.pids)
-        else:
-            stop_pid(node.pid, 20)
+        teardown(Path(node.dir), node.cgroup_root, node.pids)
     for name in ("kserve-manager", "workflow-controller", "minio", "coredns", "registry", "kube-scheduler",
                  "kube-controller-manager", "kube-apiserver", "etcd"):
         pid = state.pids.get(name)
         if pid:
             stop_pid(pid, 10)
-    for pidfile in Path(state.root).glob("kubelet/*/pods/*/containers/*/pid"):
-        try:
-            stop_pid(int(pidfile.read_text()), 2)
-        except (OSError, ValueError):
-            pass
     if state.base:
         PlaneNet(state.base).down()
     state.pids.clear()

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def node_cpu(kube: client.ApiClient) -> float:
-    """The CPU each of the plane's nodes gives pods (4 emulated, 2 real)."""
+    """The CPU each of the plane's nodes gives pods (2)."""
     from kubernetes.utils.quantity import parse_quantity
 
     return float(min(parse_quantity(n.status.allocatable["cpu"]) for n in client.CoreV1Api(kube).list_node().items))

@@ -3,7 +3,7 @@
 Argo v4.0.5's controller and executor (``argoexec``) are built from Argo's Go module (test-only,
 loopback only); its CRDs are installed with their full schemas, so the apiserver validates the
 CronWorkflow. The controller turns each step into a pod with Argo's init and wait containers and
-the emissary executor around the main container, and the loopback kubelet runs all three from
+the emissary executor around the main container, and a node's kubelet runs all three under containerd from
 their images (Argo's executor image made from the binary, ``tools/argo/Containerfile``; edl's
 from ``images/``, the workflow compiled for the plane's registry): output parameters and results travel as on a cluster
 (WorkflowTaskResults written by the wait container under the workflow's ServiceAccount).

@@ -158,8 +158,8 @@ def test_kserves_controller_reconciles_the_deploy_steps_service_into_edls_runtim
     got = infer(Served(f"http://{new.status.pod_ip}:8080/v2/models/digits", "digits"), rows)
     assert np.allclose(got, want, atol=1e-5)
     assert not np.allclose(got, infer_locally(read_onnx(model), rows), atol=1e-3)  # another model indeed
-    # The old predictor is gone: its address refuses (an emulated node), or nothing answers for it any more
-    # (a real node's bridge: the connection times out or the host is unreachable).
+    # The old predictor is gone: nothing answers for its address any more (the node's bridge: the connection
+    # times out or the host is unreachable).
     with pytest.raises((httpx.ConnectError, httpx.ConnectTimeout)):
         httpx.get(f"{served.url}/ready", timeout=5)
 

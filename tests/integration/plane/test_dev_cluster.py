@@ -1,10 +1,11 @@
 """``./dev cluster up|down|status``: the plane as a local cluster of real nodes for people (its own
-processes, namespaces, cgroups and routes, all gone after ``down``)."""
+processes, mounts, cgroups, namespaces, veths, routes and rules, all gone after ``down``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,14 @@ def cluster(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 BASE = 200
+
+
+def host_rules() -> str:
+    """The host's nftables ruleset and iptables rules, less their counters and timestamps."""
+    text = "".join(subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+                   for argv in (["nft", "list", "ruleset"], ["iptables-save"]))
+    text = re.sub(r"packets \d+ bytes \d+|\[\d+:\d+\]", "", text)
+    return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
 
 
 def launch_a_job_from_here(api: client.ApiClient, exports: dict[str, str], root: Path) -> None:
@@ -68,6 +77,7 @@ def launch_a_job_from_here(api: client.ApiClient, exports: dict[str, str], root:
 def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
     PLANES.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="cluster-", dir=PLANES))
+    rules = host_rules()
     up = cluster(root, "up", "--nodes", "3", "--cpu", "2", "--kserve")
     try:
         assert up.returncode == 0, up.stderr
@@ -115,3 +125,4 @@ def test_cluster_up_prints_exports_runs_our_pods_and_down_leaves_no_process():
     assert node.mounts_under(root) == []
     assert [d for n in state.nodes for d in node.cgroup_dirs(n.cgroup_root)] == []
     assert net.namespaces() == [] and net.links() == [] and net.routes() == []
+    assert host_rules() == rules  # kube-proxy's and the CNI's rules lived in the nodes' namespaces

@@ -1,6 +1,6 @@
 """The control plane itself: what edl's Kubernetes tests rely on it to do as a cluster does.
 
-Real apiserver, etcd, scheduler and controller-manager; our loopback kubelet. Each test
+Real apiserver, etcd, scheduler and controller-manager; real nodes (the upstream kubelet on containerd). Each test
 reads back through the API only, as a user with kubectl would.
 """
 

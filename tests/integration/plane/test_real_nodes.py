@@ -23,12 +23,6 @@ from tests.waits import wait_for
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture
-def image(real_plane) -> str:
-    """edl's runtime image in the real plane's registry."""
-    return real_plane.image("runtime")
-
-
 def kubectl(plane, *args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([plane._exe("kubectl"), f"--kubeconfig={plane.admin_kubeconfig}", *args],
                           capture_output=True, text=True, timeout=timeout, **kw)
@@ -55,23 +49,23 @@ def on(node_name: str, manifest: dict) -> dict:
     return manifest
 
 
-def test_nodes_are_real_kubelets_with_containerd(real_plane, real_kube):
-    core = client.CoreV1Api(real_kube)
+def test_nodes_are_real_kubelets_with_containerd(plane, kube):
+    core = client.CoreV1Api(kube)
     nodes = {n.metadata.name: n for n in core.list_node().items}
     assert sorted(nodes) == ["node-0", "node-1"]
     for i, (name, n) in enumerate(sorted(nodes.items())):
         assert {c.type: c.status for c in n.status.conditions}["Ready"] == "True"
         info = n.status.node_info
         assert info.kubelet_version == "v1.37.2" and info.container_runtime_version.startswith("containerd://1.")
-        assert {a.type: a.address for a in n.status.addresses}["InternalIP"] == real_plane.net.node_ip(i)
+        assert {a.type: a.address for a in n.status.addresses}["InternalIP"] == plane.net.node_ip(i)
         assert n.status.allocatable["cpu"] in ("2", "2000m")
 
 
-def test_our_image_runs_under_runc_by_digest_with_the_pods_security_context(real_plane, real_kube, real_namespace):
+def test_our_image_runs_under_runc_by_digest_with_the_pods_security_context(plane, kube, namespace):
     """Pulled from the plane's registry by digest; run as the image's user, read-only root, no
     capabilities, seccomp RuntimeDefault, in namespaces of its own (PID 1 is the container's)."""
-    core = client.CoreV1Api(real_kube)
-    image = digest_reference(real_plane, "runtime")
+    core = client.CoreV1Api(kube)
+    image = digest_reference(plane, "runtime")
     script = ("import os, socket\n"
               "print('uid', os.getuid(), 'pid', os.getpid(), 'host', socket.gethostname())\n"
               "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)\n"
@@ -81,9 +75,9 @@ def test_our_image_runs_under_runc_by_digest_with_the_pods_security_context(real
     manifest = restricted_pod("who", ["python3", "-c", script], image=image)
     manifest["spec"]["containers"][0]["securityContext"].pop("runAsUser")  # the image's own user
     manifest["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] = True
-    core.create_namespaced_pod(real_namespace, manifest)
-    p = finished(core, real_namespace, "who")
-    log = core.read_namespaced_pod_log("who", real_namespace)
+    core.create_namespaced_pod(namespace, manifest)
+    p = finished(core, namespace, "who")
+    log = core.read_namespaced_pod_log("who", namespace)
     assert p.status.phase == "Succeeded", log
     assert "uid 10001 pid 1 host who" in log
     assert "caps 0000000000000000 seccomp 2 nnp 1" in log
@@ -100,17 +94,17 @@ def pod_cgroup(plane, p, controller: str) -> Path:
     return (base if qos == "guaranteed" else base / qos) / f"pod{p.metadata.uid}"
 
 
-def test_a_pod_of_one_cpu_is_throttled_to_one_cpu(real_plane, real_kube, real_namespace, image):
+def test_a_pod_of_one_cpu_is_throttled_to_one_cpu(plane, kube, namespace, runtime_image):
     """Two busy processes in a container limited to 1 CPU: its cgroup's quota is one period, the
     kernel throttles it, and it never gets more than one CPU's time over a window."""
-    core = client.CoreV1Api(real_kube)
+    core = client.CoreV1Api(kube)
     burn = "import multiprocessing as m\ndef f():\n    while True: pass\n[m.Process(target=f).start() for _ in range(2)]\n"
-    manifest = restricted_pod("busy", ["python3", "-c", burn], image=image,
+    manifest = restricted_pod("busy", ["python3", "-c", burn], image=runtime_image,
                               resources={"requests": {"cpu": "1", "memory": "128Mi"},
                                          "limits": {"cpu": "1", "memory": "128Mi"}})
-    core.create_namespaced_pod(real_namespace, manifest)
-    p = running(core, real_namespace, "busy")
-    cpu, acct = pod_cgroup(real_plane, p, "cpu"), pod_cgroup(real_plane, p, "cpuacct")
+    core.create_namespaced_pod(namespace, manifest)
+    p = running(core, namespace, "busy")
+    cpu, acct = pod_cgroup(plane, p, "cpu"), pod_cgroup(plane, p, "cpuacct")
     assert int((cpu / "cpu.cfs_quota_us").read_text()) == int((cpu / "cpu.cfs_period_us").read_text())
 
     def throttled() -> int:
@@ -123,31 +117,31 @@ def test_a_pod_of_one_cpu_is_throttled_to_one_cpu(real_plane, real_kube, real_na
     assert (used1 - used0) / 1e9 <= 1.1 * (t1 - t0), "the pod used more than its one CPU"
 
 
-def test_a_container_past_its_memory_limit_is_oom_killed(real_kube, real_namespace, image):
-    core = client.CoreV1Api(real_kube)
+def test_a_container_past_its_memory_limit_is_oom_killed(kube, namespace, runtime_image):
+    core = client.CoreV1Api(kube)
     grow = "x = []\nwhile True: x.append(bytearray(16 << 20))\n"
-    core.create_namespaced_pod(real_namespace, restricted_pod(
-        "hungry", ["python3", "-c", grow], image=image,
+    core.create_namespaced_pod(namespace, restricted_pod(
+        "hungry", ["python3", "-c", grow], image=runtime_image,
         resources={"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}}))
-    p = finished(core, real_namespace, "hungry")
+    p = finished(core, namespace, "hungry")
     term = p.status.container_statuses[0].state.terminated
     assert p.status.phase == "Failed" and term.reason == "OOMKilled" and term.exit_code == 137
 
 
-def test_pods_reach_each_other_and_services_by_name_across_nodes(real_plane, real_kube, real_namespace,
-                                                                  image):
-    core = client.CoreV1Api(real_kube)
+def test_pods_reach_each_other_and_services_by_name_across_nodes(plane, kube, namespace,
+                                                                  runtime_image):
+    core = client.CoreV1Api(kube)
     server = restricted_pod("web", ["python3", "-m", "http.server", "8080", "--directory", "/usr/local/bin"],
-                            image=image, restart="Always")
+                            image=runtime_image, restart="Always")
     server["metadata"]["labels"] = {"app": "web"}
     server["spec"]["containers"][0]["readinessProbe"] = {"httpGet": {"path": "/", "port": 8080},
                                                         "periodSeconds": 1}
-    core.create_namespaced_pod(real_namespace, on("node-0", server))
-    core.create_namespaced_service(real_namespace, {
+    core.create_namespaced_pod(namespace, on("node-0", server))
+    core.create_namespaced_service(namespace, {
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
-    web = running(core, real_namespace, "web")
-    assert real_plane.net.owns(web.status.pod_ip) and web.status.host_ip == real_plane.net.node_ip(0)
+    web = running(core, namespace, "web")
+    assert plane.net.owns(web.status.pod_ip) and web.status.host_ip == plane.net.node_ip(0)
     # A new Service answers once kube-proxy has its endpoint (a second or so): the client tries for a while.
     script = ("import urllib.request as u, socket, time\n"
               "def get(url):\n"
@@ -159,34 +153,34 @@ def test_pods_reach_each_other_and_services_by_name_across_nodes(real_plane, rea
               "            if time.monotonic() > deadline: raise\n"
               "            time.sleep(0.2)\n"
               f"for url in ('http://{web.status.pod_ip}:8080/', 'http://web/', "
-              f"'http://web.{real_namespace}.svc.cluster.local/'):\n"
+              f"'http://web.{namespace}.svc.cluster.local/'):\n"
               "    print(url, get(url))\n"
               "socket.create_connection(('kubernetes.default.svc', 443), timeout=10); print('apiserver reached')\n"
               "try:\n    socket.getaddrinfo('example.com', 80)\nexcept OSError as e:\n    print('outside: no name')\n")
-    core.create_namespaced_pod(real_namespace, on("node-1", restricted_pod("client", ["python3", "-c", script],
-                                                                          image=image)))
-    p = finished(core, real_namespace, "client")
-    log = core.read_namespaced_pod_log("client", real_namespace)
+    core.create_namespaced_pod(namespace, on("node-1", restricted_pod("client", ["python3", "-c", script],
+                                                                          image=runtime_image)))
+    p = finished(core, namespace, "client")
+    log = core.read_namespaced_pod_log("client", namespace)
     assert p.status.phase == "Succeeded", log
     assert log.count(" 200") == 3 and "apiserver reached" in log and "outside: no name" in log
 
 
-def test_kubectl_logs_exec_and_port_forward_reach_the_pod(real_plane, real_kube, real_namespace, image):
-    core = client.CoreV1Api(real_kube)
+def test_kubectl_logs_exec_and_port_forward_reach_the_pod(plane, kube, namespace, runtime_image):
+    core = client.CoreV1Api(kube)
     server = restricted_pod("served", ["sh", "-c", "echo serving; exec python3 -m http.server 8080 --directory /etc"],
-                            image=image, restart="Always")
-    core.create_namespaced_pod(real_namespace, server)
-    running(core, real_namespace, "served")
-    logs = wait_for(lambda: "serving" in (r := kubectl(real_plane, "-n", real_namespace, "logs", "served")).stdout
+                            image=runtime_image, restart="Always")
+    core.create_namespaced_pod(namespace, server)
+    running(core, namespace, "served")
+    logs = wait_for(lambda: "serving" in (r := kubectl(plane, "-n", namespace, "logs", "served")).stdout
                     and r, 30, "kubectl logs")
     assert logs.returncode == 0
-    ex = kubectl(real_plane, "-n", real_namespace, "exec", "served", "--", "cat", "/etc/hostname")
+    ex = kubectl(plane, "-n", namespace, "exec", "served", "--", "cat", "/etc/hostname")
     assert ex.returncode == 0 and ex.stdout.strip() == "served", ex.stderr
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    fwd = subprocess.Popen([real_plane._exe("kubectl"), f"--kubeconfig={real_plane.admin_kubeconfig}", "-n",
-                            real_namespace, "port-forward", "pod/served", f"{port}:8080", "--address", "127.0.0.1"],
+    fwd = subprocess.Popen([plane._exe("kubectl"), f"--kubeconfig={plane.admin_kubeconfig}", "-n",
+                            namespace, "port-forward", "pod/served", f"{port}:8080", "--address", "127.0.0.1"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert fwd.stdout is not None and "Forwarding from" in fwd.stdout.readline()
@@ -197,10 +191,10 @@ def test_kubectl_logs_exec_and_port_forward_reach_the_pod(real_plane, real_kube,
         fwd.wait(timeout=10)
 
 
-def test_no_pod_or_service_address_is_routed_off_the_machine(real_plane, real_kube):
+def test_no_pod_or_service_address_is_routed_off_the_machine(plane, kube):
     """The host routes its pods' ranges to the nodes over the plane's bridge and blackholes the rest
     of the plane's range (Services, pod ranges of no node); a node has no default route."""
-    net = real_plane.net
+    net = plane.net
     default = network.ip("route", "show", "default", check=False).stdout.split()
     default_dev = default[default.index("dev") + 1] if "dev" in default else None
     pod_route = network.route_of("10.%d.1.77" % net.base)  # node-0's pod range
@@ -224,35 +218,35 @@ def test_no_pod_or_service_address_is_routed_off_the_machine(real_plane, real_ku
     assert "kube-proxy" in node_rules() and "kube-proxy" not in host_rules and "KUBE-" not in host_rules
 
 
-def test_a_lost_node_goes_not_ready_and_comes_back_when_its_link_is_mended(real_plane, real_kube):
-    core = client.CoreV1Api(real_kube)
+def test_a_lost_node_goes_not_ready_and_comes_back_when_its_link_is_mended(plane, kube):
+    core = client.CoreV1Api(kube)
 
     def ready() -> str:
         n = core.read_node("node-1")
         return {c.type: c.status for c in n.status.conditions}["Ready"]
 
-    real_plane.lose_node("node-1")
+    plane.lose_node("node-1")
     try:
         wait_for(lambda: ready() == "Unknown", 60, "node-1 Unknown once its link is cut")
     finally:
-        real_plane.restore_node("node-1")
+        plane.restore_node("node-1")
     wait_for(lambda: ready() == "True", 60, "node-1 Ready once its link is mended")
 
 
-def test_a_removed_node_leaves_nothing_behind(real_plane, real_kube, real_namespace, image):
+def test_a_removed_node_leaves_nothing_behind(plane, kube, namespace, runtime_image):
     """Processes, mounts, cgroups, network namespace, veth and routes of a node: all gone with it."""
-    core = client.CoreV1Api(real_kube)
-    info = real_plane.add_real_node("node-extra", cpu="1", memory="2Gi")
-    core.create_namespaced_pod(real_namespace, on("node-extra", restricted_pod(
-        "sleeper", ["sleep", "600"], image=image, restart="Always")))
-    running(core, real_namespace, "sleeper")
+    core = client.CoreV1Api(kube)
+    info = plane.add_node("node-extra", cpu="1", memory="2Gi")
+    core.create_namespaced_pod(namespace, on("node-extra", restricted_pod(
+        "sleeper", ["sleep", "600"], image=runtime_image, restart="Always")))
+    running(core, namespace, "sleeper")
     node_dir = Path(info.dir)
     assert node_mod.mounts_under(node_dir) and node_mod.cgroup_dirs(info.cgroup_root)
-    real_plane.remove_node("node-extra")
+    plane.remove_node("node-extra")
     assert node_mod.processes_naming(str(node_dir)) == []
     assert node_mod.mounts_under(node_dir) == []
     assert node_mod.cgroup_dirs(info.cgroup_root) == []
-    net = real_plane.net
+    net = plane.net
     assert net.netns(info.index) not in net.namespaces()
     assert net.veth(info.index) not in net.links()
     assert not [r for r in net.routes() if net.pod_cidr(info.index) in r]
@@ -269,27 +263,37 @@ def image_files(plane, node_name: str, path: str) -> list[Path]:
     return sorted(layers(plane, node_name).glob(f"*/fs/{path.lstrip('/')}"))
 
 
-def test_the_nodes_share_one_copy_of_an_image_and_a_container_changes_only_its_own(real_plane, real_kube):
-    """The plane pre-pulls edl's images on every node and hard-links the nodes' files to the copy the
-    machine unpacked for the emulated kubelets (the image stores took 2.9 GB a node): a node's own
-    files are a sliver of its images. A container that writes to a file of its image gets a copy in its
-    own layer: the file every node shares is untouched."""
-    path = "/etc/debian_version"
-    ours, theirs = image_files(real_plane, "node-0", path), image_files(real_plane, "node-1", path)
-    machine = images.unpacked() / real_plane.digest("runtime").replace(":", "-") / "rootfs" / path.lstrip("/")
-    shared = {f.stat().st_ino for f in ours} & {f.stat().st_ino for f in theirs} & {machine.stat().st_ino}
-    assert shared, (ours, theirs, machine)
-    for n in ("node-0", "node-1"):
-        files = [f for f in layers(real_plane, n).rglob("*") if f.is_file() and not f.is_symlink()]
+def test_the_nodes_share_one_copy_of_an_image_and_a_container_changes_only_its_own(plane, kube):
+    """The plane pre-pulls edl's images on every node and hard-links the nodes' files to the machine's
+    one copy of the images' layers (the image stores took 2.9 GB a node): a new node's own files are a
+    sliver of its images. A container that writes to a file of its image gets a copy in its own layer:
+    the file every node shares is untouched."""
+    plane.add_node("node-share", cpu="1", memory="2Gi")
+    try:
+        plane.prepull(("runtime",), on=("node-share",))
+        path = "/etc/debian_version"
+        ours, theirs = image_files(plane, "node-share", path), image_files(plane, "node-0", path)
+        machine = [f for d in images.unpack_layers(("runtime",)) if (f := d / path.lstrip("/")).exists()][-1]
+        shared = {f.stat().st_ino for f in ours} & {f.stat().st_ino for f in theirs} & {machine.stat().st_ino}
+        assert shared, (ours, theirs, machine)
+        files = [f for f in layers(plane, "node-share").rglob("*") if f.is_file() and not f.is_symlink()]
         own = sum(f.stat().st_size for f in files if f.stat().st_nlink == 1)
-        assert own < 0.05 * sum(f.stat().st_size for f in files), (n, own)
+        assert own < 0.05 * sum(f.stat().st_size for f in files), own
+        written_on(plane, kube, "node-share", path, ours, theirs)
+    finally:
+        plane.remove_node("node-share")
+
+
+def written_on(plane, kube, node: str, path: str, ours: list[Path], theirs: list[Path]) -> None:
+    """A container on ``node`` appends to ``path`` of its image: ``ours`` (its node's copies of the file)
+    and ``theirs`` (another node's) stay as they were."""
     before = {f: f.read_text() for f in theirs}
-    core = client.CoreV1Api(real_kube)
+    core = client.CoreV1Api(kube)
     name = f"writer-{time.monotonic_ns()}"
-    core.create_namespaced_pod("default", on("node-0", {  # (default: no PodSecurity profile, root allowed)
+    core.create_namespaced_pod("default", on(node, {  # (default: no PodSecurity profile, root allowed)
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {"restartPolicy": "Never", "containers": [{
-            "name": "c", "image": real_plane.image("runtime"), "securityContext": {"runAsUser": 0},
+            "name": "c", "image": plane.image("runtime"), "securityContext": {"runAsUser": 0},
             "command": ["sh", "-c", f"echo changed >> {path} && cat {path}"]}]}}))
     try:
         p = finished(core, "default", name)
