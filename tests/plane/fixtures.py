@@ -87,6 +87,18 @@ def _suite_nodes(p: ControlPlane) -> None:
         sched.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """A test on the plane is timed from its own start (pytest-timeout's ``func_only``): the plane's
+    start (built, started, its nodes pulling edl's images: minutes on a busy machine) is the session's,
+    paid by whichever test of a worker comes first, and keeps deadlines of its own, as the fixtures'
+    set-ups and teardowns do (a namespace made and deleted)."""
+    for item in items:
+        if "plane" in item.fixturenames:
+            marker = item.get_closest_marker("timeout")
+            seconds = (marker.kwargs.get("timeout", marker.args[0] if marker.args else None)) if marker else None
+            item.add_marker(pytest.mark.timeout(seconds, func_only=True))
+
+
 @pytest.fixture(scope="session")
 def plane():
     with session_plane("test-", plane_ip_base(), _suite_nodes) as p:
