@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import os
 import shutil
@@ -23,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -51,42 +49,6 @@ def plane_ip_base() -> int:
     return 40 + 20 * worker_index()
 
 
-@contextlib.contextmanager
-def session_plane(prefix: str, base: int, add_nodes: Callable[[ControlPlane], None],
-                  ) -> Iterator[ControlPlane]:
-    """A plane under ``PLANES`` (built first where missing), its nodes added by ``add_nodes``; stopped and
-    removed after, whatever happened."""
-    missing = missing_packages()
-    if missing:
-        pytest.fail(f"the plane's nodes need Debian's {', '.join(missing)} (./dev installs them as root)")
-    try:
-        for target in (build.KUBEPLANE, build.COREDNS):
-            build.build(target, quiet=True)
-        images.build_images(quiet=True)
-    except (build.BuildError, images.ImageError, RegistryError) as e:
-        pytest.fail(f"the control plane or its images cannot be built: {e}")
-    PLANES.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=prefix, dir=PLANES))
-    p = ControlPlane(root, ip_base=base)
-    try:
-        p.start()
-        add_nodes(p)
-        yield p
-    finally:
-        p.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _suite_nodes(p: ControlPlane) -> None:
-    for i in range(NODES):
-        p.add_node(f"node-{i}", cpu=NODE_CPU, memory=NODE_MEMORY)
-    p.prepull()
-    api = config.new_client_from_config(config_file=str(p.admin_kubeconfig))
-    sched = client.SchedulingV1Api(api)
-    for name, value in PRIORITY_CLASSES.items():
-        sched.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
-
-
 def pytest_collection_modifyitems(items) -> None:
     """A test on the plane is timed from its own start (pytest-timeout's ``func_only``): the plane's
     start (built, started, its nodes pulling edl's images: minutes on a busy machine) is the session's,
@@ -101,8 +63,32 @@ def pytest_collection_modifyitems(items) -> None:
 
 @pytest.fixture(scope="session")
 def plane():
-    with session_plane("test-", plane_ip_base(), _suite_nodes) as p:
+    """A plane under ``PLANES`` (built first where missing) with the suite's nodes, edl's images pulled
+    into them and its PriorityClasses; stopped and removed after, whatever happened."""
+    missing = missing_packages()
+    if missing:
+        pytest.fail(f"the plane's nodes need Debian's {', '.join(missing)} (./dev installs them as root)")
+    try:
+        for target in (build.KUBEPLANE, build.COREDNS):
+            build.build(target, quiet=True)
+        images.build_images(quiet=True)
+    except (build.BuildError, images.ImageError, RegistryError) as e:
+        pytest.fail(f"the control plane or its images cannot be built: {e}")
+    PLANES.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="test-", dir=PLANES))
+    p = ControlPlane(root, ip_base=plane_ip_base())
+    try:
+        p.start()
+        for i in range(NODES):
+            p.add_node(f"node-{i}", cpu=NODE_CPU, memory=NODE_MEMORY)
+        p.prepull()
+        sched = client.SchedulingV1Api(config.new_client_from_config(config_file=str(p.admin_kubeconfig)))
+        for name, value in PRIORITY_CLASSES.items():
+            sched.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
         yield p
+    finally:
+        p.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
