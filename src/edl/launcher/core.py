@@ -26,7 +26,7 @@ from edl.console import Bar, Console, clip, plain_console, progress_bars, say
 from edl.errors import EdlError, KubeForbiddenError, PermanentError, TemporaryError, UserError
 from edl.files import write_json_atomic
 from edl.launcher.budget import Budget, BudgetPolicy
-from edl.launcher.reconcile import plan_trainers
+from edl.launcher.reconcile import Plan, plan_trainers
 from edl.launcher.watch import StatusWatch
 from edl.masterlink import HttpMaster
 from edl.storage.audit import audit
@@ -202,6 +202,7 @@ class Launcher:
         self._held_seen: tuple[str, ...] = ()  # trainers told to stop, held for the sidecar, as last said
         self._used: tuple[str, int] = ("", 0)  # master uid and control version of the status the last round used
         self._used_serial = 0  # the watch's reading that status came from (0: read directly)
+        self._from_watch = False  # the round's status is the watch's copy (not read by the round itself)
 
     @property
     def failures(self) -> int:
@@ -378,9 +379,9 @@ class Launcher:
                 raise reading.error
             st = reading.view
             if st is None or st.control_version == 0 or self._newer_or_same(st):
-                self._used_serial = reading.serial
+                self._used_serial, self._from_watch = reading.serial, True
                 return self._use(st)
-        self._read_now = False
+        self._read_now, self._from_watch = False, False
         self._used_serial = self.status_watch.latest_serial() if self.status_watch is not None else 0
         return self._use(self.link.status())
 
@@ -429,6 +430,11 @@ class Launcher:
                 del self.drained_by[t.id]
                 self.draining.pop(t.id, None)
 
+    def _plan(self, st: JobView, trainers: list[TrainerPod], now: float) -> Plan:
+        return plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
+                             self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs,
+                             node_hints=st.node_hints, held=st.held_replacements, replacing=st.replacing)
+
     def _apply(self, st: JobView) -> None:
         now = self.clock()
         self.progress = max(self.progress, st.step)
@@ -440,10 +446,16 @@ class Launcher:
         if self._first_round:
             self._first_round = False
             self._find_leaving(st, trainers, now)
-        plan = plan_trainers(st.desired_trainers, trainers, self.draining, now, self.pending_timeout_s,
-                             self.drain_timeout_s, data_done=st.epochs_completed >= st.epochs,
-                             node_hints=st.node_hints, held=st.held_replacements,
-                             replacing=st.replacing)
+        plan = self._plan(st, trainers, now)
+        if plan.relaunched and plan.create and self._from_watch:
+            # Replacements are decided on the pods seen now, against a size the watch read before them: a
+            # sidecar that handed the room back meanwhile (the same preemption, seen from its side) would
+            # have it taken again by the replacement. The size is read afresh first.
+            fresh = self.link.status()
+            if fresh is not None:
+                st = self.last_status = self._use(fresh)  # type: ignore[assignment]
+                self._from_watch = False
+                plan = self._plan(st, trainers, now)
         seen = tuple((t.name, t.phase, t.exit) for t in trainers)
         # A trainer that came or went (an exit this round reports, one it starts): the next round reads the
         # master afresh rather than the watch's copy, which may predate it (see ``plan_trainers`` on exits).

@@ -285,3 +285,35 @@ def test_the_watch_follows_a_new_master_and_drops_what_the_old_one_said():
     finally:
         watch.stop()
         old.set(), new.set()  # end the long poll in flight
+
+
+def test_a_preempted_trainer_is_replaced_only_if_a_fresh_read_still_asks_for_it():
+    # The sidecar handed the room back (4 -> 1, for a higher-priority service) after the watch's copy was
+    # taken; the scheduler preempts a trainer for that service. On the copy (4) the round would start a
+    # replacement into the room just handed back: it reads the size afresh first, and drains instead.
+    cluster = Cluster(running=("j-t1", "j-t2", "j-t3", "j-t4"))
+    master = Master(replace(view(4), control_version=3))
+    la, watch = watching(master, cluster)
+    watch.show(replace(view(4), control_version=3))
+    for _ in range(3):
+        la.tick()
+    reads = master.reads
+    la.tick()
+    assert master.reads == reads and cluster.created == [] and master.drained == []  # nothing changed: the copy
+    master.views = [replace(view(1), control_version=4)]  # the sidecar's decision, not in the watch's copy yet
+    cluster.pods["j-t3"] = TrainerPod("j-t3", PodPhase.FAILED, 0.0, "node", TrainerExit.PREEMPTED)
+    la.tick()
+    assert master.reads == reads + 1 and cluster.created == [] and len(master.drained) == 2
+
+
+def test_a_preempted_trainer_is_replaced_at_once_where_the_size_still_asks_for_it():
+    cluster = Cluster(running=("j-t1", "j-t2"))
+    master = Master(replace(view(2), control_version=3))
+    la, watch = watching(master, cluster)
+    watch.show(replace(view(2), control_version=3))
+    for _ in range(3):
+        la.tick()
+    reads = master.reads
+    cluster.pods["j-t2"] = TrainerPod("j-t2", PodPhase.FAILED, 0.0, "node", TrainerExit.PREEMPTED)
+    la.tick()
+    assert cluster.created == ["j-t3"] and master.reads == reads + 1  # read afresh once, then replaced
