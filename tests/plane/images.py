@@ -109,6 +109,13 @@ def layer_digests(repo: str, tag: str) -> list[str]:
         raise ImageError(f"{repo}:{tag} is not in the registry's storage ({e})") from None
 
 
+def blob_bytes(names: tuple[str, ...]) -> int:
+    """The bytes of the layers of edl's images ``names`` as the registry stores them (compressed): what a
+    node's pull holds beside the unpacked files until it has unpacked them."""
+    digests = {d for name in names for d in layer_digests(f"edl-{name}", version())}
+    return sum(_blob(d).stat().st_size for d in digests)
+
+
 def unpack_layers(names: tuple[str, ...], timeout_s: float = 1800) -> list[Path]:
     """Each layer of edl's images ``names`` unpacked once into ``layers()`` as containerd unpacks it
     (owners, modes and times kept, so that a node's copy of a file is found identical to this one);

@@ -444,7 +444,7 @@ class ControlPlane:
         self._wait(lambda: self._get("/api/v1/namespaces/kube-system/serviceaccounts/default") == 200, 120,
                    "kube-system's default ServiceAccount")
         shared = images.unpack_layers(names, timeout_s)
-        need = tree_bytes(*shared)
+        need = tree_bytes(*shared) + images.blob_bytes(names)  # a pull's peak: unpacked, and still compressed
         nodes = [n for n in self.state.nodes if not on or n.name in on]
         with ThreadPoolExecutor(max(1, len(nodes))) as pool:
             for f in [pool.submit(self._pull_on_node, http, n, names, shared, need, timeout_s, pulled) for n in nodes]:

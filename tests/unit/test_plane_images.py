@@ -96,6 +96,8 @@ def test_each_layer_is_unpacked_once_with_its_owners_modes_and_times(storage):
     runtime = tag(storage, "edl-runtime", [base, layer({"usr/local/bin/edl": (b"#!/bin/sh\n", 0o755, 10001)})])
     trainer = tag(storage, "edl-trainer-cpu", [base, layer({"opt/t": (b"t", 0o600, 10001)})])
     assert images.layer_digests("edl-runtime", "1.0") == runtime
+    assert images.blob_bytes(("runtime", "trainer-cpu")) == sum(  # the base once
+        len(data) for data in {base, *(images._blob(d).read_bytes() for d in (*runtime, *trainer))})
     dirs = images.unpack_layers(("runtime", "trainer-cpu"))
     assert [d.name for d in dirs] == [d.replace(":", "-") for d in (*runtime, trainer[1])]
     edl = dirs[1] / "usr/local/bin/edl"
