@@ -423,6 +423,7 @@ def lost_node(steps):
     steps.plane.add_node("node-lost", cpu="2", memory="4Gi")
     others = ("node-0", "node-1")
     try:
+        steps.plane.prepull(on=("node-lost",))  # the master's and a trainer's images: the machine's copy, not 2.9 GB more
         yield others
     finally:
         hold_nodes(steps.core, others, False)

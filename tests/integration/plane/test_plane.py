@@ -175,6 +175,7 @@ def test_a_lost_node_goes_unknown_and_its_pods_are_evicted_but_stay_terminating(
     core = client.CoreV1Api(kube)
     plane.add_node("node-lost", cpu="1", memory="4Gi")
     try:
+        plane.prepull(("runtime",), on=("node-lost",))  # the machine's copy of the image, not 1 GB more
         p = restricted_pod("stranded", ["sleep", "600"], image=runtime_image)
         p["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-lost"}
         core.create_namespaced_pod(namespace, p)
