@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(items) -> None:
         if "plane" in item.fixturenames:
             marker = item.get_closest_marker("timeout")
             seconds = (marker.kwargs.get("timeout", marker.args[0] if marker.args else None)) if marker else None
-            item.add_marker(pytest.mark.timeout(seconds, func_only=True))
+            item.add_marker(pytest.mark.timeout(seconds, func_only=True), append=False)  # before the test's own
 
 
 @pytest.fixture(scope="session")
