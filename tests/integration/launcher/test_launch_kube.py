@@ -97,7 +97,9 @@ def test_an_argo_step_killed_without_cleanup_is_garbage_collected(steps):
     step = steps.launch("argokill", epochs=400)
     steps.wait(lambda: steps.trainers("argokill"), what="a running trainer")
     steps.core.delete_namespaced_pod(step, steps.ns, grace_period_seconds=0)
-    steps.wait_gone("argokill", 30, "the garbage collector to remove the job")
+    # Operations' bound for a launcher killed without cleanup: its trainers, asked to leave by their
+    # kubelet's SIGTERM, wait up to 15 s for a master that is gone too, within their 30-s grace period.
+    steps.wait_gone("argokill", 60, "the garbage collector to remove the job")
 
 
 def test_the_apiserver_away_for_20_s_mid_run_holds_the_plan_and_the_job_finishes(steps):
