@@ -97,8 +97,8 @@ def test_an_argo_step_killed_without_cleanup_is_garbage_collected(steps):
     step = steps.launch("argokill", epochs=400)
     steps.wait(lambda: steps.trainers("argokill"), what="a running trainer")
     steps.core.delete_namespaced_pod(step, steps.ns, grace_period_seconds=0)
-    # Operations' bound for a launcher killed without cleanup: its trainers, asked to leave by their
-    # kubelet's SIGTERM, wait up to 15 s for a master that is gone too, within their 30-s grace period.
+    # Operations' bound for a launcher killed without cleanup: a trainer asked to leave by its kubelet's
+    # SIGTERM waits up to 15 s for a switch that its master, torn down too, never makes (30-s grace period).
     steps.wait_gone("argokill", 60, "the garbage collector to remove the job")
 
 
