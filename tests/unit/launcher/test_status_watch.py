@@ -287,16 +287,22 @@ def test_the_watch_follows_a_new_master_and_drops_what_the_old_one_said():
         old.set(), new.set()  # end the long poll in flight
 
 
+def settled(desired: int) -> tuple[Launcher, Master, Cluster]:
+    """A launcher past its first rounds with ``desired`` trainers running, the watch's copy current."""
+    cluster = Cluster(running=tuple(f"j-t{i}" for i in range(1, desired + 1)))
+    master = Master(replace(view(desired), control_version=3))
+    la, watch = watching(master, cluster)
+    watch.show(replace(view(desired), control_version=3))
+    for _ in range(3):
+        la.tick()
+    return la, master, cluster
+
+
 def test_a_preempted_trainer_is_replaced_only_if_a_fresh_read_still_asks_for_it():
     # The sidecar handed the room back (4 -> 1, for a higher-priority service) after the watch's copy was
     # taken; the scheduler preempts a trainer for that service. On the copy (4) the round would start a
     # replacement into the room just handed back: it reads the size afresh first, and drains instead.
-    cluster = Cluster(running=("j-t1", "j-t2", "j-t3", "j-t4"))
-    master = Master(replace(view(4), control_version=3))
-    la, watch = watching(master, cluster)
-    watch.show(replace(view(4), control_version=3))
-    for _ in range(3):
-        la.tick()
+    la, master, cluster = settled(4)
     reads = master.reads
     la.tick()
     assert master.reads == reads and cluster.created == [] and master.drained == []  # nothing changed: the copy
@@ -307,12 +313,7 @@ def test_a_preempted_trainer_is_replaced_only_if_a_fresh_read_still_asks_for_it(
 
 
 def test_a_preempted_trainer_is_replaced_at_once_where_the_size_still_asks_for_it():
-    cluster = Cluster(running=("j-t1", "j-t2"))
-    master = Master(replace(view(2), control_version=3))
-    la, watch = watching(master, cluster)
-    watch.show(replace(view(2), control_version=3))
-    for _ in range(3):
-        la.tick()
+    la, master, cluster = settled(2)
     reads = master.reads
     cluster.pods["j-t2"] = TrainerPod("j-t2", PodPhase.FAILED, 0.0, "node", TrainerExit.PREEMPTED)
     la.tick()
