@@ -105,7 +105,6 @@ class ControlPlane:
         # pytest-xdist worker, and ``./dev cluster``) need disjoint bases.
         self.ip_base = ip_base if ip_base is not None else int(os.environ.get("EDL_PLANE_IP_BASE", "20"))
         self.net = PlaneNet(self.ip_base)
-        self.running_nodes: dict[str, RealNode] = {}
         self.bin = bin_dir or build.KUBEPLANE.out_dir()
         self.state = PlaneState(str(self.root), base=self.ip_base)
         self.procs: dict[str, subprocess.Popen] = {}
@@ -405,7 +404,6 @@ class ControlPlane:
         self.state.nodes.append(info)
         self.state.save()  # before anything of it exists: a failed start is still cleaned up
         self.net.add_node(index, peers)
-        self.running_nodes[name] = node
         try:
             node.start()
         finally:
@@ -428,15 +426,15 @@ class ControlPlane:
 
     def prepull(self, names: tuple[str, ...] = ("runtime", "trainer-cpu"), timeout_s: float = 600,
                 pulled: Callable[[str, float], None] | None = None, on: tuple[str, ...] = ()) -> None:
-        """Every node (or those named ``on``) pulls edl's images ``names`` through its kubelet (a pod of each, in
-        ``kube-system``, run once and deleted), and each node's files are then hard-linked to the
-        identical ones of the machine's copy of the images' layers (``images.unpack_layers``, kept
+        """Every node (or those named ``on``) pulls edl's images ``names`` through its kubelet (a pod of
+        each, in ``kube-system``, run once and deleted), and each node's files are then hard-linked to
+        the identical ones of the machine's copy of the images' layers (``images.unpack_layers``, kept
         between runs). A node's committed layers are never written (a container writes to a layer of
-        its own), so one copy serves every node. Nodes pull side by side only while the disk has room for each one's pull (``disk_slot``,
-        shared by every plane of the machine: the tests' workers and ``./dev cluster``); on a small disk
-        one at a time: pulled all at once, a few nodes filled one (``bench/real_node.py``: 2.9 GB a node
-        for the runtime and CPU trainer images). ``pulled`` is told each node's name and seconds as it
-        is done."""
+        its own), so one copy serves every node. Nodes pull side by side only while the disk has room
+        for each one's pull (``disk_slot``, shared by every plane of the machine: the tests' workers and
+        ``./dev cluster``); on a small disk one at a time: pulled all at once, a few nodes filled one
+        (``bench/real_node.py``: 2.9 GB a node for the runtime and CPU trainer images). ``pulled`` is
+        told each node's name and seconds as it is done."""
         from concurrent.futures import ThreadPoolExecutor
 
         http = self.admin_http()
@@ -588,7 +586,6 @@ class ControlPlane:
         node = self._node(name)
         teardown(Path(node.dir), node.cgroup_root, node.pids)
         self.net.remove_node(node.index, [n.index for n in self.state.nodes if n is not node])
-        self.running_nodes.pop(name, None)
         self.admin_http().delete(f"{self.state.apiserver}/api/v1/nodes/{name}")
         self.state.nodes.remove(node)
         self.state.save()
