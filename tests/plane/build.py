@@ -1,6 +1,7 @@
 """Builds the plane's Go binaries (``tools/kubeplane``: Kubernetes, its kubelet and kube-proxy, and etcd;
 ``tools/minio``: the S3 server; ``tools/argo``: Argo's workflow controller and executor; ``tools/kserve``:
-KServe's controller; ``tools/coredns``: the cluster's DNS) into
+KServe's controller; ``tools/coredns``: the cluster's DNS; ``tools/snapshotter``: the nodes' containerd
+snapshotter, sharing the machine's one unpacked copy of edl's images) into
 a cache outside the clone, keyed by each module's files, so CI and later runs reuse them; and fetches the
 files tests take from Go modules (``tools/kserve``: KServe's CRDs) into the same cache.
 
@@ -78,7 +79,8 @@ ARGOEXEC = Target("argo", "github.com/argoproj/argo-workflows/v4/cmd/argoexec", 
      "overlay/osspecific_signal_linux.go.in"),))
 KSERVE_MANAGER = Target("kserve", "github.com/kserve/kserve/cmd/manager", "kserve-manager")
 COREDNS = Target("coredns", "github.com/coredns/coredns", "coredns")
-TARGETS = (KUBEPLANE, MINIO, ARGO_CONTROLLER, ARGOEXEC, KSERVE_MANAGER, COREDNS)
+SNAPSHOTTER = Target("snapshotter", ".", "edl-snapshotter")
+TARGETS = (KUBEPLANE, MINIO, ARGO_CONTROLLER, ARGOEXEC, KSERVE_MANAGER, COREDNS, SNAPSHOTTER)
 
 
 @dataclass(frozen=True)

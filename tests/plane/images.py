@@ -89,8 +89,8 @@ def storage() -> Path:
 
 def layers() -> Path:
     """The machine's one unpacked copy of the images' layers, a directory per layer digest: what the
-    real nodes' own files are hard-linked to (``ControlPlane.prepull``)."""
-    return cache() / "layers"
+    real nodes' snapshotters take edl's layers from (``tools/snapshotter``)."""
+    return cache() / "overlay-layers"
 
 
 def _blob(digest: str) -> Path:
@@ -109,17 +109,11 @@ def layer_digests(repo: str, tag: str) -> list[str]:
         raise ImageError(f"{repo}:{tag} is not in the registry's storage ({e})") from None
 
 
-def blob_bytes(names: tuple[str, ...]) -> int:
-    """The bytes of the layers of edl's images ``names`` as the registry stores them (compressed): what a
-    node's pull holds beside the unpacked files until it has unpacked them."""
-    digests = {d for name in names for d in layer_digests(f"edl-{name}", version())}
-    return sum(_blob(d).stat().st_size for d in digests)
-
-
 def unpack_layers(names: tuple[str, ...], timeout_s: float = 1800) -> list[Path]:
-    """Each layer of edl's images ``names`` unpacked once into ``layers()`` as containerd unpacks it
-    (owners, modes and times kept, so that a node's copy of a file is found identical to this one);
-    returns their directories. The first time a minute or two an image, then nothing."""
+    """Each layer of edl's images ``names`` unpacked once into ``layers()`` as containerd's overlay
+    snapshotter holds it (owners, modes, times and extended attributes kept, whiteouts as overlay
+    whiteouts: ``tools/snapshotter``'s ``unpack``, with containerd's own code); returns their
+    directories. The first time a minute or two an image, then nothing."""
     out: list[Path] = []
     with machine_lock(cache() / ".layers.lock", timeout_s, "another unpacking of the images' layers"):
         for name in names:
@@ -129,8 +123,12 @@ def unpack_layers(names: tuple[str, ...], timeout_s: float = 1800) -> list[Path]
                     tmp = d.with_name(d.name + ".tmp")
                     shutil.rmtree(tmp, ignore_errors=True)
                     tmp.mkdir(parents=True)
-                    _run(["tar", "-xf", str(_blob(digest)), "-C", str(tmp), "--numeric-owner", "--same-owner",
-                          "--same-permissions"], f"unpacking layer {digest} of edl-{name}", timeout_s)
+                    try:
+                        _run([str(build.SNAPSHOTTER.path()), "unpack", str(_blob(digest)), str(tmp)],
+                             f"unpacking layer {digest} of edl-{name}", timeout_s)
+                    except ImageError:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                        raise
                     tmp.rename(d)
                 if d not in out:
                     out.append(d)
@@ -413,8 +411,13 @@ def build_images(*, quiet: bool = False) -> None:
                     build_one(spec, key, steps)
                 push(spec, reg.host)
                 pushed = True
-        if pushed or (cache() / "unpacked").exists():
+        if pushed or any((cache() / old).exists() for old in OLD_UNPACKED):
             prune({d for s in specs for d in layer_digests(s.repo, s.tag)})
+
+
+# What an earlier edl unpacked and nothing reads now: the emulated kubelets' root filesystems, and the
+# layers unpacked with tar that nodes hard-linked their own pulled files to.
+OLD_UNPACKED = ("unpacked", "layers")
 
 
 def prune(keep: set[str]) -> None:
@@ -422,8 +425,8 @@ def prune(keep: set[str]) -> None:
     registry's storage, and the unpacked layers no image has any more (a run after a change to
     ``src/`` would otherwise add a few GB each time)."""
     subprocess.run(["buildah", "rmi", "--prune"], capture_output=True)
-    # Root filesystems unpacked for the emulated kubelets by an earlier edl: nothing reads them now.
-    shutil.rmtree(cache() / "unpacked", ignore_errors=True)
+    for old in OLD_UNPACKED:
+        shutil.rmtree(cache() / old, ignore_errors=True)
     if layers().exists():
         for d in layers().iterdir():
             if d.name.removesuffix(".tmp").replace("-", ":", 1) not in keep:

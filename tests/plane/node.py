@@ -31,8 +31,9 @@ from tests.plane.procs import stop_pid
 
 SHIM_SOCKETS = "/run/containerd/s"
 CNI_BIN = Path("/usr/lib/cni")
-NODE_PACKAGES = {"containerd": "containerd", "runc": "runc", "nsenter": "util-linux", "hardlink": "util-linux",
-                 "nft": "nftables", "conntrack": "conntrack"}
+NODE_PACKAGES = {"containerd": "containerd", "runc": "runc", "nsenter": "util-linux", "nft": "nftables",
+                 "conntrack": "conntrack"}
+SNAPSHOTTER = "edl"  # the proxy plugin's name: tools/snapshotter, one process a node
 CLUSTER_DOMAIN = "cluster.local"
 
 # containerd 1.6's own format. Only what a node of the plane needs: its root, state and sockets, the CRI
@@ -57,6 +58,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 [metrics]
   address = ""
 
+[proxy_plugins]
+  [proxy_plugins.{snapshotter_name}]
+    type = "snapshot"
+    address = "{snapshotter}"
+
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{pause}"
   restrict_oom_score_adj = true
@@ -67,9 +73,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   netns_mounts_under_state_dir = true
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+    # containerd's overlay snapshotter, served by tools/snapshotter: a layer the machine has unpacked
+    # already (edl's images, images.unpack_layers) is taken from there, found by the layer digest the
+    # CRI plugin passes it in the snapshot's labels; any other layer is pulled and unpacked as usual.
+    snapshotter = "{snapshotter_name}"
+    disable_snapshot_annotations = false
     default_runtime_name = "runc"
-    # A pulled layer is kept once, unpacked: every node holds its own copy of each image it runs.
+    # A pulled layer is kept once, unpacked.
     discard_unpacked_layers = true
 
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -109,9 +119,11 @@ def machine_capacity() -> tuple[int, int]:
     return os.cpu_count() or 1, mem_kib * 1024
 
 
-def image_layers(node_dir: Path) -> Path:
-    """Where a node's containerd keeps the unpacked layers of its images (one directory each)."""
-    return node_dir / "containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots"
+def snapshots(node_dir: Path) -> Path:
+    """Where a node's snapshotter keeps its snapshots (one directory each; a layer taken from the
+    machine's copy is a link to it). Named as containerd names its own snapshotters' roots, where the
+    CRI plugin looks for the image filesystem it reports to the kubelet."""
+    return node_dir / f"containerd/root/io.containerd.snapshotter.v1.{SNAPSHOTTER}"
 
 
 def cgroup_hierarchies() -> list[Path]:
@@ -137,7 +149,8 @@ class RealNode:
 
     def __init__(self, spec: NodeSpec, root: Path, net: PlaneNet, *, ca: Path,
                  kubeconfig: Path, proxy_kubeconfig: Path, serving: tuple[Path, Path], registry: str,
-                 pause_image: str, bin_dir: Path, logs: Path, lease_s: int) -> None:
+                 pause_image: str, bin_dir: Path, snapshotter: Path, layers: Path, logs: Path,
+                 lease_s: int) -> None:
         self.spec = spec
         self.lease_s = lease_s  # its Lease lasts as long as the node controller's grace; renewed every quarter
         self.dir = root
@@ -149,6 +162,8 @@ class RealNode:
         self.registry = registry
         self.pause_image = pause_image
         self.bin = bin_dir
+        self.snapshotter = snapshotter
+        self.layers = layers
         self.logs = logs
         self.pids: dict[str, int] = {}
         self._procs: dict[str, subprocess.Popen] = {}
@@ -173,6 +188,10 @@ class RealNode:
     def socket(self) -> Path:
         return self.dir / "containerd.sock"
 
+    @property
+    def snapshotter_socket(self) -> Path:
+        return self.dir / "snapshotter.sock"
+
     # ------------------------------------------------------------ configuration
     def _write_configs(self) -> None:
         d = self.dir
@@ -182,7 +201,8 @@ class RealNode:
         (d / "containerd.toml").write_text(CONTAINERD_CONFIG.format(
             root=d / "containerd/root", state=d / "containerd/state", socket=self.socket,
             ttrpc=d / "containerd.ttrpc.sock", pause=self.pause_image, runc_root=d / "runc", cni_bin=CNI_BIN,
-            cni_conf=d / "cni/net.d", certs=d / "certs.d"))
+            cni_conf=d / "cni/net.d", certs=d / "certs.d", snapshotter_name=SNAPSHOTTER,
+            snapshotter=self.snapshotter_socket))
         (d / "certs.d" / self.registry / "hosts.toml").write_text(
             f'server = "http://{self.registry}"\n\n[host."http://{self.registry}"]\n'
             f'  capabilities = ["pull", "resolve"]\n')
@@ -271,14 +291,11 @@ class RealNode:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._write_configs()
         self._make_cgroups()
+        self._spawn("snapshotter", [str(self.snapshotter), "serve", str(self.snapshotter_socket),
+                                    str(snapshots(self.dir)), str(self.layers)])
+        self._wait_for_socket("snapshotter", self.snapshotter_socket)
         self._spawn("containerd", ["containerd", "--config", str(self.dir / "containerd.toml")])
-        deadline = time.monotonic() + 30
-        while not self.socket.exists():
-            self.check()
-            if time.monotonic() > deadline:
-                raise NodeError(f"containerd of node {self.name} made no socket in 30 s:\n"
-                                f"{tail(self.logs / f'containerd-{self.name}.log')}")
-            time.sleep(0.05)
+        self._wait_for_socket("containerd", self.socket)
         self._spawn("kubelet", [
             str(self.bin / "kubelet"), f"--config={self.dir / 'kubelet.yaml'}",
             f"--kubeconfig={self.kubeconfig}", f"--root-dir={self.dir / 'kubelet'}",
@@ -286,6 +303,15 @@ class RealNode:
             "--node-labels=edl.dev/plane-node=real", "--v=1"])
         self._spawn("kube-proxy", [str(self.bin / "kube-proxy"), f"--config={self.dir / 'kube-proxy.yaml'}",
                                    "--v=1"])
+
+    def _wait_for_socket(self, name: str, socket: Path, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not socket.exists():
+            self.check()
+            if time.monotonic() > deadline:
+                raise NodeError(f"{name} of node {self.name} made no socket in {timeout_s:.0f} s:\n"
+                                f"{tail(self.logs / f'{name}-{self.name}.log')}")
+            time.sleep(0.05)
 
     # ------------------------------------------------------------ teardown
     def stop(self) -> None:
@@ -307,8 +333,9 @@ def teardown(node_dir: Path, cgroup_root: str, pids: dict[str, int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    if pids.get("containerd"):
-        stop_pid(pids["containerd"], 10)
+    for name in ("containerd", "snapshotter"):
+        if pids.get(name):
+            stop_pid(pids[name], 10)
     for path in sockets:  # a killed shim leaves its socket; containerd 1.6 keeps them all in one place
         Path(path).unlink(missing_ok=True)
     for d in (f"{SHIM_SOCKETS}", "/run/containerd"):  # made by the first node's shim; removed by the last

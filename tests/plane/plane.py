@@ -23,8 +23,8 @@ import yaml
 
 from tests.plane import build, images, pki
 from tests.plane.network import PlaneNet
-from tests.plane.node import NodeSpec, RealNode, image_layers, teardown
-from tests.plane.procs import disk_slot, free_port, machine_lock, stop_pid, tree_bytes
+from tests.plane.node import NodeSpec, RealNode, teardown
+from tests.plane.procs import free_port, stop_pid
 from tests.plane.registry import Registry
 
 if TYPE_CHECKING:
@@ -398,7 +398,8 @@ class ControlPlane:
         node = RealNode(NodeSpec(name, index, cpu, memory), self.root / "nodes" / name, self.net,
                         ca=self.ca, kubeconfig=kubeconfig, proxy_kubeconfig=proxy,
                         serving=(serving.cert, serving.key), registry=self.state.registry,
-                        pause_image=images.pause_reference(self.state.registry), bin_dir=self.bin, logs=self.logs,
+                        pause_image=images.pause_reference(self.state.registry), bin_dir=self.bin,
+                        snapshotter=build.SNAPSHOTTER.path(), layers=images.layers(), logs=self.logs,
                         lease_s=self.node_grace_s)
         info = NodeInfo(name, cpu, memory, index=index, ip=node_ip, dir=str(node.dir), cgroup_root=node.cgroup_root)
         self.state.nodes.append(info)
@@ -427,41 +428,29 @@ class ControlPlane:
     def prepull(self, names: tuple[str, ...] = ("runtime", "trainer-cpu"), timeout_s: float = 600,
                 pulled: Callable[[str, float], None] | None = None, on: tuple[str, ...] = ()) -> None:
         """Every node (or those named ``on``) pulls edl's images ``names`` through its kubelet (a pod of
-        each, in ``kube-system``, run once and deleted), and each node's files are then hard-linked to
-        the identical ones of the machine's copy of the images' layers (``images.unpack_layers``, kept
-        between runs). A node's committed layers are never written (a container writes to a layer of
-        its own), so one copy serves every node. Nodes pull side by side only while the disk has room
-        for each one's pull (``disk_slot``, shared by every plane of the machine: the tests' workers and
-        ``./dev cluster``); on a small disk one at a time: pulled all at once, a few nodes filled one
-        (``bench/real_node.py``: 2.9 GB a node for the runtime and CPU trainer images). ``pulled`` is
-        told each node's name and seconds as it is done."""
+        each, in ``kube-system``, run once and deleted). Their layers are first unpacked once on the
+        machine (``images.unpack_layers``, kept between runs), and each node's snapshotter takes them
+        from there (``tools/snapshotter``): a node's pull fetches the images' manifests and configs,
+        not their layers, and writes nothing of them. ``pulled`` is told each node's name and seconds
+        as it is done."""
         from concurrent.futures import ThreadPoolExecutor
 
         http = self.admin_http()
         # The ServiceAccount admission plugin refuses a pod until its namespace's default account exists.
         self._wait(lambda: self._get("/api/v1/namespaces/kube-system/serviceaccounts/default") == 200, 120,
                    "kube-system's default ServiceAccount")
-        shared = images.unpack_layers(names, timeout_s)
-        need = tree_bytes(*shared) + images.blob_bytes(names)  # a pull's peak: unpacked, and still compressed
-        nodes = [n for n in self.state.nodes if not on or n.name in on]
-        with ThreadPoolExecutor(max(1, len(nodes))) as pool:
-            for f in [pool.submit(self._pull_on_node, http, n, names, shared, need, timeout_s, pulled) for n in nodes]:
-                f.result()
+        images.unpack_layers(names, timeout_s)
+        nodes = [n.name for n in self.state.nodes if not on or n.name in on]
 
-    def _pull_on_node(self, http: httpx.Client, n: NodeInfo, names: tuple[str, ...], shared: list[Path],
-                      need: int, timeout_s: float, pulled: Callable[[str, float], None] | None) -> None:
-        """``names`` pulled on node ``n`` in a turn of the machine's disk, its files linked to ``shared``."""
-        t0 = time.monotonic()
-        with disk_slot(PLANES / ".prepull", need, timeout_s, holder=f"{n.name}'s pre-pull"):
-            self._pull_on(http, n.name, names, timeout_s)
-            # One linking at a time: two would both relink the shared copy's own duplicates.
-            with machine_lock(PLANES / ".prepull" / "hardlink.lock", timeout_s, "another node's linking"):
-                r = subprocess.run(["hardlink", "--respect-xattrs", "--quiet", *map(str, shared),
-                                    str(image_layers(Path(n.dir)))], capture_output=True, text=True, timeout=timeout_s)
-            if r.returncode != 0:
-                raise RuntimeError(f"hardlink of {n.name}'s image layers: {r.stderr.strip()}")
-        if pulled:
-            pulled(n.name, time.monotonic() - t0)
+        def pull(node: str) -> None:
+            t0 = time.monotonic()
+            self._pull_on(http, node, names, timeout_s)
+            if pulled:
+                pulled(node, time.monotonic() - t0)
+
+        with ThreadPoolExecutor(max(1, len(nodes))) as pool:
+            for f in [pool.submit(pull, n) for n in nodes]:
+                f.result()
 
     def _pull_on(self, http: httpx.Client, node: str, names: tuple[str, ...], timeout_s: float) -> None:
         """Pods on ``node`` that run edl's images ``names`` once, waited out and deleted."""

@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -41,48 +39,6 @@ def machine_lock(path: Path, timeout_s: float | None = None, holder: str = "anot
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def disk_slot(locks: Path, need: int | None, timeout_s: float, reserve: int = 4 << 30,
-              holder: str = "other writers") -> Iterator[None]:
-    """A turn to write about ``need`` bytes under ``locks``, beside as many others as the disk has room
-    for while keeping ``reserve`` free: the turn ``i`` (an flock of ``slot-i``) starts only where
-    ``i + 1`` such writes fit. Turn 0 needs no room (a small disk takes the writers one at a time, it never
-    refuses them); ``need`` None: turn 0 alone. Waits up to ``timeout_s``, then a RuntimeError."""
-    locks.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        room = shutil.disk_usage(locks).free - reserve
-        turns = 1 if need is None else max(1, room // max(need, 1))
-        for i in range(turns):
-            with open(locks / f"slot-{i}.lock", "w") as f:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue
-                try:
-                    yield
-                finally:
-                    fcntl.flock(f, fcntl.LOCK_UN)
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no room on the disk under {locks} for {holder}'s turn in {timeout_s:.0f} s")
-        time.sleep(0.5)
-
-
-def tree_bytes(*roots: Path) -> int:
-    """The bytes of the regular files under ``roots`` (a file linked twice counts once)."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for root in roots:
-        for d, _, files in os.walk(root):
-            for name in files:
-                st = os.lstat(os.path.join(d, name))
-                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
-                    seen.add((st.st_dev, st.st_ino))
-                    total += st.st_size
-    return total
 
 
 def _alive(pid: int) -> bool:

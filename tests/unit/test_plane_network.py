@@ -39,9 +39,7 @@ def test_a_base_outside_the_usable_range_is_refused(base):
 
 def test_a_node_reserves_what_it_does_not_give_pods(tmp_path):
     spec = node.NodeSpec("n", 0, cpu="500m", memory="1Gi")
-    n = node.RealNode(spec, tmp_path, network.PlaneNet(40), ca=tmp_path, kubeconfig=tmp_path,
-                      proxy_kubeconfig=tmp_path, serving=(tmp_path, tmp_path), registry="r:1", pause_image="p",
-                      bin_dir=tmp_path, logs=tmp_path, lease_s=6)
+    n = real_node(tmp_path, spec)
     reserved = n._reserved()
     cores, total = node.machine_capacity()
     assert reserved["cpu"] == f"{cores * 1000 - 500}m"
@@ -68,9 +66,7 @@ def test_dev_cluster_refuses_a_node_grace_no_kubelet_could_keep(capsys):
 
 
 def test_a_nodes_lease_is_the_planes_grace(tmp_path):
-    n = node.RealNode(node.NodeSpec("n", 0, cpu="1", memory="1Gi"), tmp_path, network.PlaneNet(40), ca=tmp_path,
-                      kubeconfig=tmp_path, proxy_kubeconfig=tmp_path, serving=(tmp_path, tmp_path), registry="r:1",
-                      pause_image="p", bin_dir=tmp_path, logs=tmp_path, lease_s=20)
+    n = real_node(tmp_path, lease_s=20)
     n._write_configs()
     assert yaml.safe_load((tmp_path / "kubelet.yaml").read_text())["nodeLeaseDurationSeconds"] == 20
 
@@ -89,20 +85,28 @@ def test_a_nodes_teardown_finds_the_processes_that_name_it_and_nothing_else(tmp_
 
 
 def test_the_containerd_configuration_names_only_the_nodes_own_places(tmp_path):
-    text = node.CONTAINERD_CONFIG.format(root=tmp_path / "r", state=tmp_path / "s", socket=tmp_path / "c.sock",
-                                         ttrpc=tmp_path / "t.sock", pause="reg:5000/edl-pause:1.0",
-                                         runc_root=tmp_path / "runc", cni_bin="/usr/lib/cni",
-                                         cni_conf=tmp_path / "net.d", certs=tmp_path / "certs.d")
     import tomllib
 
-    cfg = tomllib.loads(text)
+    real_node(tmp_path)._write_configs()
+    cfg = tomllib.loads((tmp_path / "containerd.toml").read_text())
     cri = cfg["plugins"]["io.containerd.grpc.v1.cri"]
     paths = [cfg["root"], cfg["state"], cfg["grpc"]["address"], cfg["ttrpc"]["address"],
              cri["containerd"]["runtimes"]["runc"]["options"]["Root"], cri["cni"]["conf_dir"],
-             cri["registry"]["config_path"]]
+             cri["registry"]["config_path"], cfg["proxy_plugins"]["edl"]["address"]]
     assert all(p.startswith(str(tmp_path)) for p in paths)
     assert cri["sandbox_image"] == "reg:5000/edl-pause:1.0" and cri["restrict_oom_score_adj"] is True
     assert cri["netns_mounts_under_state_dir"] is True
+    # The snapshotter finds a layer by the digest the CRI plugin passes only with annotations on.
+    assert cri["containerd"]["snapshotter"] == "edl" and cri["containerd"]["disable_snapshot_annotations"] is False
+
+
+def real_node(tmp_path, spec: node.NodeSpec | None = None, lease_s: int = 6) -> node.RealNode:
+    """A node's configuration writer, with every path under ``tmp_path`` (nothing is started)."""
+    return node.RealNode(spec or node.NodeSpec("n", 0, cpu="1", memory="1Gi"), tmp_path, network.PlaneNet(40),
+                         ca=tmp_path, kubeconfig=tmp_path, proxy_kubeconfig=tmp_path, serving=(tmp_path, tmp_path),
+                         registry="r:1", pause_image="reg:5000/edl-pause:1.0", bin_dir=tmp_path,
+                         snapshotter=tmp_path / "edl-snapshotter", layers=tmp_path / "layers", logs=tmp_path,
+                         lease_s=lease_s)
 
 
 def test_the_machine_lock_is_one_holders_at_a_time_and_a_waiter_gives_up_naming_who_held_it(tmp_path):
@@ -115,31 +119,3 @@ def test_the_machine_lock_is_one_holders_at_a_time_and_a_waiter_gives_up_naming_
                 pass
     with machine_lock(lock, 0.2):  # let go: the next holder gets it at once
         pass
-
-
-def test_a_disk_slot_lets_writers_in_side_by_side_only_while_the_disk_has_room_for_each(tmp_path):
-    from tests.plane.procs import disk_slot
-
-    locks = tmp_path / "locks"
-    with disk_slot(locks, 1, 1.0):  # a byte each: room for many
-        with disk_slot(locks, 1, 0.2):  # the second turn, at once
-            pass
-    for need in (1 << 60, None):  # more than any disk, or not known: one writer at a time, never refused
-        with disk_slot(locks, need, 1.0):
-            with pytest.raises(RuntimeError, match="no room on the disk under .*locks for the pull's turn in 0 s"):
-                with disk_slot(locks, need, 0.2, holder="the pull"):
-                    pass
-        with disk_slot(locks, need, 0.2):  # let go: the next writer gets its turn at once
-            pass
-
-
-def test_a_trees_bytes_count_a_file_linked_twice_once(tmp_path):
-    from tests.plane.procs import tree_bytes
-
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    (tmp_path / "a" / "f").write_bytes(b"x" * 100)
-    (tmp_path / "b" / "g").hardlink_to(tmp_path / "a" / "f")
-    (tmp_path / "b" / "h").write_bytes(b"y" * 10)
-    (tmp_path / "b" / "l").symlink_to(tmp_path / "a" / "f")
-    assert tree_bytes(tmp_path / "a", tmp_path / "b") == 110
