@@ -269,10 +269,10 @@ def test_a_data_set_several_times_the_scratch_size_trains_without_eviction(steps
 
 
 def test_an_oom_killed_trainer_fails_the_job_naming_the_limit(steps):
-    step = steps.launch("oom", epochs=400, max_t=1, trainer_memory="200Mi")
+    step = steps.launch("oom", epochs=400, max_t=1, trainer_memory="100Mi")
     assert steps.wait_done(step, 180) != 0
     log = steps.log(step)
-    assert "OOMKilled" in log and "memory limit 200Mi" in log and "--trainer-memory" in log, log
+    assert "OOMKilled" in log and "memory limit 100Mi" in log and "--trainer-memory" in log, log
     steps.wait_gone("oom", 60, "cleanup")
 
 
