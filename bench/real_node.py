@@ -1,16 +1,19 @@
-"""What a real node of the plane costs: the time it takes to join Ready, a pod's start on it, and its
-memory when idle (the upstream kubelet, containerd and kube-proxy; ``tests/plane/node.py``).
+"""What a real node of the plane costs: the time it takes to join Ready, to pull edl's images, a pod's
+start on it, and its memory when idle (the upstream kubelet, containerd with edl's snapshotter, and
+kube-proxy; ``tests/plane/node.py``).
 
     python bench/real_node.py [--nodes 2] [--pods 10] [--settle 20]
 
 Starts a plane of its own (root, as ``./dev cluster``), adds ``--nodes`` real nodes one after another
-(each timed from its start to Ready as the apiserver reports it), pulls edl's runtime image on one
-node once, then starts ``--pods`` pods of it there one after another, each timed from its creation to
-Running with its container started (the image cached: the pull is not in it); node-1 pulls the CPU trainer
-image, and each node's image store is measured on disk (every node keeps its own). After ``--settle``
-seconds with no pod, each node's processes' memory is read from /proc: resident (RSS, which counts
-the pages of the Kubernetes binary they share with the control plane in full) and proportional (PSS,
-shared pages split between their users). Writes bench/results/real_node.json.
+(each timed from its start to Ready as the apiserver reports it). edl's images' layers are unpacked on
+the machine where they are not yet (timed; kept for later runs), then a first pod of the runtime image
+on node-0 is timed from its creation to its container running, the image pulled; then every node pulls
+the runtime, CPU trainer and PyTorch images (the plane's pre-pull, each node timed), and each node's
+image store is measured on disk. Then ``--pods`` pods of the runtime image start on node-0 one after
+another, each timed from its creation to Running with its container started (the image cached). After
+``--settle`` seconds with no pod, each node's processes' memory is read from /proc: resident (RSS, which
+counts the pages of the Kubernetes binary they share with the control plane in full) and proportional
+(PSS, shared pages split between their users). Writes bench/results/real_node.json.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tests.plane import build, images  # noqa: E402
 from tests.plane.plane import PLANES, ControlPlane  # noqa: E402
 
 BASE = 240  # the plane's network, clear of the tests' and ./dev cluster's
+PULLED = ("runtime", "trainer-cpu", "trainer-torch-gpu")
 
 
 def memory_mb(pid: int) -> tuple[float, float]:
@@ -104,14 +108,19 @@ def main() -> int:
         while not core.list_namespaced_service_account("default").items:
             time.sleep(0.1)
         image = plane.image("runtime")
+        unpacked_before = all(images.unpacked(name) for name in PULLED)
+        with console.status("unpacking edl's images' layers on the machine"):
+            t0 = time.monotonic()
+            images.unpack_layers(PULLED)
+            unpack = time.monotonic() - t0
         with console.status("pulling the runtime image on node-0"):
             first = pod_start(core, "default", "pull", image, "node-0", timeout_s=600)
-        stores = {}  # each node keeps its own copy of every image it runs (containerd's content and snapshots)
-        for n, which in zip(plane.state.nodes, ("runtime", "trainer-cpu")):
-            if which != "runtime":
-                with console.status(f"pulling the {which} image on {n.name}"):
-                    pod_start(core, "default", "pull-" + which, plane.image(which), n.name, timeout_s=600)
-            stores[n.name] = {"image": which, "mb": round(disk_mb(Path(n.dir) / "containerd" / "root"), 1)}
+        prepull: dict[str, float] = {}
+        with console.status(f"every node pulling {', '.join(PULLED)}"):
+            t0 = time.monotonic()
+            plane.prepull(PULLED, pulled=lambda name, took: prepull.__setitem__(name, round(took, 2)))
+            prepull_all = time.monotonic() - t0
+        stores = {n.name: round(disk_mb(Path(n.dir) / "containerd" / "root"), 1) for n in plane.state.nodes}
         for k in range(a.pods):
             with console.status(f"pod {k + 1} of {a.pods}"):
                 while core.list_namespaced_pod("default").items:  # the one before is gone
@@ -139,7 +148,10 @@ def main() -> int:
         "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cores": __import__("os").cpu_count()},
         "node_join_s": [round(x, 2) for x in joins],
+        "layers_unpacked_s": round(unpack, 2),
+        "layers_were_unpacked_before": unpacked_before,
         "first_pod_with_pull_s": round(first, 2),
+        "prepull": {"images": list(PULLED), "nodes_s": prepull, "all_s": round(prepull_all, 2)},
         "pod_start_cached_s": {"median": round(statistics.median(starts), 2), "max": round(max(starts), 2),
                                "all": [round(x, 2) for x in starts]},
         "idle_node_memory": per_node,
@@ -150,13 +162,16 @@ def main() -> int:
     table.add_column("what")
     table.add_column("figure", justify="right")
     table.add_row("node join to Ready", ", ".join(f"{x:.1f} s" for x in joins))
+    table.add_row("edl's layers unpacked on the machine" + (" (they were already)" if unpacked_before else ""),
+                  f"{unpack:.1f} s")
     table.add_row("first pod, runtime image pulled", f"{first:.1f} s")
+    table.add_row(f"every node pulls {', '.join(PULLED)}", f"{prepull_all:.1f} s")
     table.add_row(f"pod start, cached (median / max of {a.pods})",
                   f"{statistics.median(starts):.2f} / {max(starts):.2f} s")
-    for name, st in stores.items():
-        table.add_row(f"{name} image store, {st['image']} pulled", f"{st['mb']:.0f} MiB")
+    for name, mb in stores.items():
+        table.add_row(f"{name} image store, the three images pulled", f"{mb:.0f} MiB")
     for name, m in per_node.items():
-        table.add_row(f"{name} idle: kubelet + containerd + kube-proxy", f"RSS {m['rss_mb']:.0f} MiB, PSS {m['pss_mb']:.0f} MiB")
+        table.add_row(f"{name} idle: {' + '.join(memory[name])}", f"RSS {m['rss_mb']:.0f} MiB, PSS {m['pss_mb']:.0f} MiB")
     Console().print(table)
     return 0
 

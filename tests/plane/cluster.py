@@ -146,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="how long a node's Lease lasts: a node silent this long is Unknown, and its pods are evicted "
                         "10 s later (default 20; the tests' planes use 6, a busy laptop can miss that)")
     u.add_argument("--no-prepull", dest="prepull", action="store_false",
-                   help="do not load edl's runtime and CPU trainer images into every node at start (about 20 s a "
-                        "node); a node then pulls an image when a pod first needs it, into a copy of its own "
-                        "(about 3 GB a node for both, against one copy shared by every node pre-pulled)")
+                   help="do not load edl's runtime and CPU trainer images into every node at start (a few "
+                        "seconds once this machine has unpacked their layers, a minute or two the first time); a "
+                        "node then pulls an image when a pod first needs it")
     sub.add_parser("down", help="stop every process of the cluster and remove its state")
     sub.add_parser("status", help="which processes run, and the export lines")
     a = p.parse_args(argv)

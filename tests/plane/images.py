@@ -109,6 +109,11 @@ def layer_digests(repo: str, tag: str) -> list[str]:
         raise ImageError(f"{repo}:{tag} is not in the registry's storage ({e})") from None
 
 
+def unpacked(name: str) -> bool:
+    """Every layer of edl's image ``name`` is in the machine's copy already."""
+    return all((layers() / d.replace(":", "-")).is_dir() for d in layer_digests(f"edl-{name}", version()))
+
+
 def unpack_layers(names: tuple[str, ...], timeout_s: float = 1800) -> list[Path]:
     """Each layer of edl's images ``names`` unpacked once into ``layers()`` as containerd's overlay
     snapshotter holds it (owners, modes, times and extended attributes kept, whiteouts as overlay

@@ -3,9 +3,10 @@ of their own (``network.py``), running pods with runc and the CNI bridge.
 
 Per node, under ``ROOT/nodes/NAME``: containerd's root and state, its socket and configuration
 (the plane's registry over plain HTTP by ``hosts.toml``, the sandbox image ``pause`` from it, CNI
-from Debian's containernetworking-plugins with the node's pod range), the kubelet's root, pod logs
-and configuration, kube-proxy's configuration, and a cgroup root ``/edlB-NAME`` in every cgroup v1
-hierarchy. The kubelet acts as its node with a client certificate from the plane's CA.
+from Debian's containernetworking-plugins with the node's pod range), its snapshotter
+(``tools/snapshotter``: edl's image layers from the machine's one unpacked copy), the kubelet's root,
+pod logs and configuration, kube-proxy's configuration, and a cgroup root ``/edlB-NAME`` in every
+cgroup v1 hierarchy. The kubelet acts as its node with a client certificate from the plane's CA.
 
 What this host needs of them, and what it cannot give:
 - cgroup v1 only: the kubelet runs with ``failCgroupV1: false`` and the cgroupfs driver;

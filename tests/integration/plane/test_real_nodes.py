@@ -252,6 +252,9 @@ def test_a_removed_node_leaves_nothing_behind(plane, kube, namespace, runtime_im
     assert net.veth(info.index) not in net.links()
     assert not [r for r in net.routes() if net.pod_cidr(info.index) in r]
     assert "node-extra" not in {n.metadata.name for n in core.list_node().items}
+    # The pod's object outlives its node, as on any cluster (the pod GC deletes it after 40 s): deleted
+    # here, the namespace goes at once.
+    core.delete_namespaced_pod("sleeper", namespace, grace_period_seconds=0)
 
 
 def snapshots(plane, node_name: str) -> Path:
