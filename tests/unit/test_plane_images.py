@@ -71,11 +71,16 @@ def layer(files: dict[str, tuple[bytes, int, int]]) -> bytes:
     return out.getvalue()
 
 
-@pytest.fixture
-def storage(tmp_path, monkeypatch) -> Path:
+def registry_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The images' cache moved under ``tmp_path``, edl's version 1.0: an empty registry storage."""
     monkeypatch.setattr(images, "cache", lambda: tmp_path / "images")
     monkeypatch.setattr(images, "version", lambda: "1.0")
     return images.storage()
+
+
+@pytest.fixture
+def storage(tmp_path, monkeypatch) -> Path:
+    return registry_storage(tmp_path, monkeypatch)
 
 
 def tag(storage: Path, repo: str, layers: list[bytes]) -> list[str]:

@@ -14,9 +14,14 @@ import tarfile
 import pytest
 
 from tests.plane import images
-from tests.unit.test_plane_images import blob, storage, tag  # noqa: F401  (storage: the fixture)
+from tests.unit.test_plane_images import registry_storage, tag
 
 pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def storage(tmp_path, monkeypatch):
+    return registry_storage(tmp_path, monkeypatch)
 
 
 def layer(members: list[tuple[str, bytes | None, dict]]) -> bytes:
@@ -45,7 +50,7 @@ TOP = layer([(".wh.gone", b"", {}), ("cache/", None, {}), ("cache/.wh..wh..opq",
                                                "pax_headers": {"SCHILY.xattr.user.edl": "yes"}})])
 
 
-def test_a_layer_is_unpacked_as_the_overlay_snapshotter_holds_it_and_only_once(storage):  # noqa: F811
+def test_a_layer_is_unpacked_as_the_overlay_snapshotter_holds_it_and_only_once(storage):
     runtime = tag(storage, "edl-runtime", [BASE, TOP])
     trainer = tag(storage, "edl-trainer-cpu", [BASE, layer([("opt/", None, {}), ("opt/t", b"t", {})])])
     dirs = images.unpack_layers(("runtime", "trainer-cpu"))
@@ -74,7 +79,7 @@ def test_a_layer_is_unpacked_as_the_overlay_snapshotter_holds_it_and_only_once(s
                                    "./usr/bin/tool"]
 
 
-def test_a_layer_that_ends_early_is_named_and_leaves_nothing(storage):  # noqa: F811
+def test_a_layer_that_ends_early_is_named_and_leaves_nothing(storage):
     tag(storage, "edl-runtime", [BASE[: len(BASE) // 2]])
     with pytest.raises(images.ImageError, match="unpacking layer sha256:[0-9a-f]+ of edl-runtime failed"):
         images.unpack_layers(("runtime",))
