@@ -321,7 +321,9 @@ class ControlPlane:
             str(build.ARGO_CONTROLLER.path()), f"--kubeconfig={cfg}",
             f"--executor-image={images.argoexec_reference(self.state.registry)}",
             "--executor-image-pull-policy=IfNotPresent", "--loglevel=info", "--workflow-workers=4"],
-            env={"LEADER_ELECTION_DISABLE": "true"})
+            # A running workflow is looked at again after DEFAULT_REQUEUE_TIME (10 s), between its steps
+            # too; 1 s as Argo's own end-to-end tests run their controller.
+            env={"LEADER_ELECTION_DISABLE": "true", "DEFAULT_REQUEUE_TIME": "1s"})
 
     # ------------------------------------------------------------ KServe (test-only, loopback only)
     def start_kserve(self, storage_initializer: str, runtime: str, timeout_s: float = 120) -> None:
