@@ -688,7 +688,8 @@ def stop_all(state: PlaneState) -> None:
                  "kube-controller-manager", "kube-apiserver", "etcd"):
         pid = state.pids.get(name)
         if pid:
-            stop_pid(pid, 10)
+            # A short grace: nothing of the plane is kept (Argo's controller would take all of 10 s).
+            stop_pid(pid, 2)
     if state.base:
         PlaneNet(state.base).down()
     state.pids.clear()
