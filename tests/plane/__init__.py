@@ -4,5 +4,6 @@ etcd, kube-apiserver, kube-scheduler and kube-controller-manager are the real bi
 their Go modules (``tools/kubeplane``, ``build.py``); each node is the upstream kubelet with
 containerd, runc, the CNI bridge and kube-proxy in a network namespace of its own (``node.py``,
 ``network.py``), with CoreDNS for the cluster. ``plane.py`` starts and stops the whole thing;
-``images.py`` builds edl's images into its registry; ``s3.py`` runs a real S3 server beside it.
+``images.py`` builds edl's images into its registry and unpacks their layers once for every node
+(``tools/snapshotter``); ``s3.py`` runs a real S3 server beside it.
 """

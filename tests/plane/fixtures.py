@@ -51,7 +51,7 @@ def plane_ip_base() -> int:
 
 def pytest_collection_modifyitems(items) -> None:
     """A test on the plane is timed from its own start (pytest-timeout's ``func_only``): the plane's
-    start (built, started, its nodes pulling edl's images: minutes on a busy machine) is the session's,
+    start (built, started, its nodes pulling edl's images: a minute or more on a busy machine) is the session's,
     paid by whichever test of a worker comes first, and keeps deadlines of its own, as the fixtures'
     set-ups and teardowns do (a namespace made and deleted)."""
     for item in items:
