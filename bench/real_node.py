@@ -136,7 +136,8 @@ def main() -> int:
         plane.stop()
         shutil.rmtree(root, ignore_errors=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "src", "tests/plane", "tools", "bench", ":!bench/results"], cwd=ROOT,
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "src", "tests/plane", "tools", "bench",
+                                 ":!bench/results"], cwd=ROOT,
                                 capture_output=True, text=True).stdout.strip())
     per_node = {name: {"rss_mb": round(sum(v[0] for v in procs.values()), 1),
                        "pss_mb": round(sum(v[1] for v in procs.values()), 1),
