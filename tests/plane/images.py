@@ -93,6 +93,17 @@ def layers() -> Path:
     return cache() / "overlay-layers"
 
 
+def layer_dir(digest: str) -> Path:
+    """The machine's copy of the layer ``digest`` (``sha256:HEX`` -> ``layers()/sha256-HEX``: the name
+    ``tools/snapshotter`` looks for)."""
+    return layers() / digest.replace(":", "-", 1)
+
+
+# What an earlier edl unpacked and nothing reads now: the emulated kubelets' root filesystems, and the
+# layers unpacked with tar that nodes hard-linked their own pulled files to.
+OLD_UNPACKED = ("unpacked", "layers")
+
+
 def _blob(digest: str) -> Path:
     """A blob in the registry's storage (the Distribution server's filesystem layout)."""
     algorithm, hexdigest = digest.split(":", 1)
@@ -111,7 +122,7 @@ def layer_digests(repo: str, tag: str) -> list[str]:
 
 def unpacked(name: str) -> bool:
     """Every layer of edl's image ``name`` is in the machine's copy already."""
-    return all((layers() / d.replace(":", "-")).is_dir() for d in layer_digests(f"edl-{name}", version()))
+    return all(layer_dir(d).is_dir() for d in layer_digests(f"edl-{name}", version()))
 
 
 def unpack_layers(names: tuple[str, ...], timeout_s: float = 1800) -> list[Path]:
@@ -123,7 +134,7 @@ def unpack_layers(names: tuple[str, ...], timeout_s: float = 1800) -> list[Path]
     with machine_lock(cache() / ".layers.lock", timeout_s, "another unpacking of the images' layers"):
         for name in names:
             for digest in layer_digests(f"edl-{name}", version()):
-                d = layers() / digest.replace(":", "-")
+                d = layer_dir(digest)
                 if not d.exists():
                     tmp = d.with_name(d.name + ".tmp")
                     shutil.rmtree(tmp, ignore_errors=True)
@@ -418,11 +429,6 @@ def build_images(*, quiet: bool = False) -> None:
                 pushed = True
         if pushed or any((cache() / old).exists() for old in OLD_UNPACKED):
             prune({d for s in specs for d in layer_digests(s.repo, s.tag)})
-
-
-# What an earlier edl unpacked and nothing reads now: the emulated kubelets' root filesystems, and the
-# layers unpacked with tar that nodes hard-linked their own pulled files to.
-OLD_UNPACKED = ("unpacked", "layers")
 
 
 def prune(keep: set[str]) -> None:
