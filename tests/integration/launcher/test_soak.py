@@ -1,4 +1,4 @@
-"""The soak's short run (``bench/soak.py``): three epochs under a fault every 4 s on average, drawn from
+"""The soak's short run (``bench/soak.py``): one epoch under a fault every 4 s on average, drawn from
 every kind (trainer SIGKILL and SIGTERM, master SIGKILL, a hang, a scale change, an S3 outage where
 MinIO is built, the launcher killed and its command run again). The job succeeds exactly once and
 the report accounts for its time: kept plus lost is the wall time, each fault done is counted."""
@@ -19,7 +19,7 @@ SOAK = Path(__file__).resolve().parents[3] / "bench" / "soak.py"
 
 def test_a_short_soak_succeeds_exactly_once_and_accounts_for_its_time(tmp_path):
     out = tmp_path / "soak.json"
-    r = subprocess.run([sys.executable, str(SOAK), "--epochs", "3", "--interval", "4", "--seed", "7",
+    r = subprocess.run([sys.executable, str(SOAK), "--epochs", "1", "--interval", "4", "--seed", "7",
                         "--keep", str(tmp_path / "work"), "--out", str(out), "--plot", str(tmp_path / "soak.png")],
                        capture_output=True, text=True, timeout=840)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
