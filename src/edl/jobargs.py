@@ -31,7 +31,8 @@ class Flag:
 FLAGS: tuple[Flag, ...] = (
     Flag("--job-name", "job", str, "name of the job; also names its state directory and objects", required=True),
     Flag("--model-def", "model_def", str,
-         "module path (edl.zoo.digits) or .py file defining model/loss/optimizer/collate", required=True),
+         "module path (edl.zoo.digits), .py file, or s3://BUCKET/path/model.py (read by each trainer: a model "
+         "that the trainer image does not hold) defining model/loss/optimizer/collate", required=True),
     Flag("--data", "data", str,
          "training data: a directory or s3:// prefix of Parquet files with an integer 'id' column "
          "(or a prepared set with train/ and test/ below it)", required=True),

@@ -152,7 +152,13 @@ class ModelDef:
             loss.backward()
 
 
-def _import(spec: str) -> ModuleType:
+def _import(spec: str, source: str | None = None) -> ModuleType:
+    if source is not None:  # read by the caller (an S3 object: ``edl.storage.modelsource``)
+        module = ModuleType(f"edl_user_model_{abs(hash(spec))}")
+        module.__file__ = spec
+        sys.modules[module.__name__] = module
+        exec(compile(source, spec, "exec"), module.__dict__)  # noqa: S102 - the user's model, as an import runs it
+        return module
     if spec.endswith(".py") or "/" in spec:
         path = Path(spec)
         if not path.is_file():
@@ -168,10 +174,11 @@ def _import(spec: str) -> ModuleType:
     return importlib.import_module(spec)
 
 
-def load_model_def(spec: str) -> ModelDef:
-    """Import and check a model definition; any problem is a one-line ``UserError``."""
+def load_model_def(spec: str, source: str | None = None) -> ModelDef:
+    """Import and check a model definition; any problem is a one-line ``UserError``. ``source``: its
+    text, where the caller read it (``spec`` then only names it)."""
     try:
-        module = _import(spec)
+        module = _import(spec, source)
     except UserError:
         raise
     except ModuleNotFoundError as e:

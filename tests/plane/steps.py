@@ -127,6 +127,41 @@ class Steps:
         assert code is not None
         return code
 
+    def floored_model(self, s3, job: str, step_floor_s: float) -> str:
+        """The S3 URI of a model definition (``--model-def s3://...``, read by each trainer pod): the zoo's
+        digits, each batch taking at least ``step_floor_s`` to collate, a floor under the job's length
+        whatever the machine's speed, until ``full_speed`` lifts it once what the test watches has happened
+        (the trainers look for the lift in S3 once a second)."""
+        import io
+
+        flag = f"s3://data/{self.ns}/{job}"
+        source = f"""import time
+
+from edl.storage.store import open_store
+from edl.zoo.digits import loss, model, optimizer
+from edl.zoo.digits import collate as _collate
+
+_lift = open_store({flag!r}, "the floor's lift")
+_floor = {{"on": True, "looked": 0.0}}
+
+
+def collate(table):
+    if _floor["on"]:
+        if time.monotonic() - _floor["looked"] > 1.0:
+            _floor["on"], _floor["looked"] = not _lift.exists("full-speed"), time.monotonic()
+        if _floor["on"]:
+            time.sleep({step_floor_s})
+    return _collate(table)
+""".encode()
+        s3.client().put_object("data", f"{self.ns}/{job}/model.py", io.BytesIO(source), len(source))
+        return f"s3://data/{self.ns}/{job}/model.py"
+
+    def full_speed(self, s3, job: str) -> None:
+        """``floored_model``'s job trains on at its own speed."""
+        import io
+
+        s3.client().put_object("data", f"{self.ns}/{job}/full-speed", io.BytesIO(b""), 0)
+
     def summary(self, name: str) -> dict:
         """The run summary the launcher wrote into its /tmp (the step's output, read off its volume)."""
         import json

@@ -5,7 +5,7 @@ from __future__ import annotations
 import paddle
 import pytest
 
-from edl.errors import StorageError, UserCodeError
+from edl.errors import StorageError, UserCodeError, UserError
 from edl.modeldef import load_model_def
 
 MODEL = """
@@ -59,3 +59,13 @@ def test_edl_s_own_errors_and_memory_pass_through(md):
     with pytest.raises(MemoryError):
         md.collate("oom")
     assert md.collate("fine") == "fine"
+
+
+def test_a_definition_given_as_source_runs_as_its_module_named_by_its_uri():
+    md = load_model_def("s3://models/team/m.py", "from edl.zoo.digits import collate, loss, model, optimizer\n")
+    assert md.module.__file__ == "s3://models/team/m.py" and callable(md.model)
+    with pytest.raises(UserError, match=r"s3://models/team/bad.py.*SyntaxError.*line 2") as e:
+        load_model_def("s3://models/team/bad.py", "import os\ndef model(:\n")
+    assert "\n" not in str(e.value)
+    with pytest.raises(UserError, match="does not define model, loss, optimizer, collate"):
+        load_model_def("s3://models/team/empty.py", "")

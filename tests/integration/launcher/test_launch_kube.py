@@ -226,16 +226,21 @@ def test_an_evicted_trainer_is_replaced(steps):
     steps.wait_gone("evict", 90, "cleanup")
 
 
-def test_trainer_pods_deleted_gracefully_leave_as_drained_trainers_and_their_peers_never_wait(steps):
+def test_trainer_pods_deleted_gracefully_leave_as_drained_trainers_and_their_peers_never_wait(steps, plane_s3):
     """Two of three trainer pods deleted as the scheduler preempts them (a graceful delete: SIGTERM, then
     SIGKILL after the grace period): their trainers ask the master to drain them and leave at the next
     switch, so the job's next generation is a prepared scale-down, not a failure its peers wait out, and
     the launcher replaces them; exactly once."""
-    step = steps.launch("term", "--audit", epochs=8, trainers=3, max_t=3)
+    # The job trains slowly until the scale-down is seen (a cold run's job once ended before the deletes
+    # were), then at its own speed.
+    model = steps.floored_model(plane_s3, "term", 0.1)
+    step = steps.launch("term", "--audit", epochs=8, trainers=3, max_t=3, model_def=model)
     steps.wait(lambda: len(steps.trainers("term")) == 3, 180, "three running trainers")
     steps.wait(lambda: "→ 3 trainers" in steps.log(step), 120, "training at three")
     for pod in steps.trainers("term")[:2]:
         steps.core.delete_namespaced_pod(pod.metadata.name, steps.ns)  # the pod's own grace period: 30 s
+    steps.wait(lambda: "(scale_down)" in steps.log(step), 120, "the deleted trainers drained")
+    steps.full_speed(plane_s3, "term")
     assert steps.wait_done(step, 300) == 0, steps.log_tail()
     s = steps.summary(step)
     assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from edl.errors import StorageError
+from edl.errors import StorageError, UserError
 from edl.storage.checkpoint import CheckpointStore
+from edl.storage.modelsource import model_def_source
 from edl.storage.store import S3Store, open_store
 from tests.conftest import run_edl
 
@@ -50,10 +51,20 @@ def test_a_listing_takes_a_string_prefix_on_both_stores(kind, s3, tmp_path):
     assert CheckpointStore(store, keep=3).committed() == ["ckpt-000000000006"]
 
 
-def test_training_with_s3_data_and_checkpoints(s3, digits, tmp_path):
+# A user's own model, as a file the trainers' Python does not have: each trainer reads it from S3.
+USER_MODEL = b"""from edl.zoo.digits import collate, loss, model, optimizer
+
+TRAINED_FROM = __file__
+"""
+
+
+def test_training_with_s3_data_checkpoints_and_model_def(s3, digits, tmp_path):
     r = run_edl("data", "prepare", "digits", "--out", "s3://data/digits")
     assert r.returncode == 0, r.stderr
-    args = ["train", "--model-def", "edl.zoo.digits", "--data", "s3://data/digits", "--epochs", "3",
+    models = open_store("s3://models/team", "URI")
+    models.check()  # creates the bucket
+    models.put("digits.py", USER_MODEL)
+    args = ["train", "--model-def", "s3://models/team/digits.py", "--data", "s3://data/digits", "--epochs", "3",
             "--batch-size", "32", "--min-trainers", "1", "--max-trainers", "2", "--trainers", "2",
             "--checkpoint-uri", "s3://ckpts/digits-job", "--checkpoint-interval", "0.5", "--job-name", "s3job",
             "--audit", "--summary-out", str(tmp_path / "s.json")]
@@ -99,6 +110,23 @@ def test_storage_outage_is_retried_while_training_continues(s3, digits, tmp_path
     job.wait_for(lambda s: len(s["checkpoints"]) > n_ckpt, what="checkpoints after the outage")
     assert job.wait() == 0, job.output()
     assert "cannot reach S3 endpoint" in (job.home / "jobs" / "outage" / "logs" / "outage-t1.log").read_text()
+
+
+def test_a_model_def_in_s3_is_read_whole_and_a_wrong_one_is_named(s3):
+    from edl.modeldef import load_model_def
+
+    store = open_store("s3://models/team", "URI")
+    store.check()
+    store.put("digits.py", USER_MODEL)
+    store.put("latin1.py", "# caf\xe9\n".encode("latin-1"))
+    md = load_model_def("s3://models/team/digits.py", model_def_source("s3://models/team/digits.py"))
+    assert md.module.TRAINED_FROM == "s3://models/team/digits.py" and callable(md.collate)
+    assert model_def_source("edl.zoo.digits") is None and model_def_source("/tmp/my_model.py") is None
+    for spec, why in (("s3://models/team/nothing.py", "no such object"), ("s3://models/team", "a .py object"),
+                      ("s3://models/team/latin1.py", "not UTF-8"), ("s3://models/team/digits.txt", "a .py object")):
+        with pytest.raises(UserError, match=why) as e:
+            model_def_source(spec)
+        assert spec in str(e.value) and "\n" not in str(e.value)
 
 
 def test_s3_errors_are_storage_errors(monkeypatch):
