@@ -171,8 +171,8 @@ class HttpMaster:
     def report_unschedulable(self, count: int) -> int:
         return int(self._call("POST", "/v1/unschedulable", {"count": count})["desired_trainers"])
 
-    def report_exit(self, trainer: str, code: int) -> None:
-        self._call("POST", f"/v1/trainers/{trainer}/exited", {"code": code})
+    def report_exit(self, trainer: str, code: int, preempted: bool = False) -> None:
+        self._call("POST", f"/v1/trainers/{trainer}/exited", {"code": code, "preempted": preempted})
 
     def drain(self, trainer: str) -> bool:
         path = f"/v1/trainers/{trainer}/drain"

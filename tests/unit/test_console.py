@@ -121,7 +121,7 @@ class Master:
     def status(self) -> JobView:
         return job_view()
 
-    def report_exit(self, name: str, code: int) -> None:
+    def report_exit(self, name: str, code: int, preempted: bool = False) -> None:
         pass
 
     def fail_job(self, message: str, user: bool = False) -> None:

@@ -535,7 +535,10 @@ class ControlLink(Protocol):
         """``count`` trainer pods could not be placed; answers the lowered desired count."""
         ...
 
-    def report_exit(self, trainer: str, code: int) -> None: ...
+    def report_exit(self, trainer: str, code: int, preempted: bool = False) -> None:
+        """``trainer``'s process ended with ``code``; ``preempted``: its pod was preempted (the master holds
+        the place of one that never joined a generation for the sidecar's next decision)."""
+        ...
 
     def drain(self, trainer: str) -> bool:
         """Ask a trainer to leave at the next step boundary. ``False``: the master does not know it."""

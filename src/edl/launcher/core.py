@@ -447,10 +447,19 @@ class Launcher:
             self._first_round = False
             self._find_leaving(st, trainers, now)
         plan = self._plan(st, trainers, now)
-        if plan.relaunched and plan.create and self._from_watch:
-            # Replacements are decided on the pods seen now, against a size the watch read before them: a
-            # sidecar that handed the room back meanwhile (the same preemption, seen from its side) would
-            # have it taken again by the replacement. The size is read afresh first.
+        told: set[str] = set()
+        if plan.relaunched and plan.create:
+            # Replacements are decided on the pods seen now, against a size read before them: a sidecar that
+            # handed the room back meanwhile (the same preemption, seen from its side) would have it taken
+            # again by the replacement. The master is told of the preemptions first (it holds the places of
+            # preempted trainers for the sidecar's next decision, ``held_replacements``), then the size is
+            # read afresh. Whichever comes first, the report or a decision the sidecar is making now, the places
+            # stay empty until a decision that saw the preemption.
+            ended = {t.name: t for t in trainers}
+            for name, code in plan.exited:
+                if name in plan.relaunched and ended[name].exit is TrainerExit.PREEMPTED:
+                    self._tell(lambda: self.link.report_exit(name, code, preempted=True))
+                    told.add(name)
             fresh = self.link.status()
             if fresh is not None:
                 st = self.last_status = self._use(fresh)  # type: ignore[assignment]
@@ -468,7 +477,8 @@ class Launcher:
         self._trainers_seen = seen
         by_name = {t.name: t for t in trainers}
         for name, code in [*plan.exited, *((name, VANISHED_EXIT) for name in vanished)]:
-            self._tell(lambda: self.link.report_exit(name, code))
+            if name not in told:
+                self._tell(lambda: self.link.report_exit(name, code))
         for name in plan.relaunched:
             self.relaunches += 1
             t = by_name[name]

@@ -365,11 +365,16 @@ class Job:
         releases them, or for ``REPLACEMENT_HOLD_S`` without one (it is away: replace them)."""
         return tuple(sorted(k for k, at in self.told_to_stop.items() if now - at <= REPLACEMENT_HOLD_S))
 
-    def trainer_exited(self, trainer: str, code: int, now: float) -> None:
+    def trainer_exited(self, trainer: str, code: int, now: float, preempted: bool = False) -> None:
+        """``preempted``: its pod was preempted. One that never joined a generation (killed while it started)
+        did not ask to leave (``leave``), yet its place is wanted by a higher-priority pod as much: its
+        replacement, too, waits for the sidecar's next decision."""
         self.replacing.discard(trainer)
         m = self.membership
         m.exit_reported(trainer)
         t = m.trainers.get(trainer)
+        if preempted and self.sidecar_decides and (t is None or t.state is TrainerState.WAITING):
+            self.told_to_stop.setdefault(trainer, now)
         if t is None or t.state.gone:
             return  # already failed or left (silent, dropped): its exit changes nothing
         if t.state is TrainerState.WAITING or (code == 0 and self.queue.finished):

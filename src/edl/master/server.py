@@ -198,6 +198,7 @@ class UnschedulableBody(Body, frozen=True):
 
 class ExitBody(Body, frozen=True):
     code: int
+    preempted: bool = False
 
 
 class FatalBody(Body, frozen=True):
@@ -715,7 +716,7 @@ def _control_routes(master: Master) -> list[BaseRoute]:
     async def exited(r: Request) -> dict:
         trainer = r.path_params["trainer"]
         body = await ExitBody.read(r)
-        job.trainer_exited(trainer, body.code, master.clock())
+        job.trainer_exited(trainer, body.code, master.clock(), preempted=body.preempted)
         if body.code != 0:
             log.warning("trainer %s exited with code %d", trainer, body.code)
         await master.notify()

@@ -151,7 +151,7 @@ class SimMaster:
         self.unschedulable_at = self.sim.now
         return js.target
 
-    def report_exit(self, trainer: str, code: int) -> None:
+    def report_exit(self, trainer: str, code: int, preempted: bool = False) -> None:
         self._reachable()
 
     def drain(self, trainer: str) -> bool:

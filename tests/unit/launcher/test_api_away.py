@@ -101,7 +101,7 @@ class Master:
     def drain(self, name: str) -> bool:
         return False
 
-    def report_exit(self, name: str, code: int) -> None:
+    def report_exit(self, name: str, code: int, preempted: bool = False) -> None:
         pass
 
     def report_unschedulable(self, n: int) -> None:

@@ -59,7 +59,7 @@ class SwitchedMaster:
             return view(1, JobStatus.FAILED)
         return view(1, JobStatus.SUCCEEDED if now >= self.ends_at else JobStatus.RUNNING)
 
-    def report_exit(self, name: str, code: int) -> None:
+    def report_exit(self, name: str, code: int, preempted: bool = False) -> None:
         pass
 
     def shutdown(self) -> None:

@@ -59,7 +59,7 @@ class Master:
     def status(self) -> JobView:
         return self.views.pop(0) if len(self.views) > 1 else self.views[0]
 
-    def report_exit(self, trainer: str, code: int) -> None:
+    def report_exit(self, trainer: str, code: int, preempted: bool = False) -> None:
         self.exits.append((trainer, code))
 
 

@@ -111,7 +111,7 @@ class LongPollMaster:
     def launcher_beat(self, budgets=None) -> None:
         pass
 
-    def report_exit(self, name: str, code: int) -> None:
+    def report_exit(self, name: str, code: int, preempted: bool = False) -> None:
         pass
 
     def shutdown(self) -> None:
@@ -199,6 +199,7 @@ class Master:
         self.views, self.reads = list(views), 0
         self.drained: list[str] = []
         self.exits: list[tuple[str, int]] = []
+        self.starting: set[str] = set()  # trainers that never joined a generation
 
     def status(self) -> JobView:
         self.reads += 1
@@ -208,8 +209,10 @@ class Master:
         self.drained.append(name)
         return True
 
-    def report_exit(self, name: str, code: int) -> None:
+    def report_exit(self, name: str, code: int, preempted: bool = False) -> None:
         self.exits.append((name, code))
+        if preempted and name in self.starting:  # as the real one does where the sidecar sizes the job
+            self.views = [replace(v, held_replacements=(*v.held_replacements, name)) for v in self.views]
 
 
 def watching(master: Master, cluster: Cluster) -> tuple[Launcher, Watch]:
@@ -318,3 +321,17 @@ def test_a_preempted_trainer_is_replaced_at_once_where_the_size_still_asks_for_i
     cluster.pods["j-t2"] = TrainerPod("j-t2", PodPhase.FAILED, 0.0, "node", TrainerExit.PREEMPTED)
     la.tick()
     assert cluster.created == ["j-t3"] and master.reads == reads + 1  # read afresh once, then replaced
+
+
+def test_a_trainer_preempted_as_it_started_waits_for_the_sidecar_however_the_decisions_race():
+    # The sidecar has not decided yet (the master still asks for 4) when the scheduler preempts a trainer
+    # that had not joined: the master is told of the preemption before the size is read afresh, and holds
+    # its place for the sidecar's next decision. A replacement started now would only sit Pending.
+    la, master, cluster = settled(4)
+    master.starting.add("j-t4")
+    cluster.pods["j-t4"] = TrainerPod("j-t4", PodPhase.FAILED, 0.0, "node", TrainerExit.PREEMPTED)
+    la.tick()
+    assert master.exits == [("j-t4", 1)] and cluster.created == []  # told once, before the fresh read
+    master.views = [replace(view(4), control_version=5)]  # the sidecar's decision released it: still 4
+    la.tick()
+    assert cluster.created == ["j-t5"]

@@ -85,3 +85,25 @@ def test_the_status_carries_the_held_trainers_through_json():
     job.leave("t1", 2.0)
     view = job.status_view(2.0)
     assert JobView.from_json(view.to_json()).held_replacements == ("t1",)
+
+
+def test_a_trainer_preempted_before_it_joined_is_held_like_one_told_to_stop():
+    """A pod preempted while its trainer started never asked to leave; its place is wanted all the same."""
+    job = started(2)
+    job.scale(4, reason=GROWING, now=1.0)
+    job.register("t2", 3, "h", 9002, now=1.2)  # registered, waiting for the next generation
+    job.trainer_exited("t2", 143, 2.0, preempted=True)
+    job.trainer_exited("t3", 143, 2.0, preempted=True)  # never registered
+    assert job.status_view(2.0).held_replacements == ("t2", "t3")
+    job.scale(2, reason=HANDED_BACK, now=3.0, released=("t2", "t3"))
+    assert job.status_view(3.0).held_replacements == ()
+
+
+def test_a_member_preempted_or_an_exit_without_a_sidecar_holds_nothing():
+    job = started(3)
+    job.trainer_exited("t3", 143, 2.0, preempted=True)  # edl scale sizes this job: no decision to wait for
+    assert job.status_view(2.0).held_replacements == ()
+    job.scale(3, reason=GROWING, now=3.0)
+    job.trainer_exited("t1", 137, 4.0, preempted=True)  # a member killed by force: re-formed, replaced at once
+    job.trainer_exited("t4", 1, 4.0)  # a failure, not a preemption
+    assert job.status_view(4.0).held_replacements == ()
