@@ -41,8 +41,9 @@ def keeper(image: str) -> dict:
 
 
 class Steps:
-    def __init__(self, plane: ControlPlane, kube: client.ApiClient, namespace: str) -> None:
+    def __init__(self, plane: ControlPlane, kube: client.ApiClient, namespace: str, s3) -> None:
         self.plane = plane
+        self.s3 = s3  # the plane's MinIO (tests.plane.s3.MinioServer): the jobs' data and checkpoints
         self.ns = namespace
         self.core = client.CoreV1Api(kube)
         self.coord = client.CoordinationV1Api(kube)
@@ -52,8 +53,12 @@ class Steps:
     def launch(self, job: str, *extra: str, epochs: int = 3, max_t: int = 2, trainers: int = 1,
                style: str = "argo", trainer_memory: str = "2Gi", grace_s: int = 40,
                service_account: str = "edl-launcher", model_def: str = "edl.zoo.digits",
-               trainer_image: str = "trainer-cpu") -> str:
-        """An ``edl launch`` step's pod for ``job``; ``trainer_image`` names one of edl's images on the plane."""
+               trainer_image: str = "trainer-cpu", step_floor_s: float | None = None) -> str:
+        """An ``edl launch`` step's pod for ``job``; ``trainer_image`` names one of edl's images on the plane.
+        ``step_floor_s``: the job trains ``floored_model`` (digits, each step at least this long until
+        ``full_speed``): a job the test ends itself trains slowly, not on every CPU it is given."""
+        if step_floor_s is not None:
+            model_def = self.floored_model(job, step_floor_s)
         name = f"step-{job}-{len(self.launched)}"
         args = ["launch", "--job-name", job, "--model-def", model_def, "--data", "s3://data/digits",
                 "--epochs", str(epochs), "--batch-size", "16", "--min-trainers", "1", "--max-trainers", str(max_t),
@@ -127,7 +132,7 @@ class Steps:
         assert code is not None
         return code
 
-    def floored_model(self, s3, job: str, step_floor_s: float) -> str:
+    def floored_model(self, job: str, step_floor_s: float) -> str:
         """The S3 URI of a model definition (``--model-def s3://...``, read by each trainer pod): the zoo's
         digits, each batch taking at least ``step_floor_s`` to collate, a floor under the job's length
         whatever the machine's speed, until ``full_speed`` lifts it once what the test watches has happened
@@ -153,14 +158,14 @@ def collate(table):
             time.sleep({step_floor_s})
     return _collate(table)
 """.encode()
-        s3.client().put_object("data", f"{self.ns}/{job}/model.py", io.BytesIO(source), len(source))
+        self.s3.client().put_object("data", f"{self.ns}/{job}/model.py", io.BytesIO(source), len(source))
         return f"s3://data/{self.ns}/{job}/model.py"
 
-    def full_speed(self, s3, job: str) -> None:
+    def full_speed(self, job: str) -> None:
         """``floored_model``'s job trains on at its own speed."""
         import io
 
-        s3.client().put_object("data", f"{self.ns}/{job}/full-speed", io.BytesIO(b""), 0)
+        self.s3.client().put_object("data", f"{self.ns}/{job}/full-speed", io.BytesIO(b""), 0)
 
     def summary(self, name: str) -> dict:
         """The run summary the launcher wrote into its /tmp (the step's output, read off its volume)."""

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.timeout(360)
 
 
 @pytest.fixture
-def steps(plane, kube, namespace):
-    return Steps(plane, kube, namespace)
+def steps(plane, kube, namespace, plane_s3):
+    return Steps(plane, kube, namespace, plane_s3)
 
 
 def test_launch_as_a_step_runs_the_job_grows_it_and_leaves_nothing_behind(steps):
@@ -73,7 +73,7 @@ def test_a_pytorch_job_trains_in_edls_pytorch_image_audited_and_exports_onnx(ste
 
 
 def test_the_launcher_pod_deleted_takes_a_last_checkpoint_and_removes_every_object(steps):
-    step = steps.launch("cancel", epochs=400)
+    step = steps.launch("cancel", epochs=400, step_floor_s=0.05)
     steps.wait(lambda: steps.trainers("cancel"), what="a running trainer")
     steps.wait(lambda: "generation 1" in steps.log(step), what="training")
     steps.core.delete_namespaced_pod(step, steps.ns)  # KFP/Argo terminate: SIGTERM, then the grace period
@@ -83,7 +83,7 @@ def test_the_launcher_pod_deleted_takes_a_last_checkpoint_and_removes_every_obje
 
 
 def test_a_kfp_step_killed_without_cleanup_leaves_nothing_running(steps):
-    step = steps.launch("kfpkill", epochs=400, style="kfp")
+    step = steps.launch("kfpkill", epochs=400, step_floor_s=0.05, style="kfp")
     steps.wait(lambda: steps.trainers("kfpkill"), what="a running trainer")
     pids = steps.job_pids("kfpkill")
     steps.core.delete_namespaced_pod(step, steps.ns, grace_period_seconds=0)  # no time for any cleanup
@@ -96,7 +96,7 @@ def test_a_kfp_step_killed_without_cleanup_leaves_nothing_running(steps):
 
 
 def test_an_argo_step_killed_without_cleanup_is_garbage_collected(steps):
-    step = steps.launch("argokill", epochs=400)
+    step = steps.launch("argokill", epochs=400, step_floor_s=0.05)
     steps.wait(lambda: steps.trainers("argokill"), what="a running trainer")
     steps.core.delete_namespaced_pod(step, steps.ns, grace_period_seconds=0)
     steps.wait_gone("argokill", 60, "the garbage collector to remove the job")
@@ -163,7 +163,7 @@ def test_a_launcher_killed_without_its_cleanup_leaves_no_pod_running_and_no_proc
     """The step's container SIGKILLed and not retried: its pod stays, so the garbage collector
     does nothing. The dead-man switch does: the master, not beaten for 30 s, tells the trainers to leave,
     then exits 0, and nothing restarts it (restartPolicy OnFailure). The sidecar died with the launcher."""
-    step = steps.launch("deadman", epochs=400)
+    step = steps.launch("deadman", epochs=400, step_floor_s=0.05)
     steps.wait(lambda: steps.trainers("deadman"), what="a running trainer")
     steps.wait(lambda: "generation 1" in steps.log(step), what="training")
     pids = steps.job_pids("deadman")
@@ -209,7 +209,7 @@ def test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up(steps):
 
 
 def test_an_evicted_trainer_is_replaced(steps):
-    step = steps.launch("evict", epochs=400, max_t=1)
+    step = steps.launch("evict", epochs=400, step_floor_s=0.05, max_t=1)
     steps.wait(lambda: steps.trainers("evict"), what="a running trainer")
     steps.wait(lambda: "generation 1" in steps.log(step), what="training")
     victim = steps.trainers("evict")[0]
@@ -226,21 +226,20 @@ def test_an_evicted_trainer_is_replaced(steps):
     steps.wait_gone("evict", 90, "cleanup")
 
 
-def test_trainer_pods_deleted_gracefully_leave_as_drained_trainers_and_their_peers_never_wait(steps, plane_s3):
+def test_trainer_pods_deleted_gracefully_leave_as_drained_trainers_and_their_peers_never_wait(steps):
     """Two of three trainer pods deleted as the scheduler preempts them (a graceful delete: SIGTERM, then
     SIGKILL after the grace period): their trainers ask the master to drain them and leave at the next
     switch, so the job's next generation is a prepared scale-down, not a failure its peers wait out, and
     the launcher replaces them; exactly once."""
     # The job trains slowly until the scale-down is seen (a cold run's job once ended before the deletes
     # were), then at its own speed.
-    model = steps.floored_model(plane_s3, "term", 0.1)
-    step = steps.launch("term", "--audit", epochs=8, trainers=3, max_t=3, model_def=model)
+    step = steps.launch("term", "--audit", epochs=8, trainers=3, max_t=3, step_floor_s=0.1)
     steps.wait(lambda: len(steps.trainers("term")) == 3, 180, "three running trainers")
     steps.wait(lambda: "→ 3 trainers" in steps.log(step), 120, "training at three")
     for pod in steps.trainers("term")[:2]:
         steps.core.delete_namespaced_pod(pod.metadata.name, steps.ns)  # the pod's own grace period: 30 s
     steps.wait(lambda: "(scale_down)" in steps.log(step), 120, "the deleted trainers drained")
-    steps.full_speed(plane_s3, "term")
+    steps.full_speed("term")
     assert steps.wait_done(step, 300) == 0, steps.log_tail()
     s = steps.summary(step)
     assert s["status"] == "succeeded" and s["lost_samples"] == 0 and s["duplicate_samples"] == 0
@@ -342,7 +341,7 @@ def test_a_higher_priority_service_takes_the_capacity_back(steps, kube):
     # service of two replicas of half a node each.
     cpu = node_cpu(steps)
     step = steps.launch("yield", "--priority-class", "edl-low", "--trainer-cpu", str(cpu * 3 / 8), epochs=400,
-                        max_t=4)
+                        max_t=4, step_floor_s=0.05)
     steps.wait(lambda: len(steps.trainers("yield")) >= 3, 180, "growth to 3+ trainers")
     apps = client.AppsV1Api(kube)
     web = web_deployment(steps.plane.image("runtime"), replicas=2, cpu=cpu / 2)
@@ -450,9 +449,10 @@ def test_a_lost_node_loses_a_trainer_and_the_master_both_replaced_elsewhere_and_
     # fit, so it is held until the first trainers run on the others.
     hold_nodes(steps.core, ("node-lost",), True)
     # The job must train on through the node's loss, the lost trainer's replacement and the new master
-    # (about a minute from the loss): a fast machine trained 120 epochs of digits in 25 s, before any of it.
-    epochs = 360
-    step = steps.launch(job, "--node-lost-timeout", "10", epochs=epochs, max_t=2, trainers=2)
+    # (about a minute from the loss; a fast machine trained 120 epochs of digits in 25 s, before any of
+    # it): each step takes 50 ms or more (2 s an epoch at two trainers) until the new master is seen.
+    epochs = 80
+    step = steps.launch(job, "--node-lost-timeout", "10", epochs=epochs, max_t=2, trainers=2, step_floor_s=0.05)
     steps.wait(lambda: len(steps.trainers(job)) == 2, 120, "two running trainers")
     steps.wait(lambda: "2 trainers" in steps.log(step), 120, "training with two")
     first = {t.metadata.name for t in steps.trainers(job)}
@@ -480,6 +480,7 @@ def test_a_lost_node_loses_a_trainer_and_the_master_both_replaced_elsewhere_and_
     assert replacement.spec.node_name in lost_node
     steps.wait(lambda: (p := steps.pod(master)) is not None and p.metadata.uid != moved_master.metadata.uid
                and p.spec.node_name in lost_node, 90, "a new master elsewhere")
+    steps.full_speed(job)
     assert steps.wait_done(step, 300) == 0, steps.log_tail()
     s = steps.summary(step)
     assert s["status"] == "succeeded" and s["epochs_completed"] == epochs, s
@@ -597,7 +598,7 @@ def test_trainers_land_where_the_plan_puts_them_beside_a_higher_priority_service
     steps.wait(lambda: (apps.read_namespaced_deployment("web", steps.ns).status.ready_replicas or 0) == 1, 120,
                "the service Ready")
     step = steps.launch("placed", "--priority-class", "edl-low", "--trainer-cpu", str(trainer_cpu), epochs=400,
-                        max_t=8, trainer_memory="1Gi")
+                        max_t=8, trainer_memory="1Gi", step_floor_s=0.05)
 
     def settled() -> bool:
         pods = steps.trainers("placed", phase=None)
