@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_edl
+from tests.integration.launcher.test_elastic_jobs import slow_model_def
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -129,7 +130,8 @@ def test_nan_loss_stops_the_job_naming_the_step(tmp_path, digits):
 
 def test_wrong_token_is_refused(tmp_path, digits, job_runner, edl_home):
     job = job_runner("tok", [
-        "--model-def", "edl.zoo.digits", "--data", str(digits), "--epochs", "200", "--batch-size", "16",
+        "--model-def", slow_model_def(tmp_path, "edl.zoo.digits", 0.02), "--data", str(digits), "--epochs", "200",
+        "--batch-size", "16",
         "--checkpoint-uri", str(tmp_path / "ck"),
     ]).start()
     job.wait_for(lambda s: s["world_size"] == 1, what="a running job")

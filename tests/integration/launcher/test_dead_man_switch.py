@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.launcher.test_elastic_jobs import job_args
+from tests.integration.launcher.test_elastic_jobs import job_args, slow_model_def
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -32,7 +32,9 @@ def running(pid: int) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["silent", "killed"])
 def test_a_launcher_gone_silent_mid_run_leaves_no_process_of_its_job(digits, tmp_path, job_runner, edl_home, sig):
-    job = job_runner("deadman", job_args(digits, tmp_path, epochs=400, trainers=2)).start()
+    # Each step takes 20 ms or more: the job outlives the switch's 30 s without training on every CPU.
+    model = slow_model_def(tmp_path, "edl.zoo.digits", 0.02)
+    job = job_runner("deadman", job_args(digits, tmp_path, epochs=400, trainers=2, model=model)).start()
     job.wait_for(lambda s: s["step"] > 20 and s["world_size"] == 2, what="two trainers training")
     wait_for(lambda: job.info().get("standby_pid") is not None, 60, "the spare master", every=0.2)
     info = job.info()

@@ -22,8 +22,10 @@ from tests.integration.launcher.test_elastic_jobs import full_speed, job_args, s
 pytestmark = pytest.mark.timeout(420)
 
 # Long enough for the whole sequence of faults to land before the data runs out, on a loaded machine
-# too (two test workers: 30 epochs ran out before the SIGSTOP case once).
-EPOCHS = 70
+# too: each step takes 40 ms or more until the last fault (30 epochs at full speed ran out before the
+# SIGSTOP case once), 40 epochs of 22-45 steps, 35 s or more.
+EPOCHS = 40
+STEP_FLOOR_S = 0.04
 
 
 def settled(n: int, after_step: int = 0):
@@ -57,7 +59,8 @@ def scale(job, n: int) -> None:
 
 
 def test_trainer_faults_at_any_rank_cost_at_most_the_failed_step(digits, tmp_path, job_runner, framework_digits):
-    job = job_runner("faults", job_args(digits, tmp_path, epochs=EPOCHS, max_t=4, trainers=4, model=framework_digits,
+    model = slow_model_def(tmp_path, framework_digits, STEP_FLOOR_S)
+    job = job_runner("faults", job_args(digits, tmp_path, epochs=EPOCHS, max_t=4, trainers=4, model=model,
                                         extra=("--max-trainer-failures", "10"))).start()
     st = job.wait_for(settled(4, 20), what="four trainers training")
     kills = 0
@@ -82,6 +85,7 @@ def test_trainer_faults_at_any_rank_cost_at_most_the_failed_step(digits, tmp_pat
                       and s["generations"][-1]["pause_s"] is not None, what="two trainers or more")
     _, _, st = fault(job, st, st["world_size"] - 1, signal.SIGKILL)
     kills += 1
+    full_speed(model)
     assert job.wait(240) == 0, job.output()[-3000:]
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["status"] == "succeeded", s["error"]
@@ -101,9 +105,9 @@ def test_a_joiner_that_stops_responding_in_a_graceful_change_costs_no_rollback(d
     state, the woken joiner leaves, a replacement joins, and every record is trained on exactly once."""
     # The job must outlast two trainer starts (a framework import: up to 10 s on a loaded machine) and the
     # joiner's lease (10 s). A fast machine trained PyTorch's 120 epochs of digits in 22 s, so each step
-    # here takes at least 15 ms, whatever the machine: 2,700 steps, 40 s or more.
-    epochs = 60
-    model = slow_model_def(tmp_path, framework_digits, 0.015)
+    # here takes at least 40 ms, whatever the machine: 1,100 steps, 40 s or more.
+    epochs = 25
+    model = slow_model_def(tmp_path, framework_digits, 0.04)
     job = job_runner("hangjoin", job_args(digits, tmp_path, epochs=epochs, max_t=3, trainers=2, model=model,
                                           extra=("--max-trainer-failures", "5"))).start()
     st = job.wait_for(settled(2, 20), what="two trainers training")
