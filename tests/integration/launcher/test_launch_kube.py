@@ -103,7 +103,7 @@ def test_an_argo_step_killed_without_cleanup_is_garbage_collected(steps):
 
 
 def test_the_apiserver_away_for_20_s_mid_run_holds_the_plan_and_the_job_finishes(steps):
-    step = steps.launch("apiaway", epochs=40)
+    step = steps.launch("apiaway", epochs=10, step_floor_s=0.05)  # floored until the API is back and seen
     steps.wait(lambda: steps.trainers("apiaway"), what="a running trainer")
     steps.wait(lambda: "generation 1" in steps.log(step), what="training")
     steps.plane.stop_apiserver()  # an upgrade, an etcd leader change: the API is away, the pods run on
@@ -111,9 +111,11 @@ def test_the_apiserver_away_for_20_s_mid_run_holds_the_plan_and_the_job_finishes
         time.sleep(20)
     finally:
         steps.plane.start_apiserver()
+    steps.wait(lambda: "cluster API back" in steps.log(step), 60, "the launcher to see the API back")
+    steps.full_speed("apiaway")
     assert steps.wait_done(step, 300) == 0, steps.log_tail()
     s = steps.summary(step)
-    assert s["status"] == "succeeded" and s["epochs_completed"] == 40 and s["master_restarts"] == 0
+    assert s["status"] == "succeeded" and s["epochs_completed"] == 10 and s["master_restarts"] == 0
     log = steps.log(step)
     assert log.count("cluster API away") == 1 and "holding the plan" in log, log
     assert log.count("cluster API back") == 1, log
@@ -142,17 +144,18 @@ def test_an_unknown_trainer_image_fails_the_step_fast_naming_the_image(steps):
 
 
 def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps):
-    first = steps.launch("adopt", epochs=60)
+    first = steps.launch("adopt", epochs=25, step_floor_s=0.05)  # floored until the new master is seen
     steps.wait(lambda: steps.trainers("adopt"), what="a running trainer")
     master_uid = steps.pod("edl-adopt-master").metadata.uid
     os.kill(steps.container_pid(first), signal.SIGKILL)  # the step's container died; its retry is a new pod
     steps.wait(lambda: steps.failed(first), 30, "the first step to fail")
-    second = steps.launch("adopt", epochs=60)
+    second = steps.launch("adopt", epochs=25, step_floor_s=0.05)
     steps.wait(lambda: "adopted the existing job" in steps.log(second), what="adoption")
     assert steps.pod("edl-adopt-master").metadata.uid == master_uid  # not a second job
     steps.core.delete_namespaced_pod("edl-adopt-master", steps.ns)  # lost, as when its node is drained
     steps.wait(lambda: (p := steps.pod("edl-adopt-master")) is not None and p.metadata.uid != master_uid,
                90, "a new master pod")
+    steps.full_speed("adopt")
     assert steps.wait_done(second, 300) == 0, steps.log_tail()
     s = steps.summary(second)
     assert s["status"] == "succeeded" and s["master_restarts"] >= 1
@@ -189,13 +192,13 @@ def test_a_launcher_killed_without_its_cleanup_leaves_no_pod_running_and_no_proc
 
 
 def test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up(steps):
-    # Long enough that the job is still training when the master is checked: trainers keep training while
-    # their launcher is gone, and 20 epochs could end (and be cleaned up) before the second step adopted.
-    first = steps.launch("reown", epochs=80)
+    # Floored until the master is checked: trainers keep training while their launcher is gone, and a short
+    # job at full speed could end (and be cleaned up) before the second step adopted.
+    first = steps.launch("reown", epochs=25, step_floor_s=0.05)
     steps.wait(lambda: steps.trainers("reown"), what="a running trainer")
     os.kill(steps.container_pid(first), signal.SIGKILL)
     steps.wait(lambda: steps.failed(first), 30, "the first step to fail")
-    second = steps.launch("reown", epochs=80)
+    second = steps.launch("reown", epochs=25, step_floor_s=0.05)
     steps.wait(lambda: "adopted the existing job" in steps.log(second), what="adoption")
     master_uid = steps.pod("edl-reown-master").metadata.uid
     steps.core.delete_namespaced_pod(first, steps.ns)  # the workflow's pod GC removes the failed pod
@@ -204,6 +207,7 @@ def test_a_retried_step_keeps_its_job_when_the_first_pod_is_cleaned_up(steps):
     master = steps.pod("edl-reown-master")
     assert master is not None and master.metadata.uid == master_uid and not master.metadata.deletion_timestamp
     assert "secrets/edl-reown-token" in steps.objects_of("reown")
+    steps.full_speed("reown")
     assert steps.wait_done(second, 150) == 0, steps.log_tail()
     assert steps.summary(second)["master_restarts"] == 0
 
