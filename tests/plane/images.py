@@ -362,7 +362,10 @@ def deps_reference(spec: Spec) -> str:
 
 def build_one(spec: Spec, key: str, steps: Steps) -> None:
     """``buildah bud`` of ``spec`` into buildah's storage, labelled with ``key``."""
-    bud = ["buildah", "bud", "--isolation", "chroot", "--pull-never", "--layers", "-f", str(spec.containerfile)]
+    # --force-rm: a failed build leaves no working container (each holds a copy of what its step wrote,
+    # GBs for the CUDA builds: a few failures on a full disk filled it).
+    bud = ["buildah", "bud", "--isolation", "chroot", "--pull-never", "--layers", "--force-rm",
+           "-f", str(spec.containerfile)]
     if HOST_CA.exists():  # the RUN steps' downloads go through this machine's CA
         bud += ["-v", f"{HOST_CA}:{HOST_CA}:ro"]
     argv = [*bud, "-t", spec.local, "--label", f"{KEY_LABEL}={key}", str(spec.context)]

@@ -9,6 +9,8 @@ as the CronWorkflow sets them; ``KFP_POD_NAME``/``KFP_POD_UID`` as KFP's driver 
 
 from __future__ import annotations
 
+import io
+
 from kubernetes import client
 
 from tests.plane.fixtures import PRIORITY_CLASSES
@@ -137,8 +139,6 @@ class Steps:
         digits, each batch taking at least ``step_floor_s`` to collate, a floor under the job's length
         whatever the machine's speed, until ``full_speed`` lifts it once what the test watches has happened
         (the trainers look for the lift in S3 once a second)."""
-        import io
-
         flag = f"s3://data/{self.ns}/{job}"
         source = f"""import time
 
@@ -163,8 +163,6 @@ def collate(table):
 
     def full_speed(self, job: str) -> None:
         """``floored_model``'s job trains on at its own speed."""
-        import io
-
         self.s3.client().put_object("data", f"{self.ns}/{job}/full-speed", io.BytesIO(b""), 0)
 
     def summary(self, name: str) -> dict:

@@ -447,6 +447,7 @@ class Launcher:
             self._first_round = False
             self._find_leaving(st, trainers, now)
         plan = self._plan(st, trainers, now)
+        by_name = {t.name: t for t in trainers}
         told: set[str] = set()
         if plan.relaunched and plan.create:
             # Replacements are decided on the pods seen now, against a size read before them: a sidecar that
@@ -455,9 +456,8 @@ class Launcher:
             # preempted trainers for the sidecar's next decision, ``held_replacements``), then the size is
             # read afresh. Whichever comes first, the report or a decision the sidecar is making now, the places
             # stay empty until a decision that saw the preemption.
-            ended = {t.name: t for t in trainers}
             for name, code in plan.exited:
-                if name in plan.relaunched and ended[name].exit is TrainerExit.PREEMPTED:
+                if name in plan.relaunched and by_name[name].exit is TrainerExit.PREEMPTED:
                     self._tell(lambda: self.link.report_exit(name, code, preempted=True))
                     told.add(name)
             fresh = self.link.status()
@@ -475,7 +475,6 @@ class Launcher:
         vanished = sorted({name for name, phase, _ in self._trainers_seen or () if not phase.terminated}
                           - {t.name for t in trainers})
         self._trainers_seen = seen
-        by_name = {t.name: t for t in trainers}
         for name, code in [*plan.exited, *((name, VANISHED_EXIT) for name in vanished)]:
             if name not in told:
                 self._tell(lambda: self.link.report_exit(name, code))

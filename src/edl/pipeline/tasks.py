@@ -43,13 +43,12 @@ def evaluate_model_in_full(model_dir: str, data_uri: str,
     ``None`` when the outputs are not class scores)."""
     from edl.data.dataset import Dataset
     from edl.data.splits import resolve_splits
-    from edl.modeldef import load_model_def
     from edl.storage.checkpoint import WARM_START_FILE, decode_arrays
-    from edl.storage.modelsource import model_def_source
+    from edl.storage.modelsource import read_model_def
     from edl.frameworks import framework_of, load
     from edl.trainer.export import evaluate
 
-    md = load_model_def(model_def, model_def_source(model_def))
+    md = read_model_def(model_def)
     path = Path(model_dir) / WARM_START_FILE
     if not path.exists():
         raise UserError(f"model {model_dir}: no {WARM_START_FILE} (not a model written by edl)")

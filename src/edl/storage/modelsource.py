@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from edl.errors import StorageError, UserError
+from edl.modeldef import ModelDef, load_model_def
 from edl.storage.store import open_store
 
 
@@ -32,3 +33,8 @@ def model_def_source(spec: str) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"--model-def {spec!r} is not UTF-8 text: {e}") from e
+
+
+def read_model_def(spec: str) -> ModelDef:
+    """``load_model_def`` of ``spec``, wherever it is: a module, a local file or an S3 object."""
+    return load_model_def(spec, model_def_source(spec))

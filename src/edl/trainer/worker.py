@@ -50,12 +50,12 @@ from edl.data.dataset import Dataset
 from edl.errors import Abandoned, CollectiveError, EdlError, TemporaryError, UserCodeError, UserError
 from edl.frameworks import framework_of, load
 from edl.masterlink import HttpMaster, MasterUnavailable
-from edl.modeldef import ModelDef, load_model_def
+from edl.modeldef import ModelDef
 from edl.net import free_port
 from edl.procs import leave_process
 from edl.storage.audit import AUDIT_SPOOL_ENV, audit_spool
 from edl.storage.checkpoint import FINAL, CheckpointStore
-from edl.storage.modelsource import model_def_source
+from edl.storage.modelsource import read_model_def
 from edl.storage.store import ObjectStore, open_store
 from edl.trainer.audit import AuditLog
 from edl.trainer.checkpoints import Checkpointer
@@ -573,7 +573,7 @@ def build_trainer(trainer_id: str, master: str, token: str, host: str, backend: 
     master (waited for as long as a trainer ever waits), the model definition and its framework, the
     links over HTTP, the data set and the job's store."""
     spec = HttpMaster(master, token, give_up_s=MASTER_LOST_S).spec()
-    md = load_model_def(spec.model_def, model_def_source(spec.model_def))
+    md = read_model_def(spec.model_def)
     framework = load(framework_of(md))
     links = Links.http(master, token, master_lost_after_s(spec.launcher_timeout_s))
     spool = os.environ.get(AUDIT_SPOOL_ENV)
