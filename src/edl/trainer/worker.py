@@ -51,7 +51,7 @@ from edl.errors import Abandoned, CollectiveError, EdlError, TemporaryError, Use
 from edl.frameworks import framework_of, load
 from edl.masterlink import HttpMaster, MasterUnavailable
 from edl.modeldef import ModelDef
-from edl.net import free_port
+from edl.net import port_to_keep
 from edl.procs import leave_process
 from edl.storage.audit import AUDIT_SPOOL_ENV, audit_spool
 from edl.storage.checkpoint import FINAL, CheckpointStore
@@ -142,7 +142,7 @@ class Trainer:
                                    # Nobody is left to replace it or wait for it: end cleanly.
                                    on_master_lost=lambda: exit_process(EXIT_OK), master_lost_s=self.master_lost_s,
                                    on_answer=self._on_answer)
-        self.progress.store_port = free_port(host)
+        self.progress.store_port = port_to_keep(host)
         # The next generation of a graceful change, its group formed on a thread of its own.
         self.preparation = Preparation(trainer_id, self._form_prepared)
         self.runner = Runner()  # the collectives run there, so that an aborted generation is left at once
@@ -177,7 +177,7 @@ class Trainer:
         """A generation's group; rank 0 hosts its store on the port it advertised, so it advertises another."""
         host, port = rendezvous
         if rank == 0:
-            self.progress.store_port = free_port(self.host)
+            self.progress.store_port = port_to_keep(self.host)
         group_id = zlib.crc32(f"{self.control.master_uid}:{generation}".encode()) & 0x7FFFFFFF
         return self.framework.group(host, port, rank, world, group_id, self.backend)
 
@@ -245,7 +245,7 @@ class Trainer:
     def _reregister(self) -> None:
         """The master restarted and lost us: join it afresh, telling it where we stopped (our replica
         stays as it is: the new master may go on from its step)."""
-        self.progress.store_port = free_port(self.host)
+        self.progress.store_port = port_to_keep(self.host)
         self.progress.generation = 0
         self.progress.safe_cursor = None  # a cursor of the old master's tasks means nothing to the new one
         self.preparation.reset()  # the new master's generations start at 1 again
@@ -519,7 +519,7 @@ class Trainer:
     def _report(self, gen: int, step: int, cursors: dict[str, Cursor | None], failed: bool,
                 switched_to: int = 0) -> None:
         self.progress.in_collective_since = None
-        self.progress.store_port = free_port(self.host)  # a fresh port per generation: the old store may linger
+        self.progress.store_port = port_to_keep(self.host)  # a fresh port per generation: the old store may linger
         self.client.sync(SyncReport(self.id, gen, step, cursors, self.progress.store_port, failed, switched_to))
 
     # ------------------------------------------------------------ checkpoints and the end
