@@ -142,10 +142,12 @@ class HttpMaster:
 
     # ------------------------------------------------------------------ ControlLink
     def healthy(self) -> bool:
+        """The master answers (a spare master pod that was not woken yet does not count)."""
         try:
-            return self._request("GET", "/healthz", once=True).status_code == 200
+            r = self._request("GET", "/healthz", once=True)
         except MasterUnavailable:
             return False
+        return r.status_code == 200 and not r.json().get("standby")
 
     def status(self, after: int = 0, wait_s: float = 0.0) -> JobView | None:
         """The job's status; with ``after`` (a ``JobView.control_version``) and ``wait_s``, a long poll:
@@ -190,6 +192,12 @@ class HttpMaster:
 
     def shutdown(self) -> None:
         self._call("POST", "/v1/shutdown")
+
+    def wake_standby(self, await_handover_s: float = 0.0) -> None:
+        """Wake the spare master at this address (``edl master --standby http``): it serves the job next,
+        after waiting up to ``await_handover_s`` for its stopping predecessor's run lock. One attempt."""
+        self._answer(self._request("POST", "/v1/standby/start", {"await_handover_s": await_handover_s}, once=True),
+                     "/v1/standby/start")
 
     def launcher_beat(self, budgets: dict[str, BudgetView] | None = None) -> None:
         self._call("POST", "/v1/launcher/beat", {"budgets": to_json(budgets or {})})

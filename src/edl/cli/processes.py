@@ -22,18 +22,23 @@ def cmd_master(a: argparse.Namespace) -> int:
     end_on_sigterm_as_init()  # until uvicorn's own handler: the imports below take seconds
 
     from edl.jobargs import spec_from_args
-    from edl.master.main import run_master, wait_as_standby
+    from edl.master.main import run_master, wait_as_standby, wait_as_standby_pod
 
     if not 0 < a.port < 65536:
         raise UserError(f"--port must be in 1..65535 (got {a.port})")
     spec, token = spec_from_args(a), token_from_env()
-    woken_at = None
-    if a.standby:
-        # A spare: its imports are done; it reads, locks and serves nothing until it is told to start.
+    woken_at, await_handover_s = None, 0.0
+    # A spare: its imports are done; it reads, locks and serves nothing until it is told to start.
+    if a.standby == "stdin":
         if not wait_as_standby(spec, a.host, a.port, token):
             return 0
         woken_at = time.monotonic()
-    return run_master(spec, a.host, a.port, token, woken_at=woken_at)
+    elif a.standby == "http":
+        wake = wait_as_standby_pod(spec, a.host, a.port, token, a.serving_master)
+        if wake is None:
+            return 0
+        woken_at, await_handover_s = time.monotonic(), wake
+    return run_master(spec, a.host, a.port, token, woken_at=woken_at, await_handover_s=await_handover_s)
 
 
 def cmd_trainer(a: argparse.Namespace) -> NoReturn:
@@ -79,9 +84,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_job_arguments(m)
     m.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     m.add_argument("--port", type=int, default=8470, help="port to listen on (default 8470)")
-    m.add_argument("--standby", action="store_true",
-                   help="start up, then wait for a line on stdin before reading the job and serving it "
-                        "(the local launcher's spare master: a restart without a Python start-up)")
+    m.add_argument("--standby", nargs="?", const="stdin", choices=["stdin", "http"], default=None,
+                   help="a spare master: start up, then wait to be woken before reading the job and serving it "
+                        "(a restart without a Python start-up). stdin (the default): woken by a line on stdin "
+                        "(the local launcher's spare); http: woken by POST /v1/standby/start with the job token "
+                        "at --host:--port (a spare master pod, woken by the launcher)")
+    m.add_argument("--serving-master", default=None, metavar="HOST:PORT",
+                   help="with --standby http: the serving master's address (the job's Service), asked every 5 s "
+                        "whether the job is over or abandoned by its launcher: the spare then ends too")
     m.set_defaults(fn=cmd_master)
 
     w = sub.add_parser("trainer", help="run one trainer (token from EDL_TOKEN)",

@@ -22,14 +22,20 @@ from edl.api.cluster import MasterEndpoint, PodPhase, TrainerExit, TrainerPod
 from edl.cluster.kube_api import KubeApi
 from edl.cluster.kube_objects import cannot_start, last_exit, node_ready, pod_phase, trainer_exit
 from edl.cluster.node_loss import judge_nodes
-from edl.errors import KubeForbiddenError, PermanentError, TemporaryError, UserError
+from edl.errors import EdlError, KubeForbiddenError, KubeNotFoundError, PermanentError, TemporaryError, UserError
 from edl.api.spec import JobSpec, K8sOptions
+from edl.masterlink import HttpMaster
+from edl.storage.claim import FENCE_S
 
 log = logging.getLogger("edl.launcher")
 # In-place restarts of the master container (CrashLoopBackOff: 10, 20, 40 s apart) before the job fails.
 MASTER_CRASH_LIMIT = 3
 MASTER_GRACE_S = 30.0  # the master pod's terminationGracePeriodSeconds (the default: its spec sets none)
 MASTER_GONE_MARGIN_S = 30.0  # beyond the grace: the kubelet's final delete, the API's answers
+# The spare master pod: created this long after each master (its start does not compete with the master's
+# and the trainers'), then looked at this often (one read) and made again when it is gone.
+STANDBY_AFTER_S = 5.0
+STANDBY_CHECK_S = 5.0
 
 
 def _timestamp(s: str | None) -> float:
@@ -43,6 +49,17 @@ def _terminated_now(pod: dict, container: str) -> bool:
                for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
+def wake_over_http(address: str, token: str, await_handover_s: float) -> None:
+    """Wake the spare master pod at ``address`` (``edl master --standby http``), one attempt."""
+    HttpMaster(address, token, timeout_s=2.0, give_up_s=0.0, name=f"standby master at {address}").wake_standby(
+        await_handover_s)
+
+
+def _master_args(pod: dict) -> list[str]:
+    return next((c.get("args") or [] for c in (pod.get("spec") or {}).get("containers") or []
+                 if c.get("name") == "master"), [])
+
+
 def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -51,8 +68,10 @@ class KubeCluster:
     def __init__(self, kube: KubeApi, spec: JobSpec, opts: K8sOptions, owner: dict | None = None,
                  master_via: str = "service", clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
-                 place_master: Callable[[dict], str | None] | None = None) -> None:
+                 place_master: Callable[[dict], str | None] | None = None,
+                 wake_spare: Callable[[str, str, float], None] = wake_over_http) -> None:
         self.kube = kube
+        self.wake_spare = wake_spare  # (address, token, seconds to wait for the predecessor's lock)
         # The plan's node for the master pod about to be created (its manifest in, a node name or
         # ``None`` out): the pod prefers it, as trainers prefer theirs.
         self.place_master = place_master
@@ -68,15 +87,22 @@ class KubeCluster:
         self.not_ready_since: dict[str, float] = {}  # node -> first seen not Ready, on self.clock
         self.lost_pods: set[str] = set()  # pods reported lost with their node: deleted by force
         self.nodes_readable = True  # False once the API refused to show nodes (RBAC without it)
+        self.token = ""  # the job's, once ensure_job read it: the spare master is woken with it
+        # The serving master pod's name; its spare (``edl master --standby http``) waits under the other one.
+        self.serving = self.names["master"]
+        self.spare_due: float | None = None  # on self.clock: when to look at the spare (make it) next
 
     # ------------------------------------------------------------ Cluster
     def ensure_job(self) -> MasterEndpoint:
         secret, created = self.kube.create(m.token_secret(self.spec, self.opts, secrets.token_urlsafe(32), self.owner))
-        token = base64.b64decode((secret.get("data") or {})["token"]).decode()
-        self.kube.create(m.master_service(self.spec, self.opts, self.owner))
-        pod = self.kube.get("pods", self.names["master"])
-        address = self.recreate_master() if pod is None or pod_phase(pod).terminated else None
+        token = self.token = base64.b64decode((secret.get("data") or {})["token"]).decode()
+        service, _ = self.kube.create(m.master_service(self.spec, self.opts, self.owner))
         adopted = not created
+        if adopted:
+            self._adopt_masters(service)
+        pod = self.kube.get("pods", self.serving)
+        address = self.recreate_master() if pod is None or pod_phase(pod).terminated else None
+        self.spare_due = self.clock() + STANDBY_AFTER_S
         if adopted:
             self.reown()
         self.record("JobAdopted" if adopted else "JobCreated",
@@ -103,26 +129,64 @@ class KubeCluster:
         if moved:
             log.info("re-owned %d objects of job %s to pod %s", moved, self.spec.job, self.owner["name"])
 
+    @property
+    def spare_name(self) -> str:
+        """The name the serving master's spare has (or gets): the job's other master name."""
+        first, second = self.names["master"], self.names["master_b"]
+        return second if self.serving == first else first
+
+    def _adopt_masters(self, service: dict) -> None:
+        """A job made before this launcher: which of its master pods serves (labelled so). A spare labelled
+        serving by a launcher that died before it woke it is woken now (a master that serves already
+        refuses the call). A job from before spares (its Service selects any master pod) is moved to
+        the serving one's selector."""
+        masters = self.kube.list("pods", f"{self.selector},edl.dev/role=master")
+        state = {p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(m.MASTER_STATE_LABEL)
+                 for p in masters}
+        serving = [name for name, s in state.items() if s == m.SERVING]
+        if serving:
+            self.serving = sorted(serving)[0]
+        elif self.names["master"] in state:
+            self._label_master(self.names["master"], m.SERVING)
+        selector = m.master_selector(self.spec.job)
+        if (service.get("spec") or {}).get("selector") != selector:
+            self.kube.patch("services", self.names["service"], [{"op": "replace", "path": "/spec/selector",
+                                                                  "value": selector}])
+        pod = next((p for p in masters if p["metadata"]["name"] == self.serving), None)
+        if pod is not None and "--standby" in _master_args(pod) and (ip := (pod.get("status") or {}).get("podIP")):
+            try:
+                self.wake_spare(f"{ip}:{m.MASTER_PORT}", self.token, 0.0)
+            except EdlError:
+                pass  # it serves already (woken before), or it is not up: the rounds judge it as any master
+
+    def _label_master(self, name: str, state: str) -> bool:
+        """Mark the master pod ``name`` serving, standby or retired; ``False`` when it is gone."""
+        try:
+            self.kube.patch("pods", name, [{"op": "add", "path": "/metadata/labels/edl.dev~1master", "value": state}])
+            return True
+        except KubeNotFoundError:
+            return False
+
     def _master_address(self, uid: str | None = None) -> str:
         """The Service's name; with ``pod-ip`` the master pod's IP (of the pod ``uid`` when given: a
         successor's, never the IP its predecessor had), once it has one."""
         if self.master_via == "pod-ip":
             deadline = self.clock() + 300
             while self.clock() < deadline:
-                pod = self.kube.get("pods", self.names["master"]) or {}
+                pod = self.kube.get("pods", self.serving) or {}
                 ip = (pod.get("status") or {}).get("podIP")
                 if ip and (uid is None or pod["metadata"]["uid"] == uid):
                     return f"{ip}:{m.MASTER_PORT}"
                 if uid is not None and (pod.get("metadata") or {}).get("uid") != uid:
                     # Gone before it got an address (evicted from a node that went away meanwhile): the
                     # launcher's next round finds no master and creates another.
-                    raise TemporaryError(f"master pod {self.names['master']} is gone before it got an address")
+                    raise TemporaryError(f"master pod {self.serving} is gone before it got an address")
                 self.sleep(0.2)
-            raise UserError(f"master pod {self.names['master']} got no IP within 300 s")
+            raise UserError(f"master pod {self.serving} got no IP within 300 s")
         return m.master_address(self.spec.job, self.opts.namespace)
 
     def master_alive(self) -> bool:
-        pod = self.kube.get("pods", self.names["master"])
+        pod = self.kube.get("pods", self.serving)
         if pod is None:
             return False
         self._master_can_run(pod)
@@ -133,15 +197,67 @@ class KubeCluster:
         # A master that exited 0 is not restarted (restartPolicy OnFailure) even while its sidecar runs on.
         exited = last_exit(pod, "master")
         ended = exited is not None and exited[0] == 0 and _terminated_now(pod, "master")
-        return not pod_phase(pod).terminated and not ended
+        if pod_phase(pod).terminated or ended:
+            return False
+        if pod["metadata"].get("deletionTimestamp") and self._ready_spare() is not None:
+            return False  # being deleted (preempted, evicted, drained): its spare takes over now, not once it is gone
+        self._keep_spare()
+        return True
+
+    def _ready_spare(self) -> dict | None:
+        """The serving master's spare pod, if it is up and waiting to be woken (Ready, with an address)."""
+        pod = self.kube.get("pods", self.spare_name)
+        if pod is None or pod["metadata"].get("deletionTimestamp") or pod_phase(pod).terminated:
+            return None
+        if (pod["metadata"].get("labels") or {}).get(m.MASTER_STATE_LABEL) != m.STANDBY:
+            return None
+        status = pod.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        return pod if ready and status.get("podIP") else None
+
+    def _keep_spare(self) -> None:
+        """Once every ``STANDBY_CHECK_S``: the spare master pod waits under the other name, or is made
+        (a spare that ended, or a master retired there, is deleted first: the name is free next time)."""
+        if self.spare_due is None or self.clock() < self.spare_due:
+            return
+        self.spare_due = self.clock() + STANDBY_CHECK_S
+        name = self.spare_name
+        pod = self.kube.get("pods", name)
+        if pod is None:
+            self.kube.create(m.master_pod(self.spec, self.opts, self.owner, name=name, standby=True))
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            return  # going: made again once it is gone
+        if (pod["metadata"].get("labels") or {}).get(m.MASTER_STATE_LABEL) != m.STANDBY or pod_phase(pod).terminated:
+            self.kube.delete("pods", name)
+
+    def _promote_spare(self, spare: dict, old: dict | None) -> str:
+        """The spare takes over from ``old`` (the serving master's pod, if it still exists): ``old`` is
+        retired (the Service leaves it), the spare labelled serving and woken; ``old`` deleted if it was
+        not being deleted already. A predecessor seen stopping hands the run lock over as it ends: the
+        spare waits up to the fence for that instead of fencing it."""
+        stopping = old is not None and bool(old["metadata"].get("deletionTimestamp"))
+        name, old_name = spare["metadata"]["name"], self.serving
+        if old is not None:
+            self._label_master(old_name, m.RETIRED)
+        # Serving before it is woken: a trainer that reaches it first is answered 503 and asks again.
+        if not self._label_master(name, m.SERVING):
+            raise TemporaryError(f"standby master {name} is gone")
+        self.wake_spare(f"{spare['status']['podIP']}:{m.MASTER_PORT}", self.token, FENCE_S if stopping else 0.0)
+        if old is not None and not stopping:
+            self.kube.delete("pods", old_name)
+        self.serving = name
+        self.spare_due = self.clock() + STANDBY_AFTER_S
+        self.record("MasterTakenOver", f"standby master {name} took over from {old_name}")
+        return self._master_address(spare["metadata"]["uid"])
 
     def _abandon_master(self, node: str, status: str) -> None:
         """The master's node is lost: nobody there will confirm a graceful delete, so its pod goes
         by force (its name is free at once for the successor ``recreate_master`` creates)."""
-        self.record("MasterNodeLost", f"master {self.names['master']}: its node {node} is not Ready ({status}) for "
+        self.record("MasterNodeLost", f"master {self.serving}: its node {node} is not Ready ({status}) for "
                                       f"over {self.opts.node_lost_timeout_s:.0f} s; deleting it by force",
                     warning=True)
-        self.kube.delete("pods", self.names["master"], grace_s=0)
+        self.kube.delete("pods", self.serving, grace_s=0)
 
     def _lost_nodes(self, nodes: set[str]) -> dict[str, str]:
         """Of ``nodes``, those lost (``judge_nodes``), each with its Ready status."""
@@ -177,20 +293,31 @@ class KubeCluster:
                                  f"last exit {code}: {line}")
 
     def recreate_master(self) -> str:
-        """Replace the master pod: a graceful delete (the old master takes its grace period, its last
-        writes end), then the successor under the same name once the old one is gone, never beside it.
-        Returns the successor's address (with ``pod-ip``, its own IP, once it has one)."""
-        name = self.names["master"]
+        """Replace the master: its spare takes over where one waits (``_promote_spare``); else a graceful
+        delete (the old master takes its grace period, its last writes end), then the successor under
+        the same name once the old one is gone, never beside it. Returns the successor's address (with
+        ``pod-ip``, its own IP, once it has one)."""
+        name = self.serving
         pod = self.kube.get("pods", name)
         if pod is not None:
             self._master_can_run(pod)
+        if (spare := self._ready_spare()) is not None:
+            try:
+                return self._promote_spare(spare, pod)
+            except EdlError as e:
+                self.record("StandbyUnusable", f"standby master {spare['metadata']['name']} could not take over "
+                                               f"({str(e).splitlines()[0]}); starting a new master", warning=True)
+                self.kube.delete("pods", spare["metadata"]["name"], grace_s=0)
+                pod = self.kube.get("pods", name)
+        if pod is not None:
             old_uid = pod["metadata"]["uid"]
             self.kube.delete("pods", name)
             self._wait_gone(old_uid)
         else:
             old_uid = None
-        node = None if self.place_master is None else self.place_master(m.master_pod(self.spec, self.opts))
-        created, _ = self.kube.create(m.master_pod(self.spec, self.opts, self.owner, node))
+        node = None if self.place_master is None else self.place_master(m.master_pod(self.spec, self.opts, name=name))
+        created, _ = self.kube.create(m.master_pod(self.spec, self.opts, self.owner, node, name=name))
+        self.spare_due = self.clock() + STANDBY_AFTER_S
         if old_uid is not None and created["metadata"]["uid"] == old_uid:
             # A 409 that handed back the dying pod (it cannot, after _wait_gone; never adopt it).
             raise TemporaryError(f"master pod {name} is still being deleted")
@@ -200,7 +327,7 @@ class KubeCluster:
         """Until the pod ``uid`` is gone (404, or another pod under its name). Bounded by its grace
         period and a margin; the API away meanwhile is waited out within that bound. Past it:
         ``TemporaryError``, and the launcher holds and asks again next round."""
-        name = self.names["master"]
+        name = self.serving
         deadline = self.clock() + MASTER_GRACE_S + MASTER_GONE_MARGIN_S
         while True:
             try:

@@ -22,6 +22,7 @@ Security choices, on purpose:
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from edl.api.images import trainer_image_for
 from edl.api.spec import JobSpec, K8sOptions, node_selector, tolerations
@@ -38,7 +39,10 @@ TRAINER_SA = "edl-trainer"  # the job's pods (master and trainers): no API token
 # ----------------------------------------------------------------- names
 def names(job: str) -> dict[str, str]:
     base = f"edl-{job}"
-    return {"master": f"{base}-master", "service": f"{base}-master", "secret": f"{base}-token",
+    # Two names for the job's master pods, used in turn: the serving master under one, its spare (a
+    # standby master, ``standby_master_pod``) under the other; a promoted spare's successor takes the free one.
+    return {"master": f"{base}-master", "master_b": f"{base}-master-b", "service": f"{base}-master",
+            "secret": f"{base}-token",
             "trainer_prefix": f"{base}-trainer-", "template": f"{base}-trainer", "lease": f"{base}-demand",
             "peers_policy": f"{base}-peers", "master_policy": f"{base}-master"}
 
@@ -46,6 +50,12 @@ def names(job: str) -> dict[str, str]:
 def labels(job: str, role: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": job, "app.kubernetes.io/component": role,
             "edl.dev/job": job, "edl.dev/role": role}
+
+
+# Which of the job's master pods the Service sends to: the serving one; its spare waits beside it
+# (``standby``), and one replaced is ``retired`` before it goes.
+MASTER_STATE_LABEL = "edl.dev/master"
+SERVING, STANDBY, RETIRED = "serving", "standby", "retired"
 
 
 def master_address(job: str, namespace: str) -> str:
@@ -131,46 +141,62 @@ def token_secret(spec: JobSpec, opts: K8sOptions, token: str, owner: dict | None
             "stringData": {"token": token}}
 
 
+def master_selector(job: str) -> dict[str, str]:
+    """The Service's selector: the job's serving master pod only, never its spare."""
+    return {"edl.dev/job": job, "edl.dev/role": "master", MASTER_STATE_LABEL: SERVING}
+
+
 def master_service(spec: JobSpec, opts: K8sOptions, owner: dict | None = None) -> dict:
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _meta(names(spec.job)["service"], spec.job, "master", opts, owner),
-            "spec": {"selector": {"edl.dev/job": spec.job, "edl.dev/role": "master"},
+            "spec": {"selector": master_selector(spec.job),
                      "ports": [{"name": "http", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"}]}}
 
 
-def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None, node: str | None = None) -> dict:
+def master_pod(spec: JobSpec, opts: K8sOptions, owner: dict | None = None, node: str | None = None,
+               name: str | None = None, standby: bool = False) -> dict:
     """The job's master pod; ``node``: where the plan puts it
-    (``edl.api.policy.Plan.pods``), as a preferred node affinity like a trainer's."""
+    (``edl.api.policy.Plan.pods``), as a preferred node affinity like a trainer's. ``standby``: its spare
+    (``edl master --standby http``), started up and waiting for the launcher to wake it when the
+    serving master is lost; ``name``: the pod's (default the job's first master name)."""
     vol, mount = _tmp_volume(opts)
     master = {
         "name": "master", "image": opts.image, "imagePullPolicy": "IfNotPresent",
         "command": ["edl", "master"],
         # The pod's own address, not 0.0.0.0: the same on a cluster, and on a node whose pods share
         # one network (the test plane's kubelet) two masters do not fight over one port.
-        "args": [*spec_to_argv(spec), "--host", "$(POD_IP)", "--port", str(MASTER_PORT)],
+        "args": [*spec_to_argv(spec), "--host", "$(POD_IP)", "--port", str(MASTER_PORT),
+                 *(["--standby", "http", "--serving-master", master_address(spec.job, opts.namespace)]
+                   if standby else [])],
         # The pod's uid: a master restarted in place knows the run lock's holder was its own earlier run.
         "env": [_token_env(spec.job), *_s3_env(opts), _POD_IP_ENV,
                 {"name": POD_UID_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
         "ports": [{"name": "http", "containerPort": MASTER_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": MASTER_PORT}, "periodSeconds": 5},
+        # Every second: a restarted master is in the Service's endpoints a second after it listens, not five.
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": MASTER_PORT}, "periodSeconds": 1},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         "securityContext": _security(), "volumeMounts": [mount],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     # OnFailure: a crashed master restarts in place (its exits stay in lastState); one that ends the job
     # because its launcher went silent (edl.master.deadman) exits 0: the pod completes.
-    pod_spec = {"serviceAccountName": TRAINER_SA, "automountServiceAccountToken": False, "restartPolicy": "OnFailure",
-                "securityContext": {"runAsNonRoot": True, "fsGroup": RUN_AS,
-                                    "seccompProfile": {"type": "RuntimeDefault"}},
-                "containers": [master], "volumes": [vol]}
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": TRAINER_SA, "automountServiceAccountToken": False, "restartPolicy": "OnFailure",
+        "securityContext": {"runAsNonRoot": True, "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [master], "volumes": [vol]}
     if opts.priority_class:
         # The trainers' class: a master without one has priority 0, below its own trainers, and the scheduler
         # preempts it first (a master restart where a trainer's drain would do). Of equal priority, the
         # longest running pods are the last the scheduler picks as victims, and the master started first.
         pod_spec["priorityClassName"] = opts.priority_class
     _prefer_node(pod_spec, node)
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": _pod_meta(names(spec.job)["master"], spec.job, "master", opts, owner), "spec": pod_spec}
+    # The master and its spare on different nodes where the cluster has room: one lost node, not both.
+    pod_spec.setdefault("affinity", {})["podAntiAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
+            "matchLabels": {"edl.dev/job": spec.job, "edl.dev/role": "master"}}}}]}
+    meta = _pod_meta(name or names(spec.job)["master"], spec.job, "master", opts, owner)
+    meta["labels"][MASTER_STATE_LABEL] = STANDBY if standby else SERVING
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
 def trainer_pod_spec(spec: JobSpec, opts: K8sOptions) -> dict:

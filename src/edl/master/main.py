@@ -8,7 +8,9 @@ import json
 import logging
 import os
 import select
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from edl.api.master import JobStatus, JobView
 from edl.api.spec import JobSpec
 from edl.jobcheck import check_data, open_checkpoints, resolve_data
 from edl.master.job import Job, Timeouts
-from edl.master.server import Master, build_app
+from edl.master.server import Master, build_app, standby_app
 from edl.storage.audit import clear_audit
 from edl.storage.checkpoint import FINAL, CheckpointStore, name_of
 from edl.storage.claim import Holder, PrefixClaim
@@ -118,11 +120,39 @@ async def serve(master: Master, host: str, port: int, startup: StartUp | None = 
         reporter.cancel()
 
 
-def run_master(spec: JobSpec, host: str, port: int, token: str, woken_at: float | None = None) -> int:
+class _Stopped(Exception):
+    """SIGTERM: this master is stopped (its pod deleted, or its launcher ends the job)."""
+
+
+def _raise_stopped(_signum: int, _frame: object) -> None:
+    raise _Stopped
+
+
+def run_master(spec: JobSpec, host: str, port: int, token: str, woken_at: float | None = None,
+               await_handover_s: float = 0.0) -> int:
+    """Serve the job until it ends (0) or this process is stopped (SIGTERM: 143, as the signal's own exit).
+    ``await_handover_s``: a spare woken as its predecessor stops (its pod deleted) waits up to this long for
+    it to hand the run lock over, which spares the fence."""
+    # SIGTERM unwinds the master (while it serves, uvicorn stops first and raises the signal again once
+    # stopped), so that the run lock is handed over on the way out: the successor need not fence it.
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        _run_master(spec, host, port, token, woken_at, await_handover_s)
+    except _Stopped:
+        log.info("master for job %s stopped (SIGTERM)", spec.job)
+        return 128 + signal.SIGTERM
+    return 0
+
+
+def _run_master(spec: JobSpec, host: str, port: int, token: str, woken_at: float | None,
+                await_handover_s: float) -> None:
     startup = StartUp(woken_at)
     holder = Holder.of_this_process(token)  # the holder id is the same for every master of one run
     spec = resolve_data(spec)
     ckpts, claim = open_checkpoints(spec)
+    if await_handover_s > 0:
+        claim.await_handover(holder, await_handover_s)
+        startup.mark("handover")
     restored: tuple[dict | None, str | None] | None = None
     shards: list[Shard] = []
     if claim.held_by(holder.id):
@@ -135,6 +165,7 @@ def run_master(spec: JobSpec, host: str, port: int, token: str, woken_at: float 
         startup.mark("checks")
     # One live run per job.
     restarted = claim.acquire(holder)
+    status: JobStatus | None = None
     try:
         claim.keep_renewing(_lost_lock)
         startup.mark("lock")
@@ -148,9 +179,10 @@ def run_master(spec: JobSpec, host: str, port: int, token: str, woken_at: float 
                 if restored[0] is None and not shards:
                     shards = check_data(spec)
             startup.mark("fence")
-        return _serve_job(spec, shards, ckpts, claim, host, port, token, restarted, startup, restored)
+        status = _serve_job(spec, shards, ckpts, claim, host, port, token, restarted, startup, restored)
     finally:
-        claim.release()
+        # Stopped while the job runs (its pod deleted: SIGTERM): the lock goes to the next master of the run.
+        claim.release(handover=status in (None, JobStatus.RUNNING))
 
 
 # A spare master asks its job's master how the job is this often: only to give up once the job is over (the
@@ -188,6 +220,49 @@ def wait_as_standby(spec: JobSpec, host: str, port: int, token: str) -> bool:
             return False
 
 
+def wait_as_standby_pod(spec: JobSpec, host: str, port: int, token: str, serving: str | None = None) -> float | None:
+    """A spare master pod's wait (``edl master --standby http``): it serves ``standby_app`` at its own
+    address until the launcher wakes it; answers how long to wait for the predecessor's lock then, or
+    ``None`` when it will not be needed: stopped (its pod deleted), or, asking the ``serving`` master every
+    ``STANDBY_POLL_S``, the job is over or abandoned by its launcher (``standby_done``: a spare whose
+    launcher died ends with its job)."""
+    woken: list[float] = []
+    done = threading.Event()
+    server: uvicorn.Server | None = None
+
+    def wake(await_handover_s: float) -> None:
+        woken.append(await_handover_s)
+        assert server is not None
+        server.should_exit = True
+
+    def watch(address: str) -> None:
+        from edl.masterlink import HttpMaster
+
+        link = HttpMaster(address, token, timeout_s=2.0, give_up_s=0.0)
+        answered = time.monotonic()
+        while not done.wait(STANDBY_POLL_S):
+            view = link.status()
+            if view is not None:
+                answered = time.monotonic()
+            if not woken and standby_done(view, time.monotonic() - answered, spec.launcher_timeout_s):
+                log.info("standby master for job %s: not needed (the job is over, or its launcher is gone)", spec.job)
+                assert server is not None
+                server.should_exit = True
+                return
+
+    config = uvicorn.Config(standby_app(token, wake), host=host, port=port, log_level="warning",
+                            access_log=False, ws="none", lifespan="off")
+    server = uvicorn.Server(config)
+    if serving:
+        threading.Thread(target=watch, args=(serving,), name="edl-standby-watch", daemon=True).start()
+    log.info("standby master for job %s: ready at %s:%d, waiting to be woken", spec.job, host, port)
+    try:
+        asyncio.run(server.serve())
+    finally:
+        done.set()
+    return woken[0] if woken else None
+
+
 def _lost_lock() -> None:
     # Another run took the prefix over (this one looked dead to it): stop writing there at once.
     log.error("the run lock was taken over by another run; stopping this master")
@@ -196,7 +271,8 @@ def _lost_lock() -> None:
 
 def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim: PrefixClaim, host: str,
                port: int, token: str, restarted: bool = False, startup: StartUp | None = None,
-               restored: tuple[dict | None, str | None] | None = None) -> int:
+               restored: tuple[dict | None, str | None] | None = None) -> JobStatus:
+    """Serve until the server stops; the job's status then (``RUNNING``: this master was stopped)."""
     startup = startup or StartUp()
     if restored is None:
         restored = restore(ckpts)
@@ -225,7 +301,7 @@ def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim
     )
     tune_collector()
     asyncio.run(serve(master, host, port, startup))
-    return 0
+    return job.status
 
 
 # Objects allocated between two collections of the youngest generation (CPython's default is 700).

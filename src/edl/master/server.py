@@ -124,6 +124,10 @@ class Body(msgspec.Struct, frozen=True):
             raise UserError(f"{where}: {e}") from e
 
 
+class WakeBody(Body, frozen=True):
+    await_handover_s: float = 0.0  # how long the woken spare waits for its stopping predecessor's lock
+
+
 class RegisterBody(Body, frozen=True):
     pid: int
     host: str
@@ -449,16 +453,41 @@ def _query(request: Request, name: str, kind: Callable[[str], T], default: T) ->
         raise UserError(f"{request.url.path}: query parameter {name}={raw!r} is not {kind.__name__}") from e
 
 
-def build_app(master: Master) -> Starlette:
-    async def user_error(_: Request, exc: Exception) -> Response:
-        return JSONResponse(status_code=400, content={"detail": str(exc)})
+async def _user_error(_: Request, exc: Exception) -> Response:
+    return JSONResponse(status_code=400, content={"detail": str(exc)})
 
+
+def build_app(master: Master) -> Starlette:
     async def stale(_: Request, exc: Exception) -> Response:
         return JSONResponse(status_code=409, content={"detail": str(exc)})
 
     routes = (_open_routes(master) + _trainer_routes(master) + _checkpoint_routes(master)
               + _control_routes(master))
-    return Starlette(routes=routes, exception_handlers={UserError: user_error, StaleError: stale})
+    return Starlette(routes=routes, exception_handlers={UserError: _user_error, StaleError: stale})
+
+
+def standby_app(token: str, wake: Callable[[float], None]) -> Starlette:
+    """A spare master pod's server until it is woken (``edl master --standby http``): ``/healthz`` for its
+    readiness, ``POST /v1/standby/start`` (the job token) to wake it, with how long to wait for the
+    predecessor's lock (``wake``'s argument). Anything else is a 503: a caller that reaches the spare
+    before it serves (a trainer, through a Service not yet switched) waits and asks again."""
+    open_routes, guarded = _Routes(), _Routes("/v1/standby", token)
+
+    @open_routes.get("/healthz")
+    async def healthz(_: Request) -> dict:
+        return {"ok": True, "standby": True}
+
+    @guarded.post("/start")
+    async def start(r: Request) -> dict:
+        wake((await WakeBody.read(r)).await_handover_s)
+        return {"ok": True}
+
+    async def not_yet(_: Request) -> Response:
+        return JSONResponse({"detail": "a standby master: not serving yet"}, status_code=503)
+
+    catch_all = Route("/{path:path}", not_yet, methods=["GET", "POST"])
+    return Starlette(routes=[*open_routes.routes, *guarded.routes, catch_all],
+                     exception_handlers={UserError: _user_error})
 
 
 async def _drain(master: Master, trainer: str, message: str, told_to_stop: bool = False) -> dict:

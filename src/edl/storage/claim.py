@@ -50,6 +50,7 @@ LOCK_KEY = "edl-lock.json"
 LOCK_TTL_S = 20.0  # a run whose lock was not renewed for this long is dead
 RENEW_EVERY_S = 5.0
 WATCH_EVERY_S = 1.0  # how often a contender reads the lock while it decides
+HANDOVER_POLL_S = 0.1  # how often a successor reads the lock while its predecessor hands it over
 # How long a launcher (which only asks) watches before leaving the decision to the master: long
 # enough to see a live run's renewal.
 ASK_FOR_S = RENEW_EVERY_S * 1.6
@@ -118,6 +119,9 @@ class LockRecord:
     job: str
     ttl_s: float = LOCK_TTL_S  # stale once seen unchanged for this long
     renewals: int = 0  # makes every renewal a new object even where versions are content hashes
+    # Handed over: its master stopped in the middle of the run (its pod deleted) and writes no more. The
+    # next master of the run takes it without a fence; any other run takes it as a free lock.
+    released: bool = False
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -126,7 +130,7 @@ class LockRecord:
     def from_bytes(cls, data: bytes) -> LockRecord:
         raw = json.loads(data)
         return cls(Holder(**raw["holder"]), raw["job"], float(raw.get("ttl_s", LOCK_TTL_S)),
-                   int(raw.get("renewals", 0)))
+                   int(raw.get("renewals", 0)), bool(raw.get("released", False)))
 
     def describe(self) -> str:
         return f"run {self.holder.id} (pid {self.holder.pid} on {self.holder.host})"
@@ -144,7 +148,7 @@ def lock_verdict(current: LockRecord | None, me: str | None, *, holder_dead: boo
     ``holder_dead``: the holder's process is known to be gone (same pid namespace, no such pid);
     ``changed``: the lock's version changed since we first read it; ``unchanged_s``: for how long
     (our monotonic clock) we have seen it without a change."""
-    if current is None or current.holder.id == me or holder_dead:
+    if current is None or current.released or current.holder.id == me or holder_dead:
         return Verdict.TAKE
     if changed:
         return Verdict.REFUSE
@@ -153,15 +157,17 @@ def lock_verdict(current: LockRecord | None, me: str | None, *, holder_dead: boo
     return Verdict.WATCH
 
 
-def fence_s(current: Holder | None, me: Holder, *, holder_dead: bool) -> float:
-    """How long ``me``, having just taken the lock from ``current``, waits before it serves. Only a
+def fence_s(current: LockRecord | None, me: Holder, *, holder_dead: bool) -> float:
+    """How long ``me``, having just taken the lock ``current``, waits before it serves. Only a
     predecessor of the same run may still live (another run's lock is taken only once its holder
-    is dead or was seen silent for the TTL); it stops at its next renewal, which now fails."""
-    if current is None or current.id != me.id or holder_dead:
+    is dead or was seen silent for the TTL); it stops at its next renewal, which now fails. One that
+    handed the lock over (``released``) has stopped writing."""
+    if current is None or current.released or current.holder.id != me.id or holder_dead:
         return 0.0
-    if (current.pid, current.pidns, current.host) == (me.pid, me.pidns, me.host):
+    current_holder = current.holder
+    if (current_holder.pid, current_holder.pidns, current_holder.host) == (me.pid, me.pidns, me.host):
         return 0.0  # this very process took it again
-    if current.pod and current.pod == me.pod:
+    if current_holder.pod and current_holder.pod == me.pod:
         return 0.0  # the same pod: its container restarted in place, so the old one has stopped
     return FENCE_S
 
@@ -238,6 +244,16 @@ class PrefixClaim:
         current, _ = self._current()
         return current is not None and current.holder.id == holder_id
 
+    def await_handover(self, holder: Holder, limit_s: float) -> None:
+        """Up to ``limit_s``, until a predecessor of this run that is stopping (its pod deleted) has
+        handed the lock over (``release(handover=True)``): taken then, the lock needs no fence."""
+        deadline = self.clock() + limit_s
+        while self.clock() < deadline:
+            current, _ = self._current()
+            if current is None or current.released or current.holder.id != holder.id:
+                return
+            self.sleep(HANDOVER_POLL_S)
+
     def acquire(self, holder: Holder) -> bool:
         """Take the lock (free, ours, or stale) and record the owner if none is; ``UserError`` if a
         live run holds it, or if a racing run won the conditional write. ``True`` when the lock was
@@ -253,8 +269,7 @@ class PrefixClaim:
         if current is not None and current.holder.id != holder.id:
             log.warning("took over the lock of %s on %s (its process is gone, or it was not renewed for %.0f s)",
                         current.describe(), self.store.uri, current.ttl_s)
-        fence = fence_s(current.holder if current else None, holder,
-                        holder_dead=current is not None and holder_dead(current.holder))
+        fence = fence_s(current, holder, holder_dead=current is not None and holder_dead(current.holder))
         self.serve_after, self.predecessor = self.clock() + fence, current if fence else None
         self.version, self.record = new, record
         if self.store.get_versioned(OWNER_KEY) is None:
@@ -301,12 +316,17 @@ class PrefixClaim:
         thread.start()
         return thread
 
-    def release(self) -> None:
-        """Stop renewing and remove the lock if it is still ours (the next run need not wait for it)."""
+    def release(self, handover: bool = False) -> None:
+        """Stop renewing and remove the lock if it is still ours (the next run need not wait for it);
+        ``handover``: the run goes on under a successor (this master was stopped, its job was not
+        over): the lock stays the run's, marked released, for the successor to take without a fence."""
         self._stop.set()
         if self.record is None:
             return
         current, version = self._current()
         if current is not None and version == self.version:
-            self.store.delete([LOCK_KEY])
+            if handover:
+                self.store.put_if(LOCK_KEY, dataclasses.replace(self.record, released=True).to_bytes(), version)
+            else:
+                self.store.delete([LOCK_KEY])
         self.record = None

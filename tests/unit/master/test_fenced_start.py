@@ -28,7 +28,7 @@ class Claim:
     def wait_fenced(self) -> None:
         self.calls.append("fenced")
 
-    def release(self) -> None:
+    def release(self, handover: bool = False) -> None:
         self.calls.append("released")
 
 

@@ -162,13 +162,60 @@ def test_a_killed_but_unreaped_holder_counts_as_dead():
 
 def test_fence_decision():
     me = Holder("run", 10, "ns-b", "node-b", pod="pod-2")
+
+    def held(holder: Holder, released: bool = False) -> LockRecord:
+        return LockRecord(holder, "a", released=released)
+
     assert fence_s(None, me, holder_dead=False) == 0.0  # nobody held it
-    assert fence_s(Holder("other", 1, "ns-a", "node-a"), me, holder_dead=False) == 0.0  # another run's, taken as stale
-    assert fence_s(Holder("run", 1, "ns-a", "node-a", pod="pod-1"), me, holder_dead=False) == FENCE_S  # may live on
-    assert fence_s(Holder("run", 1, "ns-a", "node-a", pod="pod-1"), me, holder_dead=True) == 0.0  # its pid is gone
-    assert fence_s(Holder("run", 1, "ns-a", "node-b", pod="pod-2"), me, holder_dead=False) == 0.0  # restarted in place
-    assert fence_s(me, me, holder_dead=False) == 0.0  # this process again
-    assert fence_s(Holder("run", 1, "ns-a", "node-a"), Holder("run", 10, "ns-b", "node-b"), holder_dead=False) == FENCE_S
+    assert fence_s(held(Holder("other", 1, "ns-a", "node-a")), me, holder_dead=False) == 0.0  # another run's, stale
+    assert fence_s(held(Holder("run", 1, "ns-a", "node-a", pod="pod-1")), me, holder_dead=False) == FENCE_S  # may live
+    assert fence_s(held(Holder("run", 1, "ns-a", "node-a", pod="pod-1")), me, holder_dead=True) == 0.0  # pid gone
+    assert fence_s(held(Holder("run", 1, "ns-a", "node-a", pod="pod-1"), released=True), me,
+                   holder_dead=False) == 0.0  # it handed the lock over as it stopped
+    assert fence_s(held(Holder("run", 1, "ns-a", "node-b", pod="pod-2")), me, holder_dead=False) == 0.0  # in place
+    assert fence_s(held(me), me, holder_dead=False) == 0.0  # this process again
+    assert fence_s(held(Holder("run", 1, "ns-a", "node-a")), Holder("run", 10, "ns-b", "node-b"),
+                   holder_dead=False) == FENCE_S
+
+
+def test_a_stopped_master_hands_the_lock_to_its_successor_which_serves_without_a_fence(tmp_path):
+    store = open_store(str(tmp_path / "ckpt"))
+    stopping = PrefixClaim(store, spec())
+    stopping.acquire(Holder("run", 1, "another-machine", "node-a", pod="pod-1"))
+    clock = FakeClock(1000.0, on_sleep=lambda: stopping.release(handover=True) if clock.t >= 1000.5 else None)
+    successor = PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep)
+    me = Holder("run", 2, "ns-b", "node-b", pod="pod-2")
+    successor.await_handover(me, limit_s=FENCE_S)
+    assert 0.5 <= clock.slept < 1.0  # until the predecessor's release, not the fence
+    assert LockRecord.from_bytes(store.get(LOCK_KEY)).released
+    assert successor.acquire(me) is True  # a restart within the run: its checkpoint, no data checks
+    assert successor.predecessor is None
+    successor.wait_fenced()
+    assert clock.slept < 1.0
+    successor.release()  # the job is over: nothing is left behind
+    assert not store.exists(LOCK_KEY)
+
+
+def test_a_released_lock_of_another_run_is_free(tmp_path):
+    store = open_store(str(tmp_path / "ckpt"))
+    store.put_if(LOCK_KEY, LockRecord(Holder("earlier", 1, "elsewhere", "h"), "a", released=True).to_bytes(), None)
+    clock = FakeClock(1000.0)
+    claim = PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep)
+    claim.check_not_running()
+    assert claim.acquire(Holder.of_this_process("t")) is False  # not a restart of the earlier run
+    assert clock.slept == 0.0
+
+
+def test_a_successor_whose_predecessor_does_not_hand_over_takes_the_lock_and_fences_it(tmp_path):
+    store = open_store(str(tmp_path / "ckpt"))
+    PrefixClaim(store, spec()).acquire(Holder("run", 1, "another-machine", "node-a", pod="pod-1"))
+    clock = FakeClock(1000.0)
+    successor = PrefixClaim(store, spec(), clock=clock, sleep=clock.sleep)
+    me = Holder("run", 2, "ns-b", "node-b", pod="pod-2")
+    successor.await_handover(me, limit_s=2.0)
+    assert 2.0 <= clock.slept < 2.5
+    successor.acquire(me)
+    assert successor.predecessor is not None and successor.serve_after == pytest.approx(clock.t + FENCE_S)
 
 
 def test_a_restarted_master_waits_until_its_live_predecessors_renewal_has_failed(tmp_path):
