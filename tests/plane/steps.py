@@ -194,6 +194,14 @@ def collate(table):
         pods = self.core.list_namespaced_pod(self.ns, label_selector=f"edl.dev/job={job},edl.dev/role=trainer").items
         return [p for p in pods if phase is None or (p.status.phase == phase and not p.metadata.deletion_timestamp)]
 
+    def master(self, job: str, state: str = "serving"):
+        """The job's master pod in ``state`` (``edl.dev/master``: serving, or the spare's standby) that is
+        Running and Ready, not being deleted; ``None`` while there is none."""
+        pods = self.core.list_namespaced_pod(
+            self.ns, label_selector=f"edl.dev/job={job},edl.dev/role=master,edl.dev/master={state}").items
+        return next((p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+                     and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])), None)
+
     def events(self, involved: str | None = None) -> list[str]:
         evs = self.core.list_namespaced_event(self.ns).items
         return [e.reason for e in evs if involved is None or e.involved_object.name == involved]

@@ -143,7 +143,7 @@ def test_an_unknown_trainer_image_fails_the_step_fast_naming_the_image(steps):
     steps.wait_gone("noimage", 60, "cleanup")
 
 
-def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps):
+def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_taken_over_by_its_spare(steps):
     first = steps.launch("adopt", epochs=25, step_floor_s=0.05)  # floored until the new master is seen
     steps.wait(lambda: steps.trainers("adopt"), what="a running trainer")
     master_uid = steps.pod("edl-adopt-master").metadata.uid
@@ -152,9 +152,13 @@ def test_a_retried_launcher_adopts_the_job_and_a_lost_master_is_recreated(steps)
     second = steps.launch("adopt", epochs=25, step_floor_s=0.05)
     steps.wait(lambda: "adopted the existing job" in steps.log(second), what="adoption")
     assert steps.pod("edl-adopt-master").metadata.uid == master_uid  # not a second job
+    spare = steps.wait(lambda: steps.master("adopt", "standby"), 90, "the spare master ready")
     steps.core.delete_namespaced_pod("edl-adopt-master", steps.ns)  # lost, as when its node is drained
-    steps.wait(lambda: (p := steps.pod("edl-adopt-master")) is not None and p.metadata.uid != master_uid,
-               90, "a new master pod")
+    steps.wait(lambda: (p := steps.master("adopt")) is not None and p.metadata.uid == spare.metadata.uid,
+               30, "the spare serving")
+    steps.wait(lambda: "MasterTakenOver" in steps.events(second), 30, "the take-over's event")
+    steps.wait(lambda: (p := steps.master("adopt", "standby")) is not None and p.metadata.name == "edl-adopt-master",
+               90, "a new spare under the first master's name")
     steps.full_speed("adopt")
     assert steps.wait_done(second, 300) == 0, steps.log_tail()
     s = steps.summary(second)
@@ -445,7 +449,8 @@ def lost_node(steps):
 def test_a_lost_node_loses_a_trainer_and_the_master_both_replaced_elsewhere_and_the_job_succeeds(steps, lost_node):
     """Review #12: a node's link is cut; its pods stay Running in the API, their processes run on,
     reaching nothing. Past --node-lost-timeout the launcher counts them lost: the trainer is
-    replaced under a new id (not a failure), the master deleted by force and recreated on a live node;
+    replaced under a new id (not a failure), the master deleted by force and its spare on a live node
+    takes over;
     the old master's late answers do not disturb the new generations (they once did, without end);
     the job succeeds."""
     job = "lostnode"
@@ -462,33 +467,41 @@ def test_a_lost_node_loses_a_trainer_and_the_master_both_replaced_elsewhere_and_
     first = {t.metadata.name for t in steps.trainers(job)}
     assert all(t.spec.node_name != "node-lost" for t in steps.trainers(job))
     hold_nodes(steps.core, ("node-lost",), False)
-    master = f"edl-{job}-master"
-    # Move one trainer and the master to node-lost: the others take no new pods while their successors land.
+    # Move one trainer and the spare master to node-lost: the others take no new pods while their successors
+    # land. The serving master deleted, its spare (elsewhere) takes over and the next spare goes to node-lost.
+    spare = steps.wait(lambda: steps.master(job, "standby"), 120, "the spare master ready")
     hold_nodes(steps.core, lost_node, True)
     steps.core.delete_namespaced_pod(sorted(first)[-1], steps.ns)
-    steps.core.delete_namespaced_pod(master, steps.ns)
+    steps.core.delete_namespaced_pod(steps.master(job).metadata.name, steps.ns)
     moved = steps.wait(lambda: [t for t in steps.trainers(job) if t.spec.node_name == "node-lost"], 120,
                        "a trainer on node-lost")[0]
-    moved_master = steps.wait(lambda: (p := steps.pod(master)) is not None and p.spec.node_name == "node-lost"
-                              and p.status.phase == "Running" and not p.metadata.deletion_timestamp and p, 120,
-                              "the master on node-lost")
+    steps.wait(lambda: (p := steps.master(job)) is not None and p.metadata.uid == spare.metadata.uid, 60,
+               "the spare serving")
+    spare = steps.wait(lambda: (p := steps.master(job, "standby")) is not None and p.spec.node_name == "node-lost"
+                       and p, 120, "the next spare on node-lost")
+    hold_nodes(steps.core, lost_node, False)
+    # Its spare takes over again: the serving master is now on node-lost, and its next spare elsewhere.
+    steps.core.delete_namespaced_pod(steps.master(job).metadata.name, steps.ns)
+    moved_master = steps.wait(lambda: (p := steps.master(job)) is not None and p.metadata.uid == spare.metadata.uid
+                              and p, 60, "the master on node-lost")
+    steps.wait(lambda: (p := steps.master(job, "standby")) is not None and p.spec.node_name in lost_node, 120,
+               "a spare elsewhere")
     victim = moved.metadata.name
     pids = [pid_of(steps, moved, "trainer"), pid_of(steps, moved_master, "master")]
     steps.wait(lambda: "· 2 trainers · step" in steps.log(step).rsplit("master lost", 1)[-1], 120,
                "training with the moved trainer and master")
-    hold_nodes(steps.core, lost_node, False)
     steps.plane.lose_node("node-lost")  # its link is cut: the pods stay Running, their processes run on
     steps.wait(lambda: steps.pod(victim) is None, 90, "the lost trainer's pod removed")
     replacement = steps.wait(lambda: [t for t in steps.trainers(job) if t.metadata.name not in first | {victim}],
                              90, "a replacement trainer")[0]
     assert replacement.spec.node_name in lost_node
-    steps.wait(lambda: (p := steps.pod(master)) is not None and p.metadata.uid != moved_master.metadata.uid
-               and p.spec.node_name in lost_node, 90, "a new master elsewhere")
+    steps.wait(lambda: (p := steps.master(job)) is not None and p.metadata.uid != moved_master.metadata.uid
+               and p.spec.node_name in lost_node, 90, "the spare serving elsewhere")
     steps.full_speed(job)
     assert steps.wait_done(step, 300) == 0, steps.log_tail()
     s = steps.summary(step)
     assert s["status"] == "succeeded" and s["epochs_completed"] == epochs, s
-    assert s["trainer_failures"] == 0 and s["trainer_relaunches"] >= 1 and s["master_restarts"] >= 2, (
+    assert s["trainer_failures"] == 0 and s["trainer_relaunches"] >= 1 and s["master_restarts"] >= 3, (
         f"{json.dumps(s)}\n{steps.log(step)[-8000:]}")
     log = steps.log(step)
     assert f"trainer {victim} node_lost (its node node-lost is not Ready" in log, log
