@@ -69,6 +69,15 @@ class EdlJob:
                     pass
 
 
+def provenance(script: str, argv: list[str]) -> dict[str, str]:
+    """What a result file names of its making: the command as run and the commit of the tree it ran
+    (``-dirty`` when the code it measures had changes not committed)."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "src", "tests/plane", "tools", "bench",
+                                 ":!bench/results"], cwd=ROOT, capture_output=True, text=True).stdout.strip())
+    return {"command": " ".join(["python", script, *argv]), "commit": commit + ("-dirty" if dirty else "")}
+
+
 def write_result(name: str, data: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, write_result  # noqa: E402
+from _common import ROOT, provenance, write_result  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from tests.plane import build, images  # noqa: E402
@@ -135,17 +135,12 @@ def main() -> int:
     finally:
         plane.stop()
         shutil.rmtree(root, ignore_errors=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "src", "tests/plane", "tools", "bench",
-                                 ":!bench/results"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip())
     per_node = {name: {"rss_mb": round(sum(v[0] for v in procs.values()), 1),
                        "pss_mb": round(sum(v[1] for v in procs.values()), 1),
                        "processes": {k: {"rss_mb": round(v[0], 1), "pss_mb": round(v[1], 1)} for k, v in procs.items()}}
                 for name, procs in memory.items()}
     result = {
-        "command": "python bench/real_node.py " + " ".join(sys.argv[1:]),
-        "commit": commit + ("-dirty" if dirty else ""),
+        **provenance("bench/real_node.py", sys.argv[1:]),
         "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cores": __import__("os").cpu_count()},
         "node_join_s": [round(x, 2) for x in joins],

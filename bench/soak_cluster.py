@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT  # noqa: E402
+from _common import ROOT, provenance  # noqa: E402
 from soak import Fault, _signal, account, made_steps, parse_kinds, report, result  # noqa: E402
 
 from edl.storage.audit import kept_steps, read_audit_lines  # noqa: E402
@@ -227,8 +227,9 @@ def run(a: argparse.Namespace, work: Path, console: Console) -> dict:
     lines = list(read_audit_lines(open_store(a.checkpoints, "--checkpoint-uri")))
     kept = kept_steps(lines)
     acc = account(kept, soak.faults)
-    return result(a, a.epochs, code, summary, soak.faults, t0, acc,
-                  len(made_steps(lines) - {(k.key, k.step) for k in kept}))
+    return {**provenance("bench/soak_cluster.py", sys.argv[1:]),
+            **result(a, a.epochs, code, summary, soak.faults, t0, acc,
+                     len(made_steps(lines) - {(k.key, k.step) for k in kept}))}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
