@@ -9,7 +9,7 @@ machine (``--master-via pod-ip``). One fault every ``--interval`` seconds on ave
 
 - ``pod-delete``: a trainer pod deleted as the scheduler preempts one (its grace period, SIGTERM first);
 - ``pod-kill``: a trainer pod deleted with no grace period (SIGKILL);
-- ``master-delete``: the master pod deleted (the launcher recreates it);
+- ``master-delete``: the serving master pod deleted (its spare takes over);
 - ``node-lost``: a trainer's node lost for 20 s (its link cut: the node goes Unknown, its pods run on
   unreachable and are evicted; the launcher replaces them after ``--node-lost-timeout 15``);
 - ``apiserver-stop``: the apiserver stopped (SIGSTOP) for 10 s.
@@ -115,7 +115,8 @@ class ClusterSoak:
                     self.core.delete_namespaced_pod(pod.metadata.name, NAMESPACE,
                                                     grace_period_seconds=0 if kind == "pod-kill" else None)
             elif kind == "master-delete":
-                masters = self.pods("master")
+                # The serving master (the Service's), not its spare.
+                masters = [p for p in self.pods("master") if (p.metadata.labels or {}).get("edl.dev/master") == "serving"]
                 if not masters:
                     return
                 self.core.delete_namespaced_pod(masters[0].metadata.name, NAMESPACE)
