@@ -34,17 +34,10 @@ def port_to_keep(host: str = "127.0.0.1", rng: random.Random | None = None, trie
     as one of ``free_port`` can be (Gloo's pairs, S3 and the master's connections come from that range;
     Paddle's store aborts the trainer when its port is taken). Where no such port is free: ``free_port``."""
     low, high = ephemeral_range()
-    spans = [(KEPT_PORT_FLOOR, low - 1), (high + 1, 65535)]
-    ports = [(a, b) for a, b in spans if a <= b]
-    total = sum(b - a + 1 for a, b in ports)
+    spans = [r for r in (range(KEPT_PORT_FLOOR, low), range(high + 1, 65536)) if r]
     rng = rng or random.Random()
-    for _ in range(tries if total else 0):
-        n = rng.randrange(total)
-        for a, b in ports:
-            if n <= b - a:
-                port = a + n
-                break
-            n -= b - a + 1
+    for _ in range(tries if spans else 0):
+        port = rng.choice(rng.choices(spans, weights=[len(r) for r in spans])[0])  # uniform over both spans
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))

@@ -20,7 +20,7 @@ from typing import Callable
 from edl.cluster import manifests as m
 from edl.api.cluster import MasterEndpoint, PodPhase, TrainerExit, TrainerPod
 from edl.cluster.kube_api import KubeApi
-from edl.cluster.kube_objects import cannot_start, last_exit, node_ready, pod_phase, trainer_exit
+from edl.cluster.kube_objects import cannot_start, last_exit, node_ready, pod_phase, pod_ready, trainer_exit
 from edl.cluster.node_loss import judge_nodes
 from edl.errors import EdlError, KubeForbiddenError, KubeNotFoundError, PermanentError, TemporaryError, UserError
 from edl.api.spec import JobSpec, K8sOptions
@@ -53,6 +53,11 @@ def wake_over_http(address: str, token: str, await_handover_s: float) -> None:
     """Wake the spare master pod at ``address`` (``edl master --standby http``), one attempt."""
     HttpMaster(address, token, timeout_s=2.0, give_up_s=0.0, name=f"standby master at {address}").wake_standby(
         await_handover_s)
+
+
+def _master_state(pod: dict) -> str | None:
+    """The master pod's ``edl.dev/master`` label: serving, standby or retired."""
+    return (pod["metadata"].get("labels") or {}).get(m.MASTER_STATE_LABEL)
 
 
 def _master_args(pod: dict) -> list[str]:
@@ -141,8 +146,7 @@ class KubeCluster:
         refuses the call). A job from before spares (its Service selects any master pod) is moved to
         the serving one's selector."""
         masters = self.kube.list("pods", f"{self.selector},edl.dev/role=master")
-        state = {p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(m.MASTER_STATE_LABEL)
-                 for p in masters}
+        state = {p["metadata"]["name"]: _master_state(p) for p in masters}
         serving = [name for name, s in state.items() if s == m.SERVING]
         if serving:
             self.serving = sorted(serving)[0]
@@ -162,7 +166,9 @@ class KubeCluster:
     def _label_master(self, name: str, state: str) -> bool:
         """Mark the master pod ``name`` serving, standby or retired; ``False`` when it is gone."""
         try:
-            self.kube.patch("pods", name, [{"op": "add", "path": "/metadata/labels/edl.dev~1master", "value": state}])
+            # RFC 6901: "/" in a key is written "~1".
+            path = "/metadata/labels/" + m.MASTER_STATE_LABEL.replace("~", "~0").replace("/", "~1")
+            self.kube.patch("pods", name, [{"op": "add", "path": path, "value": state}])
             return True
         except KubeNotFoundError:
             return False
@@ -209,11 +215,9 @@ class KubeCluster:
         pod = self.kube.get("pods", self.spare_name)
         if pod is None or pod["metadata"].get("deletionTimestamp") or pod_phase(pod).terminated:
             return None
-        if (pod["metadata"].get("labels") or {}).get(m.MASTER_STATE_LABEL) != m.STANDBY:
+        if _master_state(pod) != m.STANDBY or not pod_ready(pod):
             return None
-        status = pod.get("status") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        return pod if ready and status.get("podIP") else None
+        return pod if (pod.get("status") or {}).get("podIP") else None
 
     def _keep_spare(self) -> None:
         """Once every ``STANDBY_CHECK_S``: the spare master pod waits under the other name, or is made
@@ -228,7 +232,7 @@ class KubeCluster:
             return
         if pod["metadata"].get("deletionTimestamp"):
             return  # going: made again once it is gone
-        if (pod["metadata"].get("labels") or {}).get(m.MASTER_STATE_LABEL) != m.STANDBY or pod_phase(pod).terminated:
+        if _master_state(pod) != m.STANDBY or pod_phase(pod).terminated:
             self.kube.delete("pods", name)
 
     def _promote_spare(self, spare: dict, old: dict | None) -> str:

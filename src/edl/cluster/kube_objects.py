@@ -159,6 +159,12 @@ def decode_node(obj: dict) -> Node | None:
                                                    quantity(a.get(GPU_KEY))), labels, taints)
 
 
+def pod_ready(pod: dict) -> bool:
+    """The pod's Ready condition is True (its containers run and pass their readiness probes)."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
 def node_ready(obj: dict | None) -> str:
     """A node's Ready condition: "True", "False" or "Unknown" (also while it reports none yet);
     ``"gone"`` when there is no such Node."""

@@ -200,23 +200,38 @@ def standby_done(view: JobView | None, unanswered_s: float, launcher_timeout_s: 
     return unanswered_s > 2 * launcher_timeout_s
 
 
+class _JobWatch:
+    """A spare master's look at its job through the serving master at ``address``, once a poll."""
+
+    def __init__(self, spec: JobSpec, address: str, token: str) -> None:
+        from edl.masterlink import HttpMaster
+
+        self.spec = spec
+        self.link = HttpMaster(address, token, timeout_s=2.0, give_up_s=0.0)
+        self.answered = time.monotonic()
+
+    def spare_not_needed(self) -> bool:
+        """Ask once; ``standby_done`` (logged when so)."""
+        view = self.link.status()
+        if view is not None:
+            self.answered = time.monotonic()
+        if standby_done(view, time.monotonic() - self.answered, self.spec.launcher_timeout_s):
+            log.info("standby master for job %s: not needed (the job is over, or its launcher is gone)",
+                     self.spec.job)
+            return True
+        return False
+
+
 def wait_as_standby(spec: JobSpec, host: str, port: int, token: str) -> bool:
     """A spare master's wait (``edl master --standby``): ``True`` once told to start (a line on stdin),
     ``False`` when it never will be (stdin closed, or ``standby_done``)."""
-    from edl.masterlink import HttpMaster
-
-    link = HttpMaster(f"{host}:{port}", token, timeout_s=2.0, give_up_s=0.0)
-    answered = time.monotonic()
+    job = _JobWatch(spec, f"{host}:{port}", token)
     log.info("standby master for job %s: ready, waiting to be woken", spec.job)
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], STANDBY_POLL_S)
         if ready:
             return bool(sys.stdin.readline())
-        view = link.status()
-        if view is not None:
-            answered = time.monotonic()
-        if standby_done(view, time.monotonic() - answered, spec.launcher_timeout_s):
-            log.info("standby master for job %s: not needed (the job is over, or its launcher is gone)", spec.job)
+        if job.spare_not_needed():
             return False
 
 
@@ -236,16 +251,9 @@ def wait_as_standby_pod(spec: JobSpec, host: str, port: int, token: str, serving
         server.should_exit = True
 
     def watch(address: str) -> None:
-        from edl.masterlink import HttpMaster
-
-        link = HttpMaster(address, token, timeout_s=2.0, give_up_s=0.0)
-        answered = time.monotonic()
+        job = _JobWatch(spec, address, token)
         while not done.wait(STANDBY_POLL_S):
-            view = link.status()
-            if view is not None:
-                answered = time.monotonic()
-            if not woken and standby_done(view, time.monotonic() - answered, spec.launcher_timeout_s):
-                log.info("standby master for job %s: not needed (the job is over, or its launcher is gone)", spec.job)
+            if not woken and job.spare_not_needed():
                 assert server is not None
                 server.should_exit = True
                 return
