@@ -60,6 +60,12 @@ def _master_state(pod: dict) -> str | None:
     return (pod["metadata"].get("labels") or {}).get(m.MASTER_STATE_LABEL)
 
 
+def _restarts(pod: dict) -> int:
+    """How often the pod's master container was restarted in place."""
+    return next((int(cs.get("restartCount") or 0) for cs in (pod.get("status") or {}).get("containerStatuses") or []
+                 if cs.get("name") == "master"), 0)
+
+
 def _master_args(pod: dict) -> list[str]:
     return next((c.get("args") or [] for c in (pod.get("spec") or {}).get("containers") or []
                  if c.get("name") == "master"), [])
@@ -96,6 +102,9 @@ class KubeCluster:
         # The serving master pod's name; its spare (``edl master --standby http``) waits under the other one.
         self.serving = self.names["master"]
         self.spare_due: float | None = None  # on self.clock: when to look at the spare (make it) next
+        # The serving pod's restarts when it was woken, where it was a spare: its container restarted in place
+        # since (it crashed) runs ``--standby http`` again, and is woken again.
+        self.woken_restarts: int | None = None
 
     # ------------------------------------------------------------ Cluster
     def ensure_job(self) -> MasterEndpoint:
@@ -162,6 +171,7 @@ class KubeCluster:
                 self.wake_spare(f"{ip}:{m.MASTER_PORT}", self.token, 0.0)
             except EdlError:
                 pass  # it serves already (woken before), or it is not up: the rounds judge it as any master
+            self.woken_restarts = _restarts(pod)
 
     def _label_master(self, name: str, state: str) -> bool:
         """Mark the master pod ``name`` serving, standby or retired; ``False`` when it is gone."""
@@ -207,8 +217,21 @@ class KubeCluster:
             return False
         if pod["metadata"].get("deletionTimestamp") and self._ready_spare() is not None:
             return False  # being deleted (preempted, evicted, drained): its spare takes over now, not once it is gone
+        self._wake_again(pod)
         self._keep_spare()
         return True
+
+    def _wake_again(self, pod: dict) -> None:
+        """A spare this launcher woke whose container has restarted since (it crashed) waits as a spare again:
+        wake it, once it is up (its own earlier run is over: it takes the lock at once)."""
+        if self.woken_restarts is None or _restarts(pod) <= self.woken_restarts or not pod_ready(pod):
+            return
+        try:
+            self.wake_spare(f"{pod['status']['podIP']}:{m.MASTER_PORT}", self.token, 0.0)
+        except EdlError:
+            return  # not answering yet: next round
+        self.woken_restarts = _restarts(pod)
+        self.record("MasterWokenAgain", f"master {self.serving} restarted in place as a spare; woken again")
 
     def _ready_spare(self) -> dict | None:
         """The serving master's spare pod, if it is up and waiting to be woken (Ready, with an address)."""
@@ -250,7 +273,7 @@ class KubeCluster:
         self.wake_spare(f"{spare['status']['podIP']}:{m.MASTER_PORT}", self.token, FENCE_S if stopping else 0.0)
         if old is not None and not stopping:
             self.kube.delete("pods", old_name)
-        self.serving = name
+        self.serving, self.woken_restarts = name, _restarts(spare)
         self.spare_due = self.clock() + STANDBY_AFTER_S
         self.record("MasterTakenOver", f"standby master {name} took over from {old_name}")
         return self._master_address(spare["metadata"]["uid"])
@@ -321,7 +344,7 @@ class KubeCluster:
             old_uid = None
         node = None if self.place_master is None else self.place_master(m.master_pod(self.spec, self.opts, name=name))
         created, _ = self.kube.create(m.master_pod(self.spec, self.opts, self.owner, node, name=name))
-        self.spare_due = self.clock() + STANDBY_AFTER_S
+        self.spare_due, self.woken_restarts = self.clock() + STANDBY_AFTER_S, None
         if old_uid is not None and created["metadata"]["uid"] == old_uid:
             # A 409 that handed back the dying pod (it cannot, after _wait_gone; never adopt it).
             raise TemporaryError(f"master pod {name} is still being deleted")

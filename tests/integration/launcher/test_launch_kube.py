@@ -463,7 +463,7 @@ def test_a_lost_node_loses_a_trainer_and_the_master_both_replaced_elsewhere_and_
     epochs = 80
     step = steps.launch(job, "--node-lost-timeout", "10", epochs=epochs, max_t=2, trainers=2, step_floor_s=0.05)
     steps.wait(lambda: len(steps.trainers(job)) == 2, 120, "two running trainers")
-    steps.wait(lambda: "2 trainers" in steps.log(step), 120, "training with two")
+    steps.wait(lambda: "· 2 trainers · step" in steps.log(step), 120, "training with two")
     first = {t.metadata.name for t in steps.trainers(job)}
     assert all(t.spec.node_name != "node-lost" for t in steps.trainers(job))
     hold_nodes(steps.core, ("node-lost",), False)

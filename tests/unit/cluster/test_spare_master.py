@@ -188,3 +188,19 @@ def test_a_spare_that_ended_is_replaced():
     clock.t += STANDBY_AFTER_S
     c.master_alive()
     assert kube.state(SECOND) == m.STANDBY
+
+
+def test_a_woken_spare_whose_container_restarted_in_place_is_woken_again():
+    kube, clock, woken = PodsKube(), FakeClock(0.0), []
+    c = started(kube, woken, clock)
+    kube.gone(FIRST)
+    c.recreate_master()
+    assert c.master_alive() and len(woken) == 1
+    status = kube.get("pods", SECOND)["status"]
+    status["containerStatuses"][0]["restartCount"] = 1  # it crashed: its container runs --standby http again
+    status["conditions"] = [{"type": "Ready", "status": "False"}]
+    assert c.master_alive() and len(woken) == 1  # not up yet
+    status["conditions"] = [{"type": "Ready", "status": "True"}]
+    assert c.master_alive()
+    assert woken[-1] == (f"{status['podIP']}:8470", c.token, 0.0)
+    assert c.master_alive() and len(woken) == 2  # once per restart
