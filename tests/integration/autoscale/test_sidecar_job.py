@@ -25,6 +25,7 @@ from edl.cluster import manifests
 from edl.cluster.demand_lease import REASON_ANNOTATION, demand_from_lease
 from edl.cluster.kube_api import KubeApi
 from edl.masterlink import FollowedMaster
+from tests.waits import wait_for
 from tests.conftest import run_edl
 from tests.integration.cluster.test_kube_adapter import sa_token, token_client
 
@@ -98,9 +99,14 @@ def test_sidecar_grows_into_idle_capacity_and_hands_it_back(digits, tmp_path, jo
         # it waits for room, naming the same pods.
         said = job.wait_for(lambda s: (s["reason"] or {}).get("cause") == "waiting", timeout=10, what="waiting")
         assert all(f"web-{i} (1 pod, {web_cpu:g} CPU)" in said["reason"]["text"] for i in range(2))
-        raw = kube.sanitize_for_serialization(client.CoordinationV1Api(kube).read_namespaced_lease("edl-sc-demand",
-                                                                                                  namespace))
-        assert json.loads(raw["metadata"]["annotations"][REASON_ANNOTATION])["cause"] == "waiting"
+        def lease_reason() -> str:
+            raw = kube.sanitize_for_serialization(
+                client.CoordinationV1Api(kube).read_namespaced_lease("edl-sc-demand", namespace))
+            return json.loads(raw["metadata"]["annotations"][REASON_ANNOTATION])["cause"]
+
+        # The Lease carries the reason at its next renewal (a period), which may come after the status has it.
+        wait_for(lambda: lease_reason() == "waiting", 10, "the Lease's reason: waiting", every=0.1, detail=lease_reason)
+        assert lease_reason() == "waiting"
     finally:
         sidecar.stop()
     # Stopped, it handed the namespace on: the autoscaler Lease is gone (the demand lapses by itself).
