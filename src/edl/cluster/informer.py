@@ -32,13 +32,16 @@ class _State(Generic[T]):
 
 
 class Informer(Generic[T]):
-    """A watch-driven cache: list once, then apply watch events; re-list only on 410 Gone.
+    """A watch-driven cache: list once, then apply watch events; list again on 410 Gone and after a
+    failed list or watch (retried with backoff; one log line when the API is lost, one when it answers).
 
     ``decode`` turns an object into the cached value (or ``None`` to drop it). Keys
     are ``namespace/name``. Readers get a consistent copy of the values with
     ``values()``; ``healthy()`` says whether the cache reflects a recent list+watch.
     ``index``, if given, is told every change as it is applied.
     """
+
+    BACKOFF_S = (0.5, 10.0)  # the first wait after a failure, and the longest
 
     def __init__(self, name: str, source: ListWatch, decode: Callable[[dict], T | None],
                  selector: str | None = None, page: int = 500, watch_timeout_s: int = 60,
@@ -57,6 +60,8 @@ class Informer(Generic[T]):
         self._watch: WatchStream | None = None
         self.lists = 0  # how many full lists were needed (1 plus one per 410)
         self.last_error: str | None = None
+        self._failing_since: float | None = None  # monotonic: the API stopped answering then
+        self._said_back = False  # that it answers again was logged
 
     @staticmethod
     def key(obj: dict) -> str:
@@ -85,6 +90,7 @@ class Informer(Generic[T]):
                 for key, value in items.items():
                     self.index.put(key, value)
         self.lists += 1
+        self._answered(watched=False)
         log.debug("%s: listed %d objects at resourceVersion %s", self.name, len(items),
                   self._state.resource_version)
 
@@ -99,6 +105,8 @@ class Informer(Generic[T]):
             if self._stop.is_set():
                 stream.stop()
                 break
+            if self._failing_since is not None:
+                self._answered(watched=True)
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             with self._lock:
                 key = self.key(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else ""  # a BOOKMARK has no name
@@ -124,24 +132,42 @@ class Informer(Generic[T]):
         try:
             self.watch_once()
         except KubeExpiredError:
-            log.info("%s: watch expired (410 Gone), listing again", self.name)
+            log.debug("%s: watch expired (410 Gone), listing again", self.name)
             with self._lock:
                 self._state.resource_version = None
 
     def _run(self) -> None:
-        backoff = 0.5
+        backoff = self.BACKOFF_S[0]
         while not self._stop.is_set():
             try:
                 self.sync_step()
-                backoff = 0.5
-                self.last_error = None
+                backoff = self.BACKOFF_S[0]
+                self._answered(watched=True)
             except Exception as e:  # noqa: BLE001 - any failure: keep the cache, retry with backoff
                 if not isinstance(e, (KubeRefusedError, TemporaryError)):
                     log.exception("%s: unexpected error", self.name)
                 self.last_error = str(e).splitlines()[0] if str(e) else type(e).__name__
-                log.warning("%s: %s; retrying in %.1f s", self.name, self.last_error, backoff)
+                with self._lock:  # list again: that it answers (and with what) is known at once, not at
+                    self._state.resource_version = None  # a quiet watch's first event
+                if self._failing_since is None:  # one line when the API is lost, one when it answers again
+                    self._failing_since = time.monotonic()
+                    log.warning("%s: %s; retrying with backoff", self.name, self.last_error)
+                else:
+                    log.debug("%s: %s; retrying in %.1f s", self.name, self.last_error, backoff)
                 self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                backoff = min(backoff * 2, self.BACKOFF_S[1])
+
+    def _answered(self, watched: bool) -> None:
+        """The API answered: a list, or (``watched``) a watch event or a watch's end. One line says so
+        after a failure; the next failure is told again only once a watch has worked (a list that works
+        while its watch fails, a watch RBAC forbids, say, is not a line per retry)."""
+        self.last_error = None
+        if self._failing_since is not None and not self._said_back:
+            log.info("%s: the API answers again after %.0f s", self.name, time.monotonic() - self._failing_since)
+            self._said_back = True
+        if watched:
+            self._failing_since = None
+            self._said_back = False
 
     def start(self) -> "Informer[T]":
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)

@@ -62,15 +62,20 @@ _CUSTOM_VERBS = {"create": "create", "read": "get", "replace": "replace", "delet
 
 
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """In-cluster config inside a pod, else the kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``)."""
+    """In-cluster config inside a pod, else the kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``).
+
+    No retries inside urllib3 (its default is three more tries of each request, read timeouts
+    included, each logged): ``KubeApi`` owns retrying, so one request is bounded by its timeout."""
+    cfg = client.Configuration()
+    cfg.retries = False
     try:
         if kubeconfig is None:
-            config.load_incluster_config()
-            return client.ApiClient()
+            config.load_incluster_config(client_configuration=cfg)
+            return client.ApiClient(cfg)
     except config.ConfigException:
         pass
     try:
-        return config.new_client_from_config(config_file=kubeconfig)
+        return config.new_client_from_config(config_file=kubeconfig, client_configuration=cfg)
     except (config.ConfigException, FileNotFoundError) as e:
         raise PermanentError(f"no Kubernetes configuration: not in a pod and no usable kubeconfig ({e})") from e
 
