@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -139,6 +140,54 @@ def account(kept: list[KeptStep], faults: list[Fault]) -> Accounting:
         out.lost_s[kind] = out.lost_s.get(kind, 0.0) + excess
         if i >= 0:
             out.lost_each[i] = out.lost_each.get(i, 0.0) + excess
+    return out
+
+
+# Past this after a fault, a change the master heard of is not the fault's (a fault whose job never changed:
+# an apiserver stop, a fault while the job was already changing).
+CHAIN_WINDOW_S = 60.0
+
+
+def breakdown(faults: list[Fault], generations: list[dict], lost_each: dict[int, float]) -> list[dict]:
+    """Where each fault's time went: the first generation the master began after it (before the next
+    fault, within ``CHAIN_WINDOW_S``) and its chain, from the run summary's records of the generations
+    (``wall_at``: when the master heard of the change; its chain, in seconds after that): ``told_s``
+    from the fault to the master hearing of it, then ``stopped``, ``formed`` and ``first_step`` after
+    that; ``cause`` is how it heard, ``source`` where the state came from. A fault no change followed
+    has only its ``lost_s``."""
+    out = []
+    begun = sorted((g for g in generations if g.get("wall_at") is not None), key=lambda g: g["wall_at"])
+    for i, f in enumerate(faults):
+        until = min(faults[i + 1].t if i + 1 < len(faults) else float("inf"), f.t + CHAIN_WINDOW_S)
+        g = next((g for g in begun if f.t <= g["wall_at"] < until), None)
+        row: dict = {"kind": f.kind, "lost_s": round(lost_each.get(i, 0.0), 3)}
+        if g is not None:
+            row.update(generation=g["id"], cause=g.get("cause", ""), source=g.get("source"),
+                       told_s=round(g["wall_at"] - f.t, 3), **{f"{k}_s": v for k, v in (g.get("chain") or {}).items()})
+        out.append(row)
+    return out
+
+
+CHAIN_PARTS = ("told_s", "stopped_s", "formed_s", "first_step_s")
+
+
+def chains_by_kind(rows: list[dict]) -> dict[str, dict]:
+    """``breakdown``'s rows summed up per kind of fault: how many changed the job, the mean of each part
+    of their chains and of the time lost, and how the master heard of them (the trainer's name left out),
+    most often first."""
+    out: dict[str, dict] = {}
+    for kind in sorted({r["kind"] for r in rows}):
+        mine = [r for r in rows if r["kind"] == kind]
+        changed = [r for r in mine if "told_s" in r]
+        causes: dict[str, int] = {}
+        for r in changed:
+            how = re.sub(r"^\S+-t(rainer-)?\d+\b", "a trainer", r["cause"] or "not recorded")
+            causes[how] = causes.get(how, 0) + 1
+        out[kind] = {"count": len(mine), "changed": len(changed),
+                     **{part: round(statistics.mean(xs), 3) if (xs := [r[part] for r in changed if part in r])
+                        else None for part in CHAIN_PARTS},
+                     "lost_s": round(statistics.mean(r["lost_s"] for r in mine), 3),
+                     "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1]))}
     return out
 
 
@@ -347,6 +396,8 @@ def result(a: argparse.Namespace, epochs: int, code: int, summary: dict, faults:
         "budgets": summary.get("budgets"), "generations": len(summary.get("generations") or []),
         "kept_steps": [[round(t - t0, 2), step] for t, step in acc.timeline[:: max(1, len(acc.timeline) // 4000)]],
         "fault_log": [[round(f.t - t0, 2), f.kind, f.detail] for f in faults],
+        "breakdown": (rows := breakdown(faults, summary.get("generations") or [], acc.lost_each)),
+        "chains": chains_by_kind(rows),
     }
 
 
@@ -392,6 +443,16 @@ def print_table(res: dict, console: Console) -> None:
         t.add_row(kind, str(k["count"]), f"{statistics.mean(lost):.2f}", f"{max(lost):.2f}", f"{sum(lost):.1f}",
                   f"{sum(k.get('slow_s', [])):.1f}")
     console.print(t)
+    if res.get("chains"):
+        c = Table(title="where each kind's time went: mean seconds from the fault until the master heard of the change, "
+                        "then after that until the old generation stopped, the new one formed, its first step")
+        for col in ("fault", "changed the job", "told", "stopped", "formed", "first step", "lost", "how the master heard"):
+            c.add_column(col, justify="left" if col in ("fault", "how the master heard") else "right")
+        for kind, k in res["chains"].items():
+            c.add_row(kind, f"{k['changed']} of {k['count']}",
+                      *("" if k[p] is None else f"{k[p]:.2f}" for p in CHAIN_PARTS), f"{k['lost_s']:.2f}",
+                      "; ".join(f"{how} ({n})" for how, n in k["causes"].items()))
+        console.print(c)
     console.print(f"effective training time {100 * res['effective_ratio']:.1f} % of {res['wall_s']:.0f} s from the "
                   f"first step to the last (every step at the median's pace: {100 * res['paced_ratio']:.1f} %); "
                   f"{res['rolled_back_steps']} steps rolled back")

@@ -224,3 +224,13 @@ def test_error_lines_name_untrusted_values_verbatim(job, tmp_path, monkeypatch, 
     assert main(["status", job]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"edl: error: no local job named {job!r}") and err.count("\n") == 1
+
+
+def test_status_shows_what_began_the_last_change_and_where_its_time_went():
+    gen = GenerationSummary(id=4, master_generation=4, world_size=1, members=("a",), reason=Reason.FAILURE,
+                            source=Source.PEER, base_step=30, pause_s=1.2, triggered_at=10.0, first_step_at=11.2,
+                            rolled_back_steps=0, stopped_at=10.1, formed_at=10.5, cause=f"{UNTRUSTED[0]} ended")
+    c, out = console(width=250)
+    show_status(c, job_view(generations=(gen,)))
+    assert (f"last change: generation 4 (failure, 1 trainers): {UNTRUSTED[0]} ended; stopped +0.10 s, "
+            "formed +0.50 s, first step +1.20 s") in out.getvalue().splitlines()

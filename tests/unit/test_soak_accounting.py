@@ -99,3 +99,25 @@ def test_a_launcher_that_failed_before_its_summary_is_reported_with_its_error(so
                                                    "error": "trainer id 'soak-t41' is already left in job soak"}
     log.write_text("killed\n")
     assert soak.failed_without_summary(log, -9)["error"] == "the launcher exited -9 without a summary"
+
+
+def test_each_fault_is_matched_to_the_first_change_the_master_heard_of_after_it_and_summed_by_kind(soak):
+    faults = [soak.Fault(100.0, "pod-kill"), soak.Fault(130.0, "apiserver-stop"), soak.Fault(160.0, "pod-kill")]
+    gens = [{"id": 1, "wall_at": 10.0, "cause": "the job started", "source": "init", "chain": {"formed": 0.0}},
+            {"id": 2, "wall_at": 100.25, "cause": "edl-soak-trainer-3 ended (exit 137; seen by the launcher)",
+             "source": "peer", "chain": {"stopped": 0.1, "formed": 0.5, "first_step": 0.75}},
+            # the apiserver stop changed nothing; this one is the second kill's
+            {"id": 3, "wall_at": 160.75, "cause": "edl-soak-trainer-4 silent for 10 s (its lease)",
+             "source": "peer", "chain": {"stopped": 0.2, "formed": 0.7, "first_step": 1.25}}]
+    rows = soak.breakdown(faults, gens, {0: 1.0, 2: 2.0})
+    assert rows[0] == {"kind": "pod-kill", "lost_s": 1.0, "generation": 2, "source": "peer", "told_s": 0.25,
+                       "cause": "edl-soak-trainer-3 ended (exit 137; seen by the launcher)",
+                       "stopped_s": 0.1, "formed_s": 0.5, "first_step_s": 0.75}
+    assert rows[1] == {"kind": "apiserver-stop", "lost_s": 0.0}
+    assert rows[2]["generation"] == 3 and rows[2]["told_s"] == 0.75
+    kinds = soak.chains_by_kind(rows)
+    assert kinds["pod-kill"] == {"count": 2, "changed": 2, "told_s": 0.5, "stopped_s": 0.15, "formed_s": 0.6,
+                                 "first_step_s": 1.0, "lost_s": 1.5,
+                                 "causes": {"a trainer ended (exit 137; seen by the launcher)": 1,
+                                            "a trainer silent for 10 s (its lease)": 1}}
+    assert kinds["apiserver-stop"]["changed"] == 0 and kinds["apiserver-stop"]["told_s"] is None

@@ -185,12 +185,35 @@ class GenerationSummary:
     # trained (None: formed after a stop at a step boundary)
     prepared_s: float | None = None
     stopped_at: float | None = None  # the generation before stopped stepping (None: the first)
+    formed_at: float | None = None  # the master formed it (members, rank 0, base step)
+    cause: str = ""  # what began the change, as the master heard of it ("edl-x-trainer-3 joined")
+    # ``triggered_at`` on the wall clock (``time.time()``); the other times are on the master's own clock,
+    # which only their differences mean anything on.
+    wall_at: float | None = None
 
     @classmethod
     def from_json(cls, d: dict) -> GenerationSummary:
         return cls(d["id"], d["master_generation"], d["world_size"], tuple(d["members"]), Reason(d["reason"]),
                    Source(d["source"]), d["base_step"], d["pause_s"], d["triggered_at"], d["first_step_at"],
-                   d["rolled_back_steps"], d.get("prepared_s"), d.get("stopped_at"))
+                   d["rolled_back_steps"], d.get("prepared_s"), d.get("stopped_at"), d.get("formed_at"),
+                   d.get("cause", ""), d.get("wall_at"))
+
+    def chain(self) -> dict[str, float]:
+        """Where the change's time went, in seconds after the master heard of it: ``stopped`` (the
+        generation before stopped stepping: none for a graceful switch, whose members switch without
+        a stop), ``formed`` and ``first_step``; those not reached yet are missing."""
+        out: dict[str, float] = {}
+        for name, at in (("stopped", self.stopped_at), ("formed", self.formed_at), ("first_step", self.first_step_at)):
+            if at is not None:
+                out[name] = round(max(0.0, at - self.triggered_at), 3)
+        return out
+
+    def describe(self) -> str:
+        """One line: the generation, what began it and its chain (``edl status``, the launcher's Event)."""
+        steps = ", ".join(f"{name.replace('_', ' ')} +{s:.2f} s" for name, s in self.chain().items())
+        prepared = "" if self.prepared_s is None else f" (prepared for {self.prepared_s:.2f} s while training)"
+        return (f"generation {self.id} ({self.reason.value}, {self.world_size} trainers): "
+                f"{self.cause or 'cause not recorded'}; {steps or 'forming'}{prepared}")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ def cmd_status(a: argparse.Namespace) -> int:
 
 
 def show_status(console: Console, st: JobView) -> None:
-    """``edl status``: one line about the job, then a table of its trainers."""
+    """``edl status``: one line about the job, a table of its trainers, then its last change (what began it,
+    and where its time went), its failure budgets and why it is at its size."""
     from edl.console import add_row, say, table
 
     say(console, (st.job, "bold"), f" {st.status.value} · phase {st.phase.value} · generation {st.generation} · "
@@ -67,6 +68,8 @@ def show_status(console: Console, st: JobView) -> None:
     for tr in st.trainers:
         add_row(t, tr.id, str(tr.rank), str(tr.pid), tr.state.value, str(tr.step))
     console.print(t)
+    if st.generations:
+        say(console, "last change: ", st.generations[-1].describe())
     for kind, budget in st.budgets.items():
         say(console, f"{kind.replace('_', ' ')}: ", budget.describe())
     say(console, "reason: ", st.reason.text if st.reason is not None else

@@ -200,6 +200,7 @@ class Launcher:
         self._trainers_seen: tuple | None = None  # the trainers as the last round saw them
         self._cause_seen: SizeCause | None = None  # the cause of the job's size the last Event gave
         self._held_seen: tuple[str, ...] = ()  # trainers told to stop, held for the sidecar, as last said
+        self._started_told = 0  # the newest generation whose first step an Event gave (with its chain)
         self._used: tuple[str, int] = ("", 0)  # master uid and control version of the status the last round used
         self._used_serial = 0  # the watch's reading that status came from (0: read directly)
         self._from_watch = False  # the round's status is the watch's copy (not read by the round itself)
@@ -446,6 +447,8 @@ class Launcher:
         if self._first_round:
             self._first_round = False
             self._find_leaving(st, trainers, now)
+            # An adopted job's generations so far were told by the launcher before this one.
+            self._started_told = max((g.id for g in st.generations if g.first_step_at is not None), default=0)
         plan = self._plan(st, trainers, now)
         by_name = {t.name: t for t in trainers}
         told: set[str] = set()
@@ -501,6 +504,10 @@ class Launcher:
             say(self.console, f"trainer(s) {', '.join(new_held)} told to stop: replaced once the sidecar's next "
                               f"decision still asks for them (or in {REPLACEMENT_HOLD_S:.0f} s without one)")
         self._held_seen = st.held_replacements
+        for g in st.generations:
+            if g.id > self._started_told and g.first_step_at is not None:
+                self._started_told = g.id
+                self.cluster.record("GenerationStarted", g.describe())
         if st.reason is not None and st.reason.cause is not self._cause_seen:
             self._cause_seen = st.reason.cause
             self.cluster.record(size_event(st.reason.cause), st.reason.text)

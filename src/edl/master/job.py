@@ -50,6 +50,8 @@ from edl.master.transitions import Transitions
 from edl.master.usercode import UserCodeFailures
 
 MAX_REASONS = 100  # the changes of a job's size reason kept for its summary
+# What began a restarted master's first generation (its ``cause``): the master before it was lost.
+RESTART_CAUSE = "a new master: the one before was lost, its trainers registered again"
 
 STATUS_TRANSITIONS = Transitions("job status", {
     JobStatus.RUNNING: {JobStatus.SUCCEEDED, JobStatus.FAILED},
@@ -77,6 +79,7 @@ class Job:
         restored: dict | None = None,
         restored_uri: str | None = None,
         timeouts: Timeouts = Timeouts(),
+        wall_offset: float = 0.0,
     ) -> None:
         self.spec = spec
         self.master_uid = master_uid
@@ -85,6 +88,10 @@ class Job:
         self.user_error = False  # failed because of the user's input: the launcher exits 2
         self.user_code = UserCodeFailures(spec.model_def)
         self.started_at = now
+        # Wall-clock seconds minus the job's clock (the ``now`` its calls get, a monotonic one): a
+        # generation's record gives when its change began as a wall-clock time too, which other
+        # machines' records (a fault's, the next master's) can be set against.
+        self.wall_offset = wall_offset
         self.finished_at: float | None = None
         self.checkpoints: list[CheckpointRecord] = []
         self.final_model_uri: str | None = None
@@ -311,10 +318,10 @@ class Job:
     def fail_task(self, trainer: str, task_id: int, reason: str, now: float) -> None:
         self._guard(lambda: self.queue.fail_task(trainer, task_id, reason), now)
 
-    def drain(self, trainer: str, now: float) -> None:
+    def drain(self, trainer: str, now: float, why: str = "drained by the launcher") -> None:
         if trainer not in self.membership.trainers:
             raise UserError(f"no trainer named {trainer!r} in job {self.spec.job}")
-        self.membership.drain(trainer, now)
+        self.membership.drain(trainer, now, why)
         self.tick(now)
 
     def leave(self, trainer: str, now: float) -> bool:
@@ -335,7 +342,7 @@ class Job:
                 and len(self.membership.members()) < self.spec.max_trainers):  # room for the replacement
             self.replacing.add(trainer)
             return True
-        self.drain(trainer, now)
+        self.drain(trainer, now, "told to stop (SIGTERM: its pod deleted or preempted)")
         self.told_to_stop = {k: at for k, at in self.told_to_stop.items() if now - at <= REPLACEMENT_HOLD_S}
         if first and self.sidecar_decides:
             self.told_to_stop[trainer] = now
@@ -358,7 +365,7 @@ class Job:
                 self.replacing.discard(trainer)
             elif (t.state is TrainerState.ACTIVE and m.phase is Phase.RUNNING and m.prepared is None
                   and not self._below_min_without(trainer)):
-                m.drain(trainer, now)
+                m.drain(trainer, now, "left: its replacement joined")
 
     def held_replacements(self, now: float) -> tuple[str, ...]:
         """The trainers the launcher does not replace yet (``leave``): until a decision of the sidecar
@@ -383,7 +390,7 @@ class Job:
             m.exit_reported(trainer)  # it left by ending: nothing of it is still leaving
             return
         if t.state in (TrainerState.ACTIVE, TrainerState.DRAINING):
-            m.fail(trainer, now)
+            m.fail(trainer, now, f"ended (exit {code}{', preempted' if preempted else ''}; seen by the launcher)")
         self.tick(now)
 
     def sync(self, report: SyncReport, now: float) -> None:
@@ -525,7 +532,8 @@ class Job:
             assert plan.queue_state is not None
             self.queue = TaskQueue.from_state(plan.queue_state)
             # Every trainer that reported stopped at ``plan.step`` in one generation: they hold its state.
-            formation = m.form(now, plan.step, Source.PEER, lead=plan.lead, triggered_at=first, holders=reports)
+            formation = m.form(now, plan.step, Source.PEER, lead=plan.lead, triggered_at=first, holders=reports,
+                               cause=RESTART_CAUSE)
             self.last_step_seen = max(self.last_step_seen, plan.step)
             self.resume_note = f"going on from the trainers' step {plan.step} (checkpoint at step {self.restore_step})"
             # The next restart should find a checkpoint of this master's generations: its trainers'
@@ -534,7 +542,7 @@ class Job:
         else:
             if not m.ready_to_form(now):
                 return None
-            formation = m.form(now, self.restore_step, self.restore_source, triggered_at=first)
+            formation = m.form(now, self.restore_step, self.restore_source, triggered_at=first, cause=RESTART_CAUSE)
             self.resume_note = f"back to the checkpoint at step {self.restore_step}: {plan.why}"
         formation.generation.rolled_back_steps = max(0, plan.reported_step - formation.generation.base_step)
         self.resume_reports = {}
@@ -613,6 +621,9 @@ class Job:
                 rolled_back_steps=g.rolled_back_steps,
                 prepared_s=None if g.prepared_s is None else round(g.prepared_s, 3),
                 stopped_at=g.stopped_at,
+                formed_at=g.formed_at,
+                cause=g.cause,
+                wall_at=round(g.triggered_at + self.wall_offset, 3),
             ))
         return out
 
@@ -718,7 +729,8 @@ class Job:
             "duplicate_samples": None,
             "generations": [
                 {"id": g.id, "world_size": g.world_size, "reason": g.reason.value, "pause_s": g.pause_s,
-                 "rolled_back_steps": g.rolled_back_steps, "base_step": g.base_step, "prepared_s": g.prepared_s}
+                 "rolled_back_steps": g.rolled_back_steps, "base_step": g.base_step, "prepared_s": g.prepared_s,
+                 "source": g.source.value, "cause": g.cause, "wall_at": g.wall_at, "chain": g.chain()}
                 for g in self.generation_summaries()
             ],
             "checkpoints": [{"step": c.step, "uri": c.uri, "write_s": round(c.write_s, 3)} for c in self.checkpoints],

@@ -293,6 +293,7 @@ def _serve_job(spec: JobSpec, shards: list[Shard], ckpts: CheckpointStore, claim
     # The job's clock measures durations only (membership, timeouts, the dead-man switch): monotonic,
     # so a wall-clock step (NTP) neither trips the switch nor drops trainers.
     job = Job(spec, shards, master_uid=str(time.time_ns()), now=time.monotonic(), restored=state, restored_uri=uri,
+              wall_offset=time.time() - time.monotonic(),
               timeouts=timeouts_from_env())
     if job.queue.finished:
         # Every epoch was already trained: report the recorded outcome instead of training again.

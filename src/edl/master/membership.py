@@ -103,6 +103,7 @@ class Generation:
     state_to: tuple[int, ...] = ()
     prepared_s: float | None = None  # prepared in the background this long before the switch
     stopped_at: float | None = None  # the generation before stopped stepping (its first member's report)
+    cause: str = ""  # what began the change, as the master heard of it ("edl-x-trainer-3 lease expired")
 
     @property
     def world_size(self) -> int:
@@ -195,6 +196,7 @@ class Membership:
         self.next_generation = first_generation
         self.pending_reason: Reason | None = None
         self.pending_since: float | None = None
+        self.pending_cause = ""  # what began the pending change
         self.reports: dict[str, SyncReport] = {}
         self.first_report_at: float | None = None  # of the pending change: when training stopped
         self.first_registration_at: float | None = None
@@ -202,6 +204,7 @@ class Membership:
         self.excluded: list[tuple[str, str]] = []  # (trainer, why) dropped for holding the others up, in order
         # A graceful change: wanted (to prepare at the next tick), then prepared, then with the go.
         self.wanted: Reason | None = None
+        self.wanted_cause = ""
         self.prepared: Generation | None = None
         self.prepared_since = 0.0
         self.ready: set[str] = set()  # members of ``prepared`` that formed its collective
@@ -239,35 +242,41 @@ class Membership:
                 p.id if p else 0, self.go, len(self.ready), len(self.dropped), len(self.excluded), self.wanted,
                 self.early_first_step is not None)
 
-    def _trigger(self, reason: Reason, now: float) -> None:
+    def _trigger(self, reason: Reason, now: float, cause: str) -> None:
+        """``cause``: what happened, for the generation's record (the first of a change's causes stays)."""
         if self.phase is Phase.RUNNING:
             if reason in (Reason.SCALE_UP, Reason.SCALE_DOWN) and self.config.prepare:
                 if not self.go:  # re-planned with this change at the next tick
                     self._drop_prepared()
-                self.wanted = self.wanted or reason
+                self._want(reason, cause)
                 return
             self._drop_prepared()
-            self._stop(reason, now)
+            self._stop(reason, now, cause)
         elif self.phase is Phase.SYNCING and reason is Reason.FAILURE:
             # A failure during a graceful change is still a failure.
             self.pending_reason = reason
         elif self.phase is Phase.SYNCING and self.config.prepare:
             # A drain or a joiner during a switch into the prepared generation, which does not take it in:
             # planned as the change after (a formation that does take it in clears this).
-            self.wanted = self.wanted or reason
+            self._want(reason, cause)
 
-    def _stop(self, reason: Reason, now: float) -> None:
+    def _want(self, reason: Reason, cause: str) -> None:
+        if self.wanted is None:
+            self.wanted, self.wanted_cause = reason, cause
+
+    def _stop(self, reason: Reason, now: float, cause: str) -> None:
         """RUNNING -> SYNCING: the members stop at a common step and report it."""
         self._move(Phase.SYNCING)
         self.pending_reason = reason
         self.pending_since = now
+        self.pending_cause = cause
         self.reports = {}
         self.first_report_at = None
 
     def _drop_prepared(self) -> None:
         if self.prepared is not None:
             self.dropped.add(self.prepared.id)
-            self.wanted = self.wanted or self.prepared.reason
+            self._want(self.prepared.reason, self.prepared.cause)
         self._clear_prepared()
 
     def _clear_prepared(self) -> None:
@@ -290,7 +299,7 @@ class Membership:
         self.trainers[trainer_id] = t
         if self.first_registration_at is None:
             self.first_registration_at = now
-        self._trigger(Reason.SCALE_UP, now)
+        self._trigger(Reason.SCALE_UP, now, f"{trainer_id} joined")
         return t
 
     def heartbeat(self, trainer_id: str, step: int, now: float, generation: int | None = None,
@@ -312,7 +321,7 @@ class Membership:
             t.waiting_since = None if in_collective_s is None else now - max(0.0, in_collective_s)
         return t
 
-    def drain(self, trainer_id: str, now: float) -> None:
+    def drain(self, trainer_id: str, now: float, why: str = "drained") -> None:
         t = self.trainers[trainer_id]
         if t.state is TrainerState.WAITING:
             self.move(t, TrainerState.LEFT)
@@ -320,9 +329,9 @@ class Membership:
         if t.state is not TrainerState.ACTIVE:
             return
         self.move(t, TrainerState.DRAINING)
-        self._trigger(Reason.SCALE_DOWN, now)
+        self._trigger(Reason.SCALE_DOWN, now, f"{trainer_id} {why}")
 
-    def fail(self, trainer_id: str, now: float) -> None:
+    def fail(self, trainer_id: str, now: float, why: str = "failed") -> None:
         t = self.trainers.get(trainer_id)
         if t is None or t.state.gone:
             return
@@ -331,7 +340,7 @@ class Membership:
         if self.prepared is not None and trainer_id in self.prepared.members and self.phase is Phase.RUNNING:
             self._drop_prepared()  # a joiner of it died: re-planned without it
         if was_member:
-            self._trigger(Reason.FAILURE, now)
+            self._trigger(Reason.FAILURE, now, f"{trainer_id} {why}")
 
     def report(self, report: SyncReport, now: float) -> None:
         """A member stopped at a step boundary (or after a failed collective)."""
@@ -342,15 +351,15 @@ class Membership:
         t.store_port = report.store_port
         t.waiting_since = None  # out of the collective: waiting for the next generation
         if report.failed:
-            self._trigger(Reason.FAILURE, now)
+            self._trigger(Reason.FAILURE, now, f"{report.trainer}'s collective failed")
         elif self.phase is Phase.RUNNING:
             p = self.prepared
             if p is not None and self.go and report.switched_to == p.id:
                 # The members switched into the prepared generation at this step: its pause starts now.
-                self._stop(p.reason, now)
+                self._stop(p.reason, now, p.cause)
             else:
                 # A member stopped on its own, e.g. it saw the master restart; treat as resume.
-                self._trigger(Reason.RESUME, now)
+                self._trigger(Reason.RESUME, now, f"{report.trainer} stopped on its own")
         self.reports[report.trainer] = report
         if self.first_report_at is None:
             self.first_report_at = now
@@ -373,11 +382,11 @@ class Membership:
         joiners = [t.id for t in self.waiting()][: max(0, self.config.max_trainers - len(survivors))]
         leaving = [m for m in self.members() if self.trainers[m].state is not TrainerState.ACTIVE]
         if not joiners and not leaving:
-            self.wanted = None  # nothing to change (a joiner left again before it was planned)
+            self.wanted, self.wanted_cause = None, ""  # nothing to change (a joiner left again before it was planned)
             return None
         if not survivors:
-            self._stop(self.wanted, now)
-            self.wanted = None
+            self._stop(self.wanted, now, self.wanted_cause)
+            self.wanted, self.wanted_cause = None, ""
             return None
         lead = self.trainers[survivors[0]]
         if not lead.store_port or lead.store_port == lead.used_port:
@@ -386,11 +395,11 @@ class Membership:
         self.prepared = Generation(
             id=self.next_generation, members=tuple(ordered), rendezvous=(lead.host, lead.store_port), base_step=-1,
             source=Source.PEER, reason=self.wanted, triggered_at=now, formed_at=now,
-            state_to=tuple(range(len(survivors), len(ordered))),
+            state_to=tuple(range(len(survivors), len(ordered))), cause=self.wanted_cause,
         )
         self.next_generation += 1
         lead.used_port = lead.store_port
-        self.prepared_since, self.ready, self.go, self.wanted = now, set(), False, None
+        self.prepared_since, self.ready, self.go, self.wanted, self.wanted_cause = now, set(), False, None, ""
         return self.prepared
 
     def _adoptable(self) -> bool:
@@ -421,6 +430,7 @@ class Membership:
             reason=self.pending_reason or p.reason, triggered_at=self.pending_since or now, formed_at=now,
             cursors=dict(report.cursors), first_step_at=self.early_first_step, state_to=p.state_to,
             prepared_s=(self.pending_since or now) - self.prepared_since, stopped_at=self.first_report_at,
+            cause=self.pending_cause or p.cause,
         )
         departed: dict[str, bool] = {}
         for m in old.members:
@@ -448,7 +458,7 @@ class Membership:
             if t.state.gone:
                 continue
             if now - t.last_seen > self.config.lease_s:
-                self.fail(t.id, now)
+                self.fail(t.id, now, f"silent for {self.config.lease_s:g} s (its lease)")
         if self.current is not None:
             cfg = self.config
             live = [self.trainers[m] for m in self.members()
@@ -456,19 +466,20 @@ class Membership:
             for trainer_id, why in holding_up(live, self.current.id, now, hang_s=cfg.hang_s, silent_s=cfg.silent_s,
                                               stall_s=cfg.stall_s):
                 self.excluded.append((trainer_id, why))
-                self.fail(trainer_id, now)
+                self.fail(trainer_id, now, f"dropped: {why}")
         p = self.prepared
         if p is not None and not self.go and self.phase is Phase.RUNNING and (
                 now - self.prepared_since > self.config.prepare_timeout_s):
             self._drop_prepared()  # its collective did not form in time: stop at a boundary instead
-            reason, self.wanted = self.wanted or p.reason, None
-            self._stop(reason, now)
+            reason, cause = self.wanted or p.reason, self.wanted_cause or p.cause
+            self.wanted, self.wanted_cause = None, ""
+            self._stop(reason, now, cause)
         if self.phase is Phase.SYNCING and self.pending_since is not None:
             if now - self.pending_since > self.config.sync_timeout_s:
                 for m in self.members():
                     t = self.trainers[m]
                     if m not in self.reports and t.state in (TrainerState.ACTIVE, TrainerState.DRAINING):
-                        self.fail(m, now)
+                        self.fail(m, now, f"missed the stop ({self.config.sync_timeout_s:g} s)")
 
     # --------------------------------------------------------------- decision
     def ready_to_form(self, now: float) -> bool:
@@ -492,17 +503,18 @@ class Membership:
         return False
 
     def form(self, now: float, restore_step: int, restore_source: Source, *, lead: str | None = None,
-             triggered_at: float | None = None, holders: Collection[str] = ()) -> Formation:
+             triggered_at: float | None = None, holders: Collection[str] = (), cause: str = "") -> Formation:
         """Form the next generation. ``restore_*`` apply when no survivor holds model state.
 
         The first generation of a restarted master may name its ``lead`` (rank 0: the state source), when
         its change began (``triggered_at``: the first re-registration), so that its pause is measured,
-        and the ``holders``: joiners whose replicas are already at ``restore_step`` with rank 0's state.
+        and the ``holders``: joiners whose replicas are already at ``restore_step`` with rank 0's state;
+        ``cause`` says what began a first generation (a later one's is the change's own).
         """
         if self._adoptable():
             return self._adopt(now)
         self._drop_prepared()
-        self.wanted = None  # every change so far is in this formation
+        self.wanted, self.wanted_cause = None, ""  # every change so far is in this formation
         cfg = self.config
         old = self.current
         survivors = [m for m in self.members() if self.trainers[m].state is TrainerState.ACTIVE]
@@ -565,6 +577,7 @@ class Membership:
             cursors=cursors,
             state_to=tuple(r for r, m in enumerate(ordered) if m not in holding),
             stopped_at=self.first_report_at if old is not None else None,
+            cause=self.pending_cause if old is not None else (cause or "the job started"),
         )
         if old is not None:
             last = max([r.step for r in self.reports.values()] + [old.base_step])
@@ -585,6 +598,7 @@ class Membership:
         self._move(Phase.RUNNING)
         self.pending_reason = None
         self.pending_since = None
+        self.pending_cause = ""
         self.reports = {}
         self.first_report_at = None
         return Formation(gen, departed, rollback)

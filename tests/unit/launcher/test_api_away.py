@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from edl.api.cluster import MasterEndpoint, PodPhase, SizeCause, SizeReason, TrainerPod
-from edl.api.master import JobStatus, JobView, Phase, TrainerState, TrainerView
+from edl.api.master import GenerationSummary, JobStatus, JobView, Phase, Reason, Source, TrainerState, TrainerView
 from edl.api.spec import JobSpec
 from edl.errors import KubeForbiddenError, KubeUnavailableError, PermanentError
 from edl.launcher.core import Launcher
@@ -224,3 +224,30 @@ def test_each_change_of_why_the_job_is_at_its_size_is_one_event_on_the_launcher(
     for _ in range(4):
         la.tick()
     assert [e for e in events if e[0].startswith("Size")] == [("SizeNoRoom", "full"), ("SizeHandedBack", "to web-0")]
+
+
+def generation(gid: int, first_step_at: float | None, cause: str = "j-t2 joined") -> GenerationSummary:
+    return GenerationSummary(gid, gid, 2, ("j-t1", "j-t2"), Reason.SCALE_UP, Source.PEER, 10 * gid, None,
+                             triggered_at=100.0 * gid, first_step_at=first_step_at, rolled_back_steps=0,
+                             stopped_at=100.0 * gid + 0.1, formed_at=100.0 * gid + 0.4, cause=cause)
+
+
+def test_each_generation_is_one_event_with_its_chain_once_it_has_stepped_and_an_adopted_jobs_are_not_told_again():
+    clock = FakeClock(1000.0)
+    cluster = FlakyCluster(clock)
+    events: list[tuple[str, str]] = []
+    cluster.record = lambda reason, message, warning=False: events.append((reason, message))  # type: ignore[method-assign]
+    master = Master(clock)
+    gens = [generation(1, 100.5)]  # the job was adopted: generation 1 is the launcher's before this one
+    base = master.status
+    master.status = lambda: replace(base(), generations=tuple(gens))  # type: ignore[method-assign]
+    la, _ = launcher(cluster, master, clock)
+    la.tick()
+    gens.append(generation(2, None))  # formed, not stepped yet
+    la.tick()
+    gens[1] = generation(2, 201.25)
+    la.tick()
+    la.tick()
+    started = [m for r, m in events if r == "GenerationStarted"]
+    assert started == ["generation 2 (scale_up, 2 trainers): j-t2 joined; stopped +0.10 s, formed +0.40 s, "
+                       "first step +1.25 s"]

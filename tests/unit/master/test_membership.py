@@ -358,3 +358,39 @@ def test_a_survivor_that_never_received_its_generations_state_restarts_from_the_
     m.report(SyncReport("t1", m.current.id, 42, {"t1": Cursor(5, 1)}, 7002, True), 3.1)
     g = m.form(3.1, 0, Source.INIT).generation
     assert g.members[0] == "t1" and g.source is Source.PEER and g.base_step == 42
+
+
+# ------------------------------------------------------------------ what began each change
+def test_each_generation_records_what_began_its_change_and_where_its_time_went():
+    m = started(3, lease_s=5.0)
+    assert m.current.cause == "the job started"
+    m.heartbeat("t0", 1, 4.0)
+    m.heartbeat("t2", 1, 4.0)
+    m.expire(6.0)  # t1 silent past its lease
+    m.drain("t2", 6.05)  # a second change while the first is under way: the first began it
+    report_all(m, 30, 6.2)
+    g = m.form(6.5, 0, Source.INIT).generation
+    m.first_step(g.id, 7.0)
+    assert g.cause == "t1 silent for 5 s (its lease)" and g.reason is Reason.FAILURE
+    assert (g.triggered_at, g.stopped_at, g.formed_at, g.first_step_at) == (6.0, 6.2, 6.5, 7.0)
+    m.register("t3", 4, "h", 9004, now=8.0)
+    report_all(m, 40, 8.1)
+    assert m.form(8.1, 0, Source.INIT).generation.cause == "t3 joined"
+
+
+def test_a_prepared_change_keeps_its_cause_through_the_switch_and_through_a_drop():
+    m = started(2, prepare=True, prepare_timeout_s=5.0)
+    m.heartbeat("t0", 5, 9.0, store_port=9010)
+    m.register("t2", 3, "h2", 9002, now=10.0)
+    p = m.prepare(10.0)
+    assert p.cause == "t2 joined"
+    for t in p.members:
+        m.ready_for(t, p.id, 10.1)
+    switch_all(m, 50, 10.4, to=p.id)
+    assert m.form(10.4, 0, Source.INIT).generation.cause == "t2 joined"
+    m.heartbeat("t0", 60, 11.0, store_port=9020)
+    m.drain("t1", 12.0, "told to stop (SIGTERM)")
+    assert m.prepare(12.0).cause == "t1 told to stop (SIGTERM)"
+    m.expire(18.0)  # its collective never formed: a stop at a boundary instead, for the same cause
+    report_all(m, 70, 18.1)
+    assert m.form(18.1, 0, Source.INIT).generation.cause == "t1 told to stop (SIGTERM)"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from edl.api.data import Cursor, Shard, Task
 from edl.api.master import Phase, Reason, ResumeReport, Source
 from edl.api.spec import JobSpec
-from edl.master.job import Job
+from edl.master.job import Job, RESTART_CAUSE
 from edl.master.resume import RESUME_WINDOW_S, CutRecord, Restored, consumed_rows, plan_resume
 from edl.master.tasks import TaskQueue
 from edl.trainer.data import TaskBuffer
@@ -190,6 +190,7 @@ def test_a_restarted_job_goes_on_from_the_trainers_step():
     assert gen is not None and gen.source is Source.PEER and gen.reason is Reason.RESUME
     assert gen.base_step == 9 and gen.members[0] == "a" and gen.rolled_back_steps == 0
     assert gen.triggered_at == 100.0  # the pause runs from the first re-registration
+    assert gen.cause == RESTART_CAUSE
     assert job.checkpoint_requested  # so that the next restart finds a checkpoint of this master
     assert unconsumed(job.queue) == unconsumed(TaskQueue.from_state(sim.queue.cut(sim.cursors())))
     a = job.assignment("a")
@@ -209,7 +210,7 @@ def test_a_restarted_job_missing_a_member_rolls_back_and_says_how_far():
     job.tick(100.0 + RESUME_WINDOW_S + 0.1)
     gen = job.membership.current
     assert gen is not None and gen.source is Source.CHECKPOINT and gen.base_step == 3
-    assert gen.rolled_back_steps == 6
+    assert gen.rolled_back_steps == 6 and gen.cause == RESTART_CAUSE
     assert gen.state_to == (1,)  # rank 0 loads the checkpoint and sends it
     assert job.resume_note is not None and "trainer b" in job.resume_note
 
