@@ -5,28 +5,16 @@ from __future__ import annotations
 
 import json
 
-from edl.api.data import Cursor, Shard
-from edl.api.master import GenerationSummary, SyncReport, TrainerState, to_json
-from edl.api.spec import JobSpec
-from edl.master.job import Job, Timeouts
+from edl.api.master import GenerationSummary, to_json
+from edl.master.job import Job
+from tests.unit.master.test_leave_at_min import report_all
+from tests.unit.master.test_leave_at_min import started as started_at_min
 
 
 def started(trainers: int = 3) -> Job:
-    spec = JobSpec(job="m", model_def="m", data="d", epochs=1, batch_size=4, min_trainers=1,
-                   max_trainers=4, trainers=trainers, checkpoint_uri="/tmp/x")
-    job = Job(spec, [Shard("a.parquet", 4000)], master_uid="1", now=0.0, timeouts=Timeouts(prepare=False),
-              wall_offset=1_700_000_000.0)
-    for i in range(trainers):
-        job.register(f"t{i}", i + 1, "h", 9000 + i, now=0.0)
-    job.tick(0.1)
+    job = started_at_min(trainers, min_trainers=1)
+    job.wall_offset = 1_700_000_000.0
     return job
-
-
-def report_all(job: Job, step: int, now: float) -> None:
-    m = job.membership
-    for t in m.members():
-        if m.trainers[t].state in (TrainerState.ACTIVE, TrainerState.DRAINING):
-            job.sync(SyncReport(t, m.current.id, step, {t: Cursor(1, 2)}, 7000, True), now)
 
 
 def test_an_exit_the_launcher_saw_and_a_trainer_told_to_stop_are_each_a_generations_cause():
