@@ -149,17 +149,30 @@ CHAIN_WINDOW_S = 60.0
 
 
 def breakdown(faults: list[Fault], generations: list[dict], lost_each: dict[int, float]) -> list[dict]:
-    """Where each fault's time went: the first generation the master began after it (before the next
-    fault, within ``CHAIN_WINDOW_S``) and its chain, from the run summary's records of the generations
-    (``wall_at``: when the master heard of the change; its chain, in seconds after that): ``told_s``
-    from the fault to the master hearing of it, then ``stopped``, ``formed`` and ``first_step`` after
-    that; ``cause`` is how it heard, ``source`` where the state came from. A fault no change followed
-    has only its ``lost_s``."""
+    """Where each fault's time went: the change the master began for it (before the next fault, within
+    ``CHAIN_WINDOW_S``) and its chain, from the run summary's records of the generations (``wall_at``:
+    when the master heard of the change; its chain, in seconds after that): ``told_s`` from the fault to
+    the master hearing of it, then ``stopped``, ``formed`` and ``first_step`` after that; ``cause`` is
+    how it heard, ``source`` where the state came from.
+
+    The fault's change is a new master's first generation for a master's fault; the first whose cause
+    names a trainer the fault's ``detail`` names (its pod, the pods on its node); failing that, for a
+    fault whose detail names no trainer edl knows by that name (a pid, a count), the first change after
+    it. A fault with no detail (the apiserver stopped) changes nothing by itself: only its ``lost_s``."""
     out = []
     begun = sorted((g for g in generations if g.get("wall_at") is not None), key=lambda g: g["wall_at"])
     for i, f in enumerate(faults):
         until = min(faults[i + 1].t if i + 1 < len(faults) else float("inf"), f.t + CHAIN_WINDOW_S)
-        g = next((g for g in begun if f.t <= g["wall_at"] < until), None)
+        window = [g for g in begun if f.t <= g["wall_at"] < until]
+        names = set(re.findall(r"[\w.-]+", f.detail))
+        if "master" in f.kind:
+            g = next((g for g in window if (g.get("cause") or "").startswith("a new master")), None)
+        elif names:
+            g = next((g for g in window if (g.get("cause") or " ").split(" ", 1)[0] in names), None)
+            if g is None and not any("trainer" in n for n in names):
+                g = window[0] if window else None
+        else:
+            g = None
         row: dict = {"kind": f.kind, "lost_s": round(lost_each.get(i, 0.0), 3)}
         if g is not None:
             row.update(generation=g["id"], cause=g.get("cause", ""), source=g.get("source"),

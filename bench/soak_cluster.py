@@ -80,7 +80,7 @@ class ClusterSoak:
         """The node's link cut for ``seconds``: nothing reaches it, its pods run on."""
         from tests.plane.network import PlaneNet
 
-        if node.kind != "real" or node.name in self.cut:
+        if node.name in self.cut:
             return False
         net = PlaneNet(self.state.base)
         net.cut(node.index)
@@ -110,7 +110,8 @@ class ClusterSoak:
                     node = next((n for n in self.state.nodes if n.name == pod.spec.node_name), None)
                     if node is None or not self._cut(node, 20.0):
                         return
-                    detail = node.name
+                    on_it = sorted(p.metadata.name for p in trainers if p.spec.node_name == node.name)
+                    detail = f"{node.name}: {', '.join(on_it)}"
                 else:
                     self.core.delete_namespaced_pod(pod.metadata.name, NAMESPACE,
                                                     grace_period_seconds=0 if kind == "pod-kill" else None)

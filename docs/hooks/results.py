@@ -35,7 +35,8 @@ def chains_table(rel: str) -> str:
     if not res.get("chains") or not res.get("commit"):
         raise PluginError(f"{rel}: no 'chains' or no 'commit' in it (written before the soak recorded them: "
                           "run the soak again)")
-    lines = [f"`{res['command']}` at `{res['commit'][:12]}`: {res['wall_s'] / 60:.1f} min from the first kept "
+    commit = res['commit'][:12] + ('-dirty' if res['commit'].endswith('-dirty') else '')
+    lines = [f"`{res['command']}` at `{commit}`: {res['wall_s'] / 60:.1f} min from the first kept "
              f"step to the last, {res['status']}, {res['lost_samples']} samples lost, {res['duplicate_samples']} "
              f"duplicated; {100 * res['effective_ratio']:.1f} % effective ({100 * res['paced_ratio']:.1f} % at "
              "the median's pace). Mean seconds: from the fault until the master heard of the change it made "

@@ -101,23 +101,33 @@ def test_a_launcher_that_failed_before_its_summary_is_reported_with_its_error(so
     assert soak.failed_without_summary(log, -9)["error"] == "the launcher exited -9 without a summary"
 
 
-def test_each_fault_is_matched_to_the_first_change_the_master_heard_of_after_it_and_summed_by_kind(soak):
-    faults = [soak.Fault(100.0, "pod-kill"), soak.Fault(130.0, "apiserver-stop"), soak.Fault(160.0, "pod-kill")]
+def test_each_fault_is_matched_to_the_change_it_began_and_summed_by_kind(soak):
+    faults = [soak.Fault(100.0, "pod-kill", "edl-soak-trainer-3"), soak.Fault(130.0, "apiserver-stop"),
+              soak.Fault(160.0, "node-lost", "node-1: edl-soak-trainer-4"), soak.Fault(200.0, "master-delete"),
+              soak.Fault(230.0, "trainer-sigkill", "4242")]
     gens = [{"id": 1, "wall_at": 10.0, "cause": "the job started", "source": "init", "chain": {"formed": 0.0}},
             {"id": 2, "wall_at": 100.25, "cause": "edl-soak-trainer-3 ended (exit 137; seen by the launcher)",
              "source": "peer", "chain": {"stopped": 0.1, "formed": 0.5, "first_step": 0.75}},
-            # the apiserver stop changed nothing; this one is the second kill's
-            {"id": 3, "wall_at": 160.75, "cause": "edl-soak-trainer-4 silent for 10 s (its lease)",
-             "source": "peer", "chain": {"stopped": 0.2, "formed": 0.7, "first_step": 1.25}}]
-    rows = soak.breakdown(faults, gens, {0: 1.0, 2: 2.0})
+            {"id": 3, "wall_at": 135.0, "cause": "edl-soak-trainer-5 joined", "source": "peer", "chain": {}},
+            # the replacement's join comes first; the node's trainer falls silent after it
+            {"id": 4, "wall_at": 160.5, "cause": "edl-soak-trainer-6 joined", "source": "peer", "chain": {}},
+            {"id": 5, "wall_at": 165.0, "cause": "edl-soak-trainer-4 silent for 10 s (its lease)",
+             "source": "peer", "chain": {"stopped": 0.2, "formed": 0.7, "first_step": 1.25}},
+            {"id": 6, "wall_at": 202.0, "cause": "a new master: the one before was lost, its trainers registered "
+                                                 "again", "source": "peer", "chain": {"formed": 0.1, "first_step": 0.3}},
+            {"id": 7, "wall_at": 230.5, "cause": "soak-t2 silent for 10 s (its lease)", "source": "peer",
+             "chain": {"formed": 0.1, "first_step": 0.2}}]
+    rows = soak.breakdown(faults, gens, {0: 1.0, 2: 2.0, 3: 2.5})
     assert rows[0] == {"kind": "pod-kill", "lost_s": 1.0, "generation": 2, "source": "peer", "told_s": 0.25,
                        "cause": "edl-soak-trainer-3 ended (exit 137; seen by the launcher)",
                        "stopped_s": 0.1, "formed_s": 0.5, "first_step_s": 0.75}
-    assert rows[1] == {"kind": "apiserver-stop", "lost_s": 0.0}
-    assert rows[2]["generation"] == 3 and rows[2]["told_s"] == 0.75
+    assert rows[1] == {"kind": "apiserver-stop", "lost_s": 0.0}  # the join after it is not its doing
+    assert rows[2]["generation"] == 5 and rows[2]["told_s"] == 5.0
+    assert rows[3]["generation"] == 6 and rows[3]["told_s"] == 2.0
+    assert rows[4]["generation"] == 7  # a local trainer's pid: the first change after it
     kinds = soak.chains_by_kind(rows)
-    assert kinds["pod-kill"] == {"count": 2, "changed": 2, "told_s": 0.5, "stopped_s": 0.15, "formed_s": 0.6,
-                                 "first_step_s": 1.0, "lost_s": 1.5,
-                                 "causes": {"a trainer ended (exit 137; seen by the launcher)": 1,
-                                            "a trainer silent for 10 s (its lease)": 1}}
+    assert kinds["node-lost"] == {"count": 1, "changed": 1, "told_s": 5.0, "stopped_s": 0.2, "formed_s": 0.7,
+                                  "first_step_s": 1.25, "lost_s": 2.0,
+                                  "causes": {"a trainer silent for 10 s (its lease)": 1}}
+    assert kinds["trainer-sigkill"]["causes"] == {"a trainer silent for 10 s (its lease)": 1}
     assert kinds["apiserver-stop"]["changed"] == 0 and kinds["apiserver-stop"]["told_s"] is None

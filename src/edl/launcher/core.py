@@ -302,7 +302,7 @@ class Launcher:
             raise PermanentError(f"master of job {self.spec.job} keeps dying: {budget.spent} restarts with no "
                                  f"training step between them (limit {budget.policy.limit})")
         wait = budget.backoff_s()
-        message = "master lost; recreating it (it resumes from the last checkpoint)" + (
+        message = "master lost; replacing it (by its spare where one is ready); the trainers go on from their step" + (
             f" in {wait:.1f} s: {budget.spent - 1} restart(s) since the last step" if wait else "")
         self.cluster.record("MasterLost", message, warning=True)
         say(self.console, message)
