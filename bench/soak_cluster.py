@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, provenance  # noqa: E402
 from soak import Fault, _signal, account, made_steps, parse_kinds, report, result  # noqa: E402
 
+from edl.cluster.manifests import master_selector  # noqa: E402
 from edl.storage.audit import kept_steps, read_audit_lines  # noqa: E402
 from edl.storage.store import open_store  # noqa: E402
 
@@ -57,9 +58,9 @@ class ClusterSoak:
         self.stopped: set[int] = set()  # pids under SIGSTOP now
         self.cut: set[str] = set()  # nodes whose link is cut now
 
-    def pods(self, role: str) -> list:
-        return [p for p in self.core.list_namespaced_pod(NAMESPACE, label_selector=f"edl.dev/job={JOB},"
-                                                         f"edl.dev/role={role}").items
+    def pods(self, labels: dict[str, str]) -> list:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        return [p for p in self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
                 if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
 
     def _pause(self, pid: int, seconds: float) -> bool:
@@ -101,7 +102,7 @@ class ClusterSoak:
         detail = ""
         try:
             if kind in ("pod-delete", "pod-kill", "node-lost"):
-                trainers = self.pods("trainer")
+                trainers = self.pods({"edl.dev/job": JOB, "edl.dev/role": "trainer"})
                 if not trainers:
                     return
                 pod = self.rng.choice(trainers)
@@ -116,8 +117,7 @@ class ClusterSoak:
                     self.core.delete_namespaced_pod(pod.metadata.name, NAMESPACE,
                                                     grace_period_seconds=0 if kind == "pod-kill" else None)
             elif kind == "master-delete":
-                # The serving master (the Service's), not its spare.
-                masters = [p for p in self.pods("master") if (p.metadata.labels or {}).get("edl.dev/master") == "serving"]
+                masters = self.pods(master_selector(JOB))  # the serving master (the Service's), not its spare
                 if not masters:
                     return
                 self.core.delete_namespaced_pod(masters[0].metadata.name, NAMESPACE)

@@ -504,8 +504,8 @@ class Launcher:
             say(self.console, f"trainer(s) {', '.join(new_held)} told to stop: replaced once the sidecar's next "
                               f"decision still asks for them (or in {REPLACEMENT_HOLD_S:.0f} s without one)")
         self._held_seen = st.held_replacements
-        for g in st.generations:
-            if g.id > self._started_told and g.first_step_at is not None:
+        for g in st.generations[self._started_told:]:  # ids count from 1 in order: only the newer ones
+            if g.first_step_at is not None:
                 self._started_told = g.id
                 self.cluster.record("GenerationStarted", g.describe())
         if st.reason is not None and st.reason.cause is not self._cause_seen:

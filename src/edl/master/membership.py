@@ -204,7 +204,7 @@ class Membership:
         self.excluded: list[tuple[str, str]] = []  # (trainer, why) dropped for holding the others up, in order
         # A graceful change: wanted (to prepare at the next tick), then prepared, then with the go.
         self.wanted: Reason | None = None
-        self.wanted_cause = ""
+        self.wanted_cause = ""  # what began the wanted change (read only while ``wanted`` is set)
         self.prepared: Generation | None = None
         self.prepared_since = 0.0
         self.ready: set[str] = set()  # members of ``prepared`` that formed its collective
@@ -382,11 +382,11 @@ class Membership:
         joiners = [t.id for t in self.waiting()][: max(0, self.config.max_trainers - len(survivors))]
         leaving = [m for m in self.members() if self.trainers[m].state is not TrainerState.ACTIVE]
         if not joiners and not leaving:
-            self.wanted, self.wanted_cause = None, ""  # nothing to change (a joiner left again before it was planned)
+            self.wanted = None  # nothing to change (a joiner left again before it was planned)
             return None
         if not survivors:
             self._stop(self.wanted, now, self.wanted_cause)
-            self.wanted, self.wanted_cause = None, ""
+            self.wanted = None
             return None
         lead = self.trainers[survivors[0]]
         if not lead.store_port or lead.store_port == lead.used_port:
@@ -399,7 +399,7 @@ class Membership:
         )
         self.next_generation += 1
         lead.used_port = lead.store_port
-        self.prepared_since, self.ready, self.go, self.wanted, self.wanted_cause = now, set(), False, None, ""
+        self.prepared_since, self.ready, self.go, self.wanted = now, set(), False, None
         return self.prepared
 
     def _adoptable(self) -> bool:
@@ -471,8 +471,8 @@ class Membership:
         if p is not None and not self.go and self.phase is Phase.RUNNING and (
                 now - self.prepared_since > self.config.prepare_timeout_s):
             self._drop_prepared()  # its collective did not form in time: stop at a boundary instead
-            reason, cause = self.wanted or p.reason, self.wanted_cause or p.cause
-            self.wanted, self.wanted_cause = None, ""
+            reason, cause = (self.wanted, self.wanted_cause) if self.wanted else (p.reason, p.cause)
+            self.wanted = None
             self._stop(reason, now, cause)
         if self.phase is Phase.SYNCING and self.pending_since is not None:
             if now - self.pending_since > self.config.sync_timeout_s:
@@ -514,7 +514,7 @@ class Membership:
         if self._adoptable():
             return self._adopt(now)
         self._drop_prepared()
-        self.wanted, self.wanted_cause = None, ""  # every change so far is in this formation
+        self.wanted = None  # every change so far is in this formation
         cfg = self.config
         old = self.current
         survivors = [m for m in self.members() if self.trainers[m].state is TrainerState.ACTIVE]
