@@ -215,8 +215,14 @@ class KubeCluster:
         ended = exited is not None and exited[0] == 0 and _terminated_now(pod, "master")
         if pod_phase(pod).terminated or ended:
             return False
-        if pod["metadata"].get("deletionTimestamp") and self._ready_spare() is not None:
-            return False  # being deleted (preempted, evicted, drained): its spare takes over now, not once it is gone
+        if pod["metadata"].get("deletionTimestamp"):
+            # Evicted from a node that is not Ready (the node lifecycle controller came before our own
+            # --node-lost-timeout): nobody there confirms a graceful delete; a lost node's master.
+            if node and (status := self._node_status(node)) not in (None, "True"):
+                self._abandon_master(node, status)
+                return False
+            if self._ready_spare() is not None:
+                return False  # being deleted (preempted, evicted, drained): its spare takes over now, not once it is gone
         self._wake_again(pod)
         self._keep_spare()
         return True
@@ -292,16 +298,24 @@ class KubeCluster:
             return {}
         ready = {}
         for node in sorted(nodes):
-            try:
-                ready[node] = node_ready(self.kube.get("nodes", node))
-            except KubeForbiddenError as e:
-                self.nodes_readable = False
-                self.record("NodesUnreadable", f"cannot read nodes ({str(e).splitlines()[0]}): a lost node is "
-                                               "noticed only once Kubernetes removes its pods", warning=True)
+            if (status := self._node_status(node)) is None:
                 return {}
+            ready[node] = status
         verdict = judge_nodes(ready, self.not_ready_since, self.clock(), self.opts.node_lost_timeout_s)
         self.not_ready_since = verdict.not_ready_since
         return verdict.lost
+
+    def _node_status(self, node: str) -> str | None:
+        """The node's Ready status (``node_ready``); ``None`` where nodes cannot be read (said once)."""
+        if not self.nodes_readable:
+            return None
+        try:
+            return node_ready(self.kube.get("nodes", node))
+        except KubeForbiddenError as e:
+            self.nodes_readable = False
+            self.record("NodesUnreadable", f"cannot read nodes ({str(e).splitlines()[0]}): a lost node is "
+                                           "noticed only once Kubernetes removes its pods", warning=True)
+            return None
 
     def _master_can_run(self, pod: dict) -> None:
         """Raise with the master's own reason when waiting for it cannot help: it refused the job

@@ -204,3 +204,15 @@ def test_a_woken_spare_whose_container_restarted_in_place_is_woken_again():
     assert c.master_alive()
     assert woken[-1] == (f"{status['podIP']}:8470", c.token, 0.0)
     assert c.master_alive() and len(woken) == 2  # once per restart
+
+
+def test_a_master_evicted_from_a_node_that_is_not_ready_is_a_lost_nodes_master_deleted_by_force():
+    kube, clock, woken = PodsKube(), FakeClock(0.0), []
+    c = started(kube, woken, clock)
+    kube.get("pods", FIRST)["spec"]["nodeName"] = "n1"
+    kube.objects[("nodes", "n1")] = {"metadata": {"name": "n1"},
+                                     "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
+    kube.delete("pods", FIRST)  # the node lifecycle controller's eviction, before --node-lost-timeout
+    kube.calls.clear()
+    assert not c.master_alive()
+    assert ("delete grace=0", FIRST) in kube.calls  # nobody on that node confirms a graceful delete
